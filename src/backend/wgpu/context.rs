@@ -1,0 +1,116 @@
+//! The wgpu device and the few helpers every part of the backend uses: buffer creation (every
+//! buffer labelled with what it holds) and blocking readback.
+
+use wgpu::util::DeviceExt;
+
+use crate::error::{Error, Result};
+
+/// Instance → adapter → device/queue, created once and shared by everything in the backend.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    /// Largest storage binding the adapter allows (128 MiB on lavapipe, 2 GiB on Vulkan).
+    pub adapter_max_binding: u64,
+    /// Largest part a weight matrix is split into: the adapter's limit, or less when a test
+    /// forces splitting.
+    pub max_binding: u64,
+}
+
+impl Gpu {
+    /// Opens the highest-performance adapter (`WGPU_BACKEND` and `WGPU_ADAPTER_NAME` are honoured)
+    /// and a device with the adapter's own limits (the defaults cap bindings at 128 MiB and
+    /// allow only 8 storage buffers per stage).
+    pub fn new(max_binding_override: Option<u64>) -> Result<Self> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        }))
+        .map_err(|e| {
+            Error::Gpu(format!(
+                "no GPU adapter found ({e}): install a Vulkan driver (on Debian: apt-get install mesa-vulkan-drivers for the software one), or use --backend cpu"
+            ))
+        })?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("kestrel"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| Error::Gpu(format!("could not open device on {}: {e}", info.name)))?;
+        let adapter_max = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+        let max_binding = max_binding_override.map_or(adapter_max, |m| m.min(adapter_max));
+        Ok(Gpu { device, queue, info, limits, adapter_max_binding: adapter_max, max_binding })
+    }
+
+    pub fn describe(&self) -> String {
+        format!("{} ({:?}, {})", self.info.name, self.info.backend, self.info.driver)
+    }
+
+    /// A storage buffer of `size` bytes (rounded up to 4), zero-initialised by wgpu.
+    pub fn storage(&self, label: &str, size: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: size.max(4).next_multiple_of(4),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// A storage buffer holding `bytes` (padded to 4 bytes): weights, uploaded once.
+    pub fn upload(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
+        let padded;
+        let contents = if bytes.len() % 4 == 0 && !bytes.is_empty() {
+            bytes
+        } else {
+            let mut v = bytes.to_vec();
+            v.resize(bytes.len().max(4).next_multiple_of(4), 0);
+            padded = v;
+            &padded
+        };
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+        })
+    }
+
+    /// A host-readable staging buffer for readback.
+    pub fn staging(&self, label: &str, size: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: size.max(4).next_multiple_of(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Maps `buf` (already filled by a submitted copy), waits, and copies `len` bytes out.
+    pub fn read(&self, buf: &wgpu::Buffer, len: u64, out: &mut Vec<u8>) -> Result<()> {
+        out.clear();
+        if len == 0 {
+            return Ok(());
+        }
+        let slice = buf.slice(..len);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+        rx.recv()
+            .map_err(|_| Error::Gpu("readback callback never ran".into()))?
+            .map_err(|e| Error::Gpu(format!("readback map failed: {e}")))?;
+        {
+            let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("readback view: {e}")))?;
+            out.extend_from_slice(&view);
+        }
+        buf.unmap();
+        Ok(())
+    }
+}

@@ -1,0 +1,264 @@
+//! WGSL sources, the Rust mirrors of their params structs, and the pipeline cache.
+//!
+//! Kernels that read weights (`matmul`, `embed`) are written once against a `load8` function;
+//! the weight format (`wgsl/formats/{q4,q8,bf16,f32}.wgsl`) is prepended at pipeline creation,
+//! and the pipeline is named `<kernel>_<format>` (the label validation errors quote).
+//! Every params struct here has a WGSL struct of the same name and field order.
+
+use std::collections::HashMap;
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::error::{Error, Result};
+
+/// A weight format as stored on the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    Q4,
+    Q8,
+    Bf16,
+    F32,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Q4 => "q4",
+            Format::Q8 => "q8",
+            Format::Bf16 => "bf16",
+            Format::F32 => "f32",
+        }
+    }
+    fn source(self) -> &'static str {
+        match self {
+            Format::Q4 => include_str!("../../../wgsl/formats/q4.wgsl"),
+            Format::Q8 => include_str!("../../../wgsl/formats/q8.wgsl"),
+            Format::Bf16 => include_str!("../../../wgsl/formats/bf16.wgsl"),
+            Format::F32 => include_str!("../../../wgsl/formats/f32.wgsl"),
+        }
+    }
+}
+
+/// The kernels of the forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    Matmul(Format),
+    Embed(Format),
+    RmsNorm,
+    HeadNormRope,
+    Attention,
+    GeluMul,
+    SoftcapArgmax,
+}
+
+impl Kernel {
+    pub fn label(self) -> String {
+        match self {
+            Kernel::Matmul(f) => format!("matmul_{}", f.name()),
+            Kernel::Embed(f) => format!("embed_{}", f.name()),
+            Kernel::RmsNorm => "rmsnorm".into(),
+            Kernel::HeadNormRope => "head_norm_rope".into(),
+            Kernel::Attention => "attention".into(),
+            Kernel::GeluMul => "gelu_mul".into(),
+            Kernel::SoftcapArgmax => "softcap_argmax".into(),
+        }
+    }
+
+    fn source(self) -> String {
+        match self {
+            Kernel::Matmul(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/matmul.wgsl")),
+            Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
+            Kernel::RmsNorm => include_str!("../../../wgsl/rmsnorm.wgsl").into(),
+            Kernel::HeadNormRope => include_str!("../../../wgsl/head_norm_rope.wgsl").into(),
+            Kernel::Attention => include_str!("../../../wgsl/attention.wgsl").into(),
+            Kernel::GeluMul => include_str!("../../../wgsl/gelu_mul.wgsl").into(),
+            Kernel::SoftcapArgmax => include_str!("../../../wgsl/softcap_argmax.wgsl").into(),
+        }
+    }
+}
+
+/// How a kernel binds one resource (the WGSL `var<...>` it declares).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bind {
+    Read,
+    ReadWrite,
+    Uniform,
+}
+
+impl Kernel {
+    /// The kernel's bindings, in binding-index order. Explicit because auto-derived layouts drop
+    /// bindings a variant never reads (the float formats ignore scales and biases).
+    pub fn bindings(self) -> &'static [Bind] {
+        use Bind::*;
+        match self {
+            Kernel::Matmul(_) | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::RmsNorm => &[Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::HeadNormRope | Kernel::Attention => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
+            Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
+        }
+    }
+}
+
+/// Rows and tokens one `matmul` workgroup covers (`ROWS`, `TOK` in matmul.wgsl).
+pub const MATMUL_ROWS: u32 = 4;
+pub const MATMUL_TOK: u32 = 8;
+/// Sentinel for "no norm weight" (`NO_WEIGHT` in the WGSL).
+pub const NO_WEIGHT: u32 = u32::MAX;
+
+/// Per-step values every kernel reads (`Step` in the WGSL).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct Step {
+    pub n_tokens: u32,
+    pub pos0: u32,
+    pub n_out: u32,
+    pub out_row0: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct MatmulParams {
+    pub rows: u32,
+    pub cols: u32,
+    pub gs: u32,
+    pub x_stride: u32,
+    pub y_stride: u32,
+    pub y_off: u32,
+    pub count_sel: u32,
+    pub _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct EmbedParams {
+    pub rows: u32,
+    pub cols: u32,
+    pub gs: u32,
+    pub row0: u32,
+    pub scale: f32,
+    pub _pad: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct NormParams {
+    pub n: u32,
+    pub segs: u32,
+    pub x_stride: u32,
+    pub x_row_sel: u32,
+    pub out_stride: u32,
+    pub w_off: u32,
+    pub mode: u32,
+    pub count_sel: u32,
+    pub pre: f32,
+    pub post: f32,
+    pub eps: f32,
+    pub _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct HeadParams {
+    pub d: u32,
+    pub n_heads: u32,
+    pub src_stride: u32,
+    pub w_off: u32,
+    pub rope: u32,
+    pub rope_off: u32,
+    pub rope_stride: u32,
+    pub dst_mode: u32,
+    pub slots: u32,
+    pub eps: f32,
+    pub _pad: [u32; 2],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct AttnParams {
+    pub d: u32,
+    pub n_heads: u32,
+    pub n_kv_heads: u32,
+    pub slots: u32,
+    pub window: u32,
+    pub _pad: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct GeluParams {
+    pub n: u32,
+    pub a_stride: u32,
+    pub b_stride: u32,
+    pub b_off: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct ArgmaxParams {
+    pub vocab: u32,
+    pub cap: f32,
+    pub _pad: [u32; 2],
+}
+
+/// Compiled pipelines, created on first use.
+#[derive(Default)]
+pub struct Pipelines {
+    cache: HashMap<Kernel, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>,
+}
+
+impl Pipelines {
+    /// The pipeline of `k` and the layout its bind groups must use.
+    pub fn get(&mut self, device: &wgpu::Device, k: Kernel) -> Result<&(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
+        if !self.cache.contains_key(&k) {
+            let label = k.label();
+            let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let entries: Vec<wgpu::BindGroupLayoutEntry> = k
+                .bindings()
+                .iter()
+                .enumerate()
+                .map(|(i, b)| wgpu::BindGroupLayoutEntry {
+                    binding: i as u32,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: match b {
+                            Bind::Read => wgpu::BufferBindingType::Storage { read_only: true },
+                            Bind::ReadWrite => wgpu::BufferBindingType::Storage { read_only: false },
+                            Bind::Uniform => wgpu::BufferBindingType::Uniform,
+                        },
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                })
+                .collect();
+            let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&label), entries: &entries });
+            let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(&label),
+                bind_group_layouts: &[Some(&bgl)],
+                immediate_size: 0,
+            });
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&label),
+                source: wgpu::ShaderSource::Wgsl(k.source().into()),
+            });
+            let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&label),
+                layout: Some(&layout),
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    // Kernels initialise what they read; skip the zero-fill prologue.
+                    zero_initialize_workgroup_memory: false,
+                    ..Default::default()
+                },
+                cache: None,
+            });
+            if let Some(e) = pollster::block_on(scope.pop()) {
+                return Err(Error::Gpu(format!("kernel {label} failed to compile: {e}")));
+            }
+            self.cache.insert(k, (pipeline, bgl));
+        }
+        Ok(&self.cache[&k])
+    }
+}

@@ -1,0 +1,721 @@
+//! The portable GPU backend: WGSL kernels through wgpu (Vulkan, Metal, DX12).
+//!
+//! At construction every weight is uploaded once (split into row ranges that fit the adapter's
+//! storage-binding limit), every activation and KV buffer is allocated for the largest chunk,
+//! and the whole forward pass is recorded as a *program*: a list of dispatches with their bind
+//! groups and params already made. A step then only writes the step uniform, the token ids and
+//! the rope table, encodes the program into ONE compute pass, submits once, and reads back the
+//! argmax (and logits when asked). Nothing is allocated in the decode loop.
+//!
+//! Activations are f32 (the reference path). Not yet here: MoE blocks (26B-A4B) and the
+//! speculative verify/commit steps.
+
+pub mod context;
+pub mod kernels;
+
+use std::sync::Arc;
+
+use crate::backend::cpu::{embed_scale, ops};
+use crate::backend::{Backend, MemoryUse, Readback, StepOutput};
+use crate::config::{AttnKind, Config, KvSource};
+use crate::error::{Error, Result};
+use crate::kv::KvLayout;
+use crate::loader::{Matrix, ModelWeights};
+use crate::quant::DType;
+pub use context::Gpu;
+use kernels::*;
+
+/// Construction options.
+#[derive(Debug, Clone)]
+pub struct WgpuOptions {
+    /// Context length the KV cache holds.
+    pub max_ctx: usize,
+    /// Largest prefill chunk.
+    pub max_chunk: usize,
+    /// Cap on one storage binding, below the adapter's (tests use it to force tensor splitting).
+    pub max_binding: Option<u64>,
+}
+
+impl Default for WgpuOptions {
+    fn default() -> Self {
+        WgpuOptions { max_ctx: 4096, max_chunk: 128, max_binding: None }
+    }
+}
+
+/// One row range of a weight matrix, in buffers no larger than the binding limit.
+struct GpuPart {
+    row0: usize,
+    rows: usize,
+    w: wgpu::Buffer,
+    scales: wgpu::Buffer,
+    biases: wgpu::Buffer,
+}
+
+/// A weight matrix on the GPU.
+struct GpuMatrix {
+    format: Format,
+    cols: usize,
+    gs: usize,
+    parts: Vec<GpuPart>,
+}
+
+/// How the y dimension of a dispatch grid follows the step.
+#[derive(Clone, Copy)]
+enum GridY {
+    /// A single row of workgroups.
+    One,
+    /// One per token of the step.
+    Tokens,
+    /// `ceil(n_tokens / k)`.
+    TokenTiles(u32),
+    /// One per output row (the rows the LM head computes).
+    Out,
+    /// `ceil(n_out / k)`.
+    OutTiles(u32),
+}
+
+/// A dispatch of the recorded program.
+struct Dispatch {
+    pipeline: wgpu::ComputePipeline,
+    bind_group: wgpu::BindGroup,
+    /// Grid x (fixed), or, when `x_from_out`, one per output row.
+    x: u32,
+    x_from_out: bool,
+    y: GridY,
+}
+
+/// A resource of a dispatch under construction, in WGSL binding order.
+enum Res {
+    Buf(wgpu::Buffer),
+    Params,
+    Step,
+}
+
+struct Spec {
+    kernel: Kernel,
+    res: Vec<Res>,
+    param_off: u64,
+    param_len: u64,
+    x: u32,
+    x_from_out: bool,
+    y: GridY,
+}
+
+/// The portable GPU backend.
+pub struct WgpuBackend {
+    gpu: Gpu,
+    cfg: Config,
+    kv: KvLayout,
+    opts: WgpuOptions,
+    program: Vec<Dispatch>,
+    step_buf: wgpu::Buffer,
+    ids_buf: wgpu::Buffer,
+    rope_buf: wgpu::Buffer,
+    best_buf: wgpu::Buffer,
+    logits_buf: wgpu::Buffer,
+    best_read: wgpu::Buffer,
+    logits_read: wgpu::Buffer,
+    /// Rows of logits one step can produce (bounded by the binding limit).
+    logit_rows: usize,
+    inv_freq: [Vec<f32>; 2],
+    rope_stride: usize,
+    rope_host: Vec<f32>,
+    read_scratch: Vec<u8>,
+    weight_bytes: u64,
+    state_bytes: u64,
+}
+
+impl WgpuBackend {
+    /// Opens the GPU, uploads the weights and records the program.
+    pub fn new(cfg: Config, w: Arc<ModelWeights>, opts: WgpuOptions) -> Result<Self> {
+        let gpu = Gpu::new(opts.max_binding)?;
+        Self::with_gpu(gpu, cfg, w, opts)
+    }
+
+    pub fn with_gpu(gpu: Gpu, cfg: Config, w: Arc<ModelWeights>, opts: WgpuOptions) -> Result<Self> {
+        if cfg.text.enable_moe_block {
+            return Err(Error::Invalid(
+                "this model has MoE blocks (26B-A4B): the wgpu backend does not run them yet; use --backend cpu".into(),
+            ));
+        }
+        if cfg.assistant.is_some() {
+            return Err(Error::Invalid("this is a gemma4_assistant drafter: pass it as --draft, not --model".into()));
+        }
+        for l in &cfg.layers {
+            if l.head_dim > 1024 {
+                return Err(Error::Invalid(format!("layer {}: head_dim {} exceeds the kernels' 1024", l.index, l.head_dim)));
+            }
+        }
+        Builder::new(gpu, &cfg, &w, opts)
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    fn write_rope(&mut self, pos0: usize, n: usize) {
+        let (ds, df) = (self.cfg.text.head_dim, self.cfg.text.global_head_dim);
+        let stride = self.rope_stride;
+        self.rope_host.resize(n * stride, 0.0);
+        for t in 0..n {
+            let row = &mut self.rope_host[t * stride..(t + 1) * stride];
+            let (s, f) = row.split_at_mut(ds);
+            let (cs, ss) = s.split_at_mut(ds / 2);
+            ops::rope_table(&self.inv_freq[0], pos0 + t, cs, ss);
+            let (cf, sf) = f[..df].split_at_mut(df / 2);
+            ops::rope_table(&self.inv_freq[1], pos0 + t, cf, sf);
+        }
+        self.gpu.queue.write_buffer(&self.rope_buf, 0, bytemuck::cast_slice(&self.rope_host));
+    }
+
+    /// Runs the program for `tokens` at `pos0`, producing `n_out` rows of logits (the last ones).
+    fn run(&mut self, tokens: &[u32], pos0: usize, n_out: usize, readback: Readback) -> Result<StepOutput> {
+        let n = tokens.len();
+        if n == 0 || n > self.opts.max_chunk {
+            return Err(Error::Invalid(format!("a step takes 1..={} tokens, got {n}", self.opts.max_chunk)));
+        }
+        if pos0 + n > self.kv.max_ctx {
+            return Err(Error::Invalid(format!("position {} is past the context of {} (raise --ctx)", pos0 + n, self.kv.max_ctx)));
+        }
+        if n_out > self.logit_rows {
+            return Err(Error::Invalid(format!("{n_out} logit rows requested, the buffers hold {}", self.logit_rows)));
+        }
+        let vocab = self.cfg.text.vocab_size;
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
+            return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary (size {vocab})")));
+        }
+        let step = Step { n_tokens: n as u32, pos0: pos0 as u32, n_out: n_out as u32, out_row0: (n - n_out) as u32 };
+        self.gpu.queue.write_buffer(&self.step_buf, 0, bytemuck::bytes_of(&step));
+        self.gpu.queue.write_buffer(&self.ids_buf, 0, bytemuck::cast_slice(tokens));
+        self.write_rope(pos0, n);
+
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
+            for d in &self.program {
+                let y = match d.y {
+                    GridY::One => 1,
+                    GridY::Tokens => n as u32,
+                    GridY::TokenTiles(k) => (n as u32).div_ceil(k),
+                    GridY::Out => n_out as u32,
+                    GridY::OutTiles(k) => (n_out as u32).div_ceil(k),
+                };
+                let x = if d.x_from_out { n_out as u32 } else { d.x };
+                if x == 0 || y == 0 {
+                    continue;
+                }
+                pass.set_pipeline(&d.pipeline);
+                pass.set_bind_group(0, &d.bind_group, &[]);
+                pass.dispatch_workgroups(x, y, 1);
+            }
+        }
+        let want_logits = readback != Readback::Argmax && n_out > 0;
+        if n_out > 0 {
+            enc.copy_buffer_to_buffer(&self.best_buf, 0, &self.best_read, 0, Some((4 * n_out) as u64));
+            if want_logits {
+                enc.copy_buffer_to_buffer(&self.logits_buf, 0, &self.logits_read, 0, Some((4 * n_out * vocab) as u64));
+            }
+        }
+        self.gpu.queue.submit([enc.finish()]);
+        let mut out = StepOutput::default();
+        if n_out == 0 {
+            // Wait so errors surface in this step, not the next.
+            self.gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+            return Ok(out);
+        }
+        let mut scratch = std::mem::take(&mut self.read_scratch);
+        self.gpu.read(&self.best_read, (4 * n_out) as u64, &mut scratch)?;
+        out.argmax = bytemuck::pod_collect_to_vec(&scratch);
+        if want_logits {
+            self.gpu.read(&self.logits_read, (4 * n_out * vocab) as u64, &mut scratch)?;
+            out.logits = bytemuck::pod_collect_to_vec(&scratch);
+        }
+        self.read_scratch = scratch;
+        Ok(out)
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> &str {
+        "wgpu"
+    }
+    fn device_info(&self) -> String {
+        self.gpu.describe()
+    }
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+    fn max_chunk(&self) -> usize {
+        self.opts.max_chunk
+    }
+    fn max_context(&self) -> usize {
+        self.kv.max_ctx
+    }
+    fn prefill(&mut self, tokens: &[u32], pos: usize, readback: Readback) -> Result<StepOutput> {
+        let n_out = match readback {
+            Readback::AllLogits => tokens.len(),
+            _ => 1,
+        };
+        self.run(tokens, pos, n_out, readback)
+    }
+    fn reset(&mut self) {
+        // Positions restart at 0 and every read is masked to positions already written in this
+        // sequence, so stale cache contents are never seen.
+    }
+    fn memory(&self) -> MemoryUse {
+        MemoryUse { weight_bytes: self.weight_bytes, state_bytes: self.state_bytes }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Uploads weights, allocates buffers and records the program.
+struct Builder<'a> {
+    gpu: Gpu,
+    cfg: &'a Config,
+    opts: WgpuOptions,
+    pipelines: Pipelines,
+    params: Vec<u8>,
+    specs: Vec<Spec>,
+    dummy: wgpu::Buffer,
+    step_buf: wgpu::Buffer,
+    weight_bytes: u64,
+    state_bytes: u64,
+}
+
+impl<'a> Builder<'a> {
+    fn new(gpu: Gpu, cfg: &'a Config, w: &'a ModelWeights, opts: WgpuOptions) -> Result<WgpuBackend> {
+        let dummy = gpu.storage("unused", 4);
+        let step_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("step"),
+            size: std::mem::size_of::<Step>() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let b = Builder {
+            gpu,
+            cfg,
+            opts,
+            pipelines: Pipelines::default(),
+            params: Vec::new(),
+            specs: Vec::new(),
+            dummy,
+            step_buf,
+            weight_bytes: 0,
+            state_bytes: 0,
+        };
+        b.record(w)
+    }
+
+    fn check_binding(&self, what: &str, bytes: u64) -> Result<()> {
+        if bytes > self.gpu.adapter_max_binding {
+            return Err(Error::Gpu(format!(
+                "{what} needs {} MiB in one binding, the adapter allows {} MiB: lower --ctx or --chunk",
+                bytes >> 20,
+                self.gpu.adapter_max_binding >> 20
+            )));
+        }
+        Ok(())
+    }
+
+    fn act(&mut self, label: &str, elems: usize) -> Result<wgpu::Buffer> {
+        let bytes = (4 * elems) as u64;
+        self.check_binding(label, bytes)?;
+        self.state_bytes += bytes;
+        Ok(self.gpu.storage(label, bytes))
+    }
+
+    fn upload_matrix(&mut self, m: &Matrix) -> Result<GpuMatrix> {
+        let (rows, cols) = (m.rows(), m.cols());
+        if cols % 8 != 0 {
+            return Err(Error::Invalid(format!("{}: {cols} columns, the GPU kernels need a multiple of 8", m.name())));
+        }
+        // Bytes per row of each buffer of a part, and the format.
+        let (format, gs, row_bytes): (Format, usize, [usize; 3]) = match m {
+            Matrix::Float { t, .. } => match t.dtype() {
+                DType::BF16 => (Format::Bf16, 0, [2 * cols, 0, 0]),
+                _ => (Format::F32, 0, [4 * cols, 0, 0]),
+            },
+            Matrix::Quant { layout, .. } => {
+                let f = if layout.bits == 4 { Format::Q4 } else { Format::Q8 };
+                let g = 2 * cols / layout.group_size;
+                (f, layout.group_size, [cols * layout.bits as usize / 8, g, g])
+            }
+        };
+        let widest = *row_bytes.iter().max().expect("three entries") as u64;
+        let per_part = (self.gpu.max_binding / widest) as usize;
+        if per_part == 0 {
+            return Err(Error::Gpu(format!("{}: one row ({widest} bytes) exceeds the binding limit", m.name())));
+        }
+        let mut parts = Vec::new();
+        let mut row0 = 0;
+        while row0 < rows {
+            let n = per_part.min(rows - row0);
+            let range = |rb: usize| row0 * rb..(row0 + n) * rb;
+            let label = format!("{}[{row0}..{}]", m.name(), row0 + n);
+            let part = match m {
+                Matrix::Float { t, .. } => {
+                    let w = match t.dtype() {
+                        DType::F16 => {
+                            // Widened to f32 (exact): one float format less in every kernel.
+                            let src = &t.bytes()[row0 * cols * 2..(row0 + n) * cols * 2];
+                            let f: Vec<f32> = crate::quant::floats_to_f32(src, DType::F16);
+                            self.gpu.upload(&label, bytemuck::cast_slice(&f))
+                        }
+                        _ => self.gpu.upload(&label, &t.bytes()[range(row_bytes[0])]),
+                    };
+                    GpuPart { row0, rows: n, w, scales: self.dummy.clone(), biases: self.dummy.clone() }
+                }
+                Matrix::Quant { w, scales, biases, .. } => GpuPart {
+                    row0,
+                    rows: n,
+                    w: self.gpu.upload(&label, &w.bytes()[range(row_bytes[0])]),
+                    scales: self.gpu.upload(&format!("{label}.scales"), &scales.bytes()[range(row_bytes[1])]),
+                    biases: self.gpu.upload(&format!("{label}.biases"), &biases.bytes()[range(row_bytes[2])]),
+                },
+            };
+            self.weight_bytes += (n * row_bytes.iter().sum::<usize>()) as u64;
+            parts.push(part);
+            row0 += n;
+        }
+        Ok(GpuMatrix { format, cols, gs, parts })
+    }
+
+    fn push_params<T: bytemuck::Pod>(&mut self, p: &T) -> (u64, u64) {
+        let align = self.gpu.limits.min_uniform_buffer_offset_alignment.max(16) as usize;
+        let off = self.params.len().next_multiple_of(align);
+        self.params.resize(off, 0);
+        self.params.extend_from_slice(bytemuck::bytes_of(p));
+        (off as u64, std::mem::size_of::<T>() as u64)
+    }
+
+    fn spec<T: bytemuck::Pod>(&mut self, kernel: Kernel, res: Vec<Res>, p: &T, x: u32, y: GridY) {
+        let (param_off, param_len) = self.push_params(p);
+        self.specs.push(Spec { kernel, res, param_off, param_len, x, x_from_out: false, y });
+    }
+
+    /// `y[t, r] = W x[t]` over all parts of `m`.
+    fn matmul(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, on_out: bool) {
+        for part in &m.parts {
+            let p = MatmulParams {
+                rows: part.rows as u32,
+                cols: m.cols as u32,
+                gs: m.gs as u32,
+                x_stride: x_stride as u32,
+                y_stride: y_stride as u32,
+                y_off: part.row0 as u32,
+                count_sel: on_out as u32,
+                _pad: 0,
+            };
+            let res = vec![
+                Res::Buf(part.w.clone()),
+                Res::Buf(part.scales.clone()),
+                Res::Buf(part.biases.clone()),
+                Res::Buf(x.clone()),
+                Res::Buf(y.clone()),
+                Res::Params,
+                Res::Step,
+            ];
+            let gy = if on_out { GridY::OutTiles(MATMUL_TOK) } else { GridY::TokenTiles(MATMUL_TOK) };
+            self.spec(Kernel::Matmul(m.format), res, &p, (part.rows as u32).div_ceil(MATMUL_ROWS), gy);
+        }
+    }
+
+    fn embed(&mut self, m: &GpuMatrix, ids: &wgpu::Buffer, out: &wgpu::Buffer, scale: f32) {
+        for part in &m.parts {
+            let p = EmbedParams { rows: part.rows as u32, cols: m.cols as u32, gs: m.gs as u32, row0: part.row0 as u32, scale, _pad: [0; 3] };
+            let res = vec![
+                Res::Buf(part.w.clone()),
+                Res::Buf(part.scales.clone()),
+                Res::Buf(part.biases.clone()),
+                Res::Buf(ids.clone()),
+                Res::Buf(out.clone()),
+                Res::Params,
+                Res::Step,
+            ];
+            self.spec(Kernel::Embed(m.format), res, &p, (m.cols as u32 / 8).div_ceil(64), GridY::Tokens);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn norm(&mut self, x: &wgpu::Buffer, wt: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams) {
+        let y = if p.count_sel == 1 { GridY::Out } else { GridY::Tokens };
+        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), Res::Params, Res::Step];
+        self.spec(Kernel::RmsNorm, res, &p, p.segs, y);
+    }
+
+    fn head_norm_rope(&mut self, src: &wgpu::Buffer, wt: &wgpu::Buffer, rope: &wgpu::Buffer, dst: &wgpu::Buffer, p: HeadParams) {
+        let res = vec![Res::Buf(src.clone()), Res::Buf(wt.clone()), Res::Buf(rope.clone()), Res::Buf(dst.clone()), Res::Params, Res::Step];
+        self.spec(Kernel::HeadNormRope, res, &p, p.n_heads, GridY::Tokens);
+    }
+
+    fn gelu_mul(&mut self, a: &wgpu::Buffer, b: &wgpu::Buffer, p: GeluParams) {
+        let res = vec![Res::Buf(a.clone()), Res::Buf(b.clone()), Res::Params, Res::Step];
+        self.spec(Kernel::GeluMul, res, &p, p.n.div_ceil(64), GridY::Tokens);
+    }
+
+    /// Uploads everything and records the forward pass (spec §2.2, in order).
+    fn record(mut self, w: &ModelWeights) -> Result<WgpuBackend> {
+        let cfg = self.cfg;
+        let t = &cfg.text;
+        let c = self.opts.max_chunk;
+        let (h, eps, vocab) = (t.hidden_size, t.rms_norm_eps, t.vocab_size);
+        let kv = KvLayout::new(cfg, self.opts.max_ctx, c);
+        let q_max = cfg.layers.iter().map(|l| l.q_dim()).max().unwrap_or(0);
+        let kv_max = cfg.layers.iter().map(|l| l.kv_dim()).max().unwrap_or(0);
+        let mlp_max = cfg.layers.iter().map(|l| l.mlp_width).max().unwrap_or(0);
+        let (pd, nl) = (t.hidden_size_per_layer_input, t.num_hidden_layers);
+
+        // ---- norm weights: one buffer, offsets recorded per use
+        let mut norms: Vec<f32> = Vec::new();
+        let mut add_norm = |v: &[f32]| -> u32 {
+            let off = norms.len() as u32;
+            norms.extend_from_slice(v);
+            off
+        };
+        struct LayerNorms {
+            input: u32,
+            post_attn: u32,
+            pre_ff: u32,
+            post_ff: u32,
+            q: u32,
+            k: u32,
+            ple_post: u32,
+        }
+        let layer_norms: Vec<LayerNorms> = w
+            .layers
+            .iter()
+            .map(|lw| LayerNorms {
+                input: add_norm(&lw.input_norm),
+                post_attn: add_norm(&lw.post_attn_norm),
+                pre_ff: add_norm(&lw.pre_ff_norm),
+                post_ff: add_norm(&lw.post_ff_norm),
+                q: add_norm(&lw.q_norm),
+                k: lw.k_norm.as_ref().map_or(NO_WEIGHT, |k| add_norm(k)),
+                ple_post: lw.ple.as_ref().map_or(NO_WEIGHT, |p| add_norm(&p.post_norm)),
+            })
+            .collect();
+        let final_norm = add_norm(&w.final_norm);
+        let ple_norm = w.ple.as_ref().map_or(NO_WEIGHT, |p| add_norm(&p.projection_norm));
+        let norm_buf = self.gpu.upload("norm weights", bytemuck::cast_slice(&norms));
+        self.weight_bytes += 4 * norms.len() as u64;
+
+        // ---- weights
+        let embed = self.upload_matrix(&w.embed)?;
+        let ple_w = match &w.ple {
+            Some(p) => Some((self.upload_matrix(&p.embed)?, self.upload_matrix(&p.model_projection)?)),
+            None => None,
+        };
+        struct GpuLayer {
+            q: GpuMatrix,
+            k: Option<GpuMatrix>,
+            v: Option<GpuMatrix>,
+            o: GpuMatrix,
+            gate: GpuMatrix,
+            up: GpuMatrix,
+            down: GpuMatrix,
+            ple: Option<(GpuMatrix, GpuMatrix)>,
+        }
+        let mut layers = Vec::with_capacity(w.layers.len());
+        for lw in &w.layers {
+            layers.push(GpuLayer {
+                q: self.upload_matrix(&lw.q_proj)?,
+                k: lw.k_proj.as_ref().map(|m| self.upload_matrix(m)).transpose()?,
+                v: lw.v_proj.as_ref().map(|m| self.upload_matrix(m)).transpose()?,
+                o: self.upload_matrix(&lw.o_proj)?,
+                gate: self.upload_matrix(&lw.gate_proj)?,
+                up: self.upload_matrix(&lw.up_proj)?,
+                down: self.upload_matrix(&lw.down_proj)?,
+                ple: match &lw.ple {
+                    Some(p) => Some((self.upload_matrix(&p.input_gate)?, self.upload_matrix(&p.projection)?)),
+                    None => None,
+                },
+            });
+        }
+
+        // ---- activations, sized for the largest chunk
+        let logit_rows = c.min((self.gpu.adapter_max_binding / (4 * vocab as u64)).max(1) as usize);
+        let ids = self.act("ids", c)?;
+        let (ds, df) = (t.head_dim, t.global_head_dim);
+        let rope_stride = ds + df;
+        let rope_buf = self.act("rope table", c * rope_stride)?;
+        let x = self.act("x (residual)", c * h)?;
+        let xn = self.act("xn (normed)", c * h)?;
+        let q = self.act("q", c * q_max)?;
+        let att = self.act("att", c * q_max)?;
+        let ktmp = self.act("k", c * kv_max.max(1))?;
+        let vtmp = self.act("v", c * kv_max.max(1))?;
+        let o = self.act("o", c * h)?;
+        let g = self.act("ffn gate", c * mlp_max)?;
+        let u = self.act("ffn up", c * mlp_max)?;
+        let xf = self.act("final hidden", logit_rows * h)?;
+        let logits = self.act("logits", logit_rows * vocab)?;
+        let best = self.act("argmax", logit_rows)?;
+        let ple_bufs = if ple_w.is_some() {
+            Some((self.act("ple inputs", c * nl * pd)?, self.act("ple context", c * nl * pd)?, self.act("ple gate", c * pd)?))
+        } else {
+            None
+        };
+        let mut kcache = Vec::new();
+        let mut vcache = Vec::new();
+        for (i, cs) in kv.caches.iter().enumerate() {
+            let elems = cs.slots * cs.slot_elems();
+            kcache.push(self.act(&format!("k cache {i} (layer {})", cs.layer), elems)?);
+            vcache.push(self.act(&format!("v cache {i} (layer {})", cs.layer), elems)?);
+        }
+
+        // ---- the program
+        self.embed(&embed, &ids, &x, embed_scale(h));
+        if let (Some((ple_e, ple_p)), Some((ple_all, ple_ctx, _))) = (&ple_w, &ple_bufs) {
+            // ple = (norm(W_plmp · h · H^-½) + E_ple[id] · √P) · 2^-½
+            self.embed(ple_e, &ids, ple_all, (pd as f64).sqrt() as f32);
+            self.matmul(ple_p, &x, h, ple_ctx, nl * pd, false);
+            self.norm(ple_ctx, &norm_buf, ple_all, NormParams {
+                n: pd as u32, segs: nl as u32, x_stride: (nl * pd) as u32, x_row_sel: 0, out_stride: (nl * pd) as u32,
+                w_off: ple_norm, mode: 1, count_sel: 0, pre: (h as f64).powf(-0.5) as f32,
+                post: std::f32::consts::FRAC_1_SQRT_2, eps, _pad: 0,
+            });
+        }
+        let plain = |n: usize, w_off: u32, mode: u32, post: f32| NormParams {
+            n: n as u32, segs: 1, x_stride: n as u32, x_row_sel: 0, out_stride: n as u32,
+            w_off, mode, count_sel: 0, pre: 1.0, post, eps, _pad: 0,
+        };
+        for (li, (l, gl)) in cfg.layers.iter().zip(&layers).enumerate() {
+            let ln = &layer_norms[li];
+            let lw = &w.layers[li];
+            let d = l.head_dim;
+            let rope_off = if l.kind == AttnKind::Full { ds } else { 0 };
+            let rc = kv.read_cache[li];
+            let slots = kv.caches[rc].slots as u32;
+
+            // attention block
+            self.norm(&x, &norm_buf, &xn, plain(h, ln.input, 0, 1.0));
+            self.matmul(&gl.q, &xn, h, &att, l.q_dim(), false);
+            if let KvSource::Own { cache } = l.kv {
+                let k = gl.k.as_ref().expect("owning layers have k_proj");
+                self.matmul(k, &xn, h, &ktmp, l.kv_dim(), false);
+                let vsrc = match &gl.v {
+                    Some(v) => {
+                        self.matmul(v, &xn, h, &vtmp, l.kv_dim(), false);
+                        &vtmp
+                    }
+                    None => &ktmp, // attention_k_eq_v: V = raw K projection
+                };
+                let base = HeadParams {
+                    d: d as u32, n_heads: l.n_kv_heads as u32, src_stride: l.kv_dim() as u32, w_off: ln.k,
+                    rope: 1, rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 1,
+                    slots: kv.caches[cache].slots as u32, eps, _pad: [0; 2],
+                };
+                self.head_norm_rope(&ktmp, &norm_buf, &rope_buf, &kcache[cache], base);
+                self.head_norm_rope(vsrc, &norm_buf, &rope_buf, &vcache[cache], HeadParams { w_off: NO_WEIGHT, rope: 0, ..base });
+            }
+            self.head_norm_rope(&att, &norm_buf, &rope_buf, &q, HeadParams {
+                d: d as u32, n_heads: l.n_heads as u32, src_stride: l.q_dim() as u32, w_off: ln.q, rope: 1,
+                rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 0, slots: 0, eps, _pad: [0; 2],
+            });
+            let ap = AttnParams {
+                d: d as u32, n_heads: l.n_heads as u32, n_kv_heads: l.n_kv_heads as u32, slots,
+                window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 }, _pad: [0; 3],
+            };
+            let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
+            self.spec(Kernel::Attention, res, &ap, l.n_heads as u32, GridY::Tokens);
+            self.matmul(&gl.o, &att, l.q_dim(), &o, h, false);
+            self.norm(&o, &norm_buf, &x, plain(h, ln.post_attn, 1, 1.0));
+
+            // feed-forward block
+            self.norm(&x, &norm_buf, &xn, plain(h, ln.pre_ff, 0, 1.0));
+            self.matmul(&gl.gate, &xn, h, &g, l.mlp_width, false);
+            self.matmul(&gl.up, &xn, h, &u, l.mlp_width, false);
+            self.gelu_mul(&g, &u, GeluParams { n: l.mlp_width as u32, a_stride: l.mlp_width as u32, b_stride: l.mlp_width as u32, b_off: 0 });
+            self.matmul(&gl.down, &g, l.mlp_width, &o, h, false);
+            let post_ff_scale = if gl.ple.is_some() { 1.0 } else { lw.layer_scalar };
+            self.norm(&o, &norm_buf, &x, plain(h, ln.post_ff, 1, post_ff_scale));
+
+            // per-layer input, then the layer scalar
+            if let (Some((gate, proj)), Some((ple_all, _, ple_g))) = (&gl.ple, &ple_bufs) {
+                self.matmul(gate, &x, h, ple_g, pd, false);
+                self.gelu_mul(ple_g, ple_all, GeluParams { n: pd as u32, a_stride: pd as u32, b_stride: (nl * pd) as u32, b_off: (li * pd) as u32 });
+                self.matmul(proj, ple_g, pd, &o, h, false);
+                self.norm(&o, &norm_buf, &x, plain(h, ln.ple_post, 1, lw.layer_scalar));
+            }
+        }
+
+        // ---- head: final norm of the output rows, tied LM head, softcap + argmax
+        self.norm(&x, &norm_buf, &xf, NormParams { x_row_sel: 1, count_sel: 1, ..plain(h, final_norm, 0, 1.0) });
+        self.matmul(&embed, &xf, h, &logits, vocab, true);
+        let cap = t.final_logit_softcapping.unwrap_or(0.0);
+        let (param_off, param_len) = self.push_params(&ArgmaxParams { vocab: vocab as u32, cap, _pad: [0; 2] });
+        self.specs.push(Spec {
+            kernel: Kernel::SoftcapArgmax,
+            res: vec![Res::Buf(logits.clone()), Res::Buf(best.clone()), Res::Params, Res::Step],
+            param_off,
+            param_len,
+            x: 0,
+            x_from_out: true,
+            y: GridY::One,
+        });
+
+        // ---- bind groups
+        let param_buf = {
+            use wgpu::util::DeviceExt;
+            self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("kernel params"),
+                contents: &self.params,
+                usage: wgpu::BufferUsages::UNIFORM,
+            })
+        };
+        let mut program = Vec::with_capacity(self.specs.len());
+        let specs = std::mem::take(&mut self.specs);
+        for s in specs {
+            let (pipeline, layout) = self.pipelines.get(&self.gpu.device, s.kernel)?.clone();
+            let entries: Vec<wgpu::BindGroupEntry> = s
+                .res
+                .iter()
+                .enumerate()
+                .map(|(i, r)| wgpu::BindGroupEntry {
+                    binding: i as u32,
+                    resource: match r {
+                        Res::Buf(b) => b.as_entire_binding(),
+                        Res::Params => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: &param_buf,
+                            offset: s.param_off,
+                            size: std::num::NonZeroU64::new(s.param_len),
+                        }),
+                        Res::Step => self.step_buf.as_entire_binding(),
+                    },
+                })
+                .collect();
+            let label = s.kernel.label();
+            let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(&label), layout: &layout, entries: &entries });
+            if let Some(e) = pollster::block_on(scope.pop()) {
+                return Err(Error::Gpu(format!("binding {label}: {e}")));
+            }
+            program.push(Dispatch { pipeline, bind_group, x: s.x, x_from_out: s.x_from_out, y: s.y });
+        }
+
+        let best_read = self.gpu.staging("argmax readback", (4 * logit_rows) as u64);
+        let logits_read = self.gpu.staging("logits readback", (4 * logit_rows * vocab) as u64);
+        Ok(WgpuBackend {
+            cfg: cfg.clone(),
+            kv,
+            opts: self.opts.clone(),
+            program,
+            step_buf: self.step_buf.clone(),
+            ids_buf: ids,
+            rope_buf,
+            best_buf: best,
+            logits_buf: logits,
+            best_read,
+            logits_read,
+            logit_rows,
+            inv_freq: [t.rope_sliding.inv_freq(), t.rope_full.inv_freq()],
+            rope_stride,
+            rope_host: Vec::new(),
+            read_scratch: Vec::new(),
+            weight_bytes: self.weight_bytes,
+            state_bytes: self.state_bytes,
+            gpu: self.gpu,
+        })
+    }
+}

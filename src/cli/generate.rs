@@ -1,0 +1,193 @@
+//! `kestrel generate`: prompt → tokens → streamed text (or one JSON object), stats on stderr.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use serde_json::json;
+
+use super::{GenerateArgs, ModelArgs};
+use crate::backend::cpu::CpuBackend;
+use crate::backend::wgpu::{WgpuBackend, WgpuOptions};
+use crate::backend::{Backend, BackendKind};
+use crate::chat::{self, Message};
+use crate::engine::{self, GenStats, GenerateParams};
+use crate::model::Model;
+use crate::sampler::{Sampler, SamplerConfig};
+use crate::tokenizer::StreamDecoder;
+
+/// Loads the model named by `--model` (or the embedded one).
+pub fn load_model(args: &ModelArgs) -> anyhow::Result<Model> {
+    match &args.model {
+        Some(dir) => Model::open(dir).with_context(|| format!("loading model {}", dir.display())),
+        None => Model::embedded().context("loading the embedded model"),
+    }
+}
+
+/// Builds the backend chosen by `--backend` for `model`.
+pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn Backend>> {
+    let max_pos = model.cfg.text.max_position_embeddings;
+    if args.ctx == 0 || args.ctx > max_pos {
+        bail!("--ctx {} is out of range: the model supports 1..={max_pos} positions", args.ctx);
+    }
+    if args.chunk == 0 || args.chunk > 1024 {
+        bail!("--chunk {} is out of range: use 1..=1024", args.chunk);
+    }
+    Ok(match args.backend {
+        BackendKind::Cpu => Box::new(CpuBackend::new(model.cfg.clone(), model.weights.clone(), args.ctx)),
+        BackendKind::Wgpu => {
+            let opts = WgpuOptions { max_ctx: args.ctx, max_chunk: args.chunk, max_binding: None };
+            Box::new(WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?)
+        }
+    })
+}
+
+/// Turns the prompt flags into token ids.
+fn prompt_ids(args: &GenerateArgs, model: &Model) -> anyhow::Result<Vec<u32>> {
+    if let Some(ids) = &args.prompt_ids {
+        if ids.is_empty() {
+            bail!("--prompt-ids is empty");
+        }
+        return Ok(ids.clone());
+    }
+    let tok = model
+        .tokenizer
+        .as_ref()
+        .with_context(|| format!("{} has no tokenizer.json: give the prompt as --prompt-ids", model.source))?;
+    let messages = if let Some(path) = &args.messages_file {
+        chat::read_messages(path)?
+    } else if let Some(text) = &args.prompt {
+        if args.raw {
+            return Ok(tok.encode(text, true)?);
+        }
+        let mut m = Vec::new();
+        if let Some(s) = &args.system {
+            m.push(Message::new("system", s.clone()));
+        }
+        m.push(Message::new("user", text.clone()));
+        m
+    } else {
+        bail!("no prompt: give --prompt TEXT, --prompt-ids 2,105,... or --messages-file FILE");
+    };
+    let template = model
+        .template
+        .as_ref()
+        .with_context(|| format!("{} has no chat template: use --raw or --prompt-ids", model.source))?;
+    let rendered = template.render(&messages, true, &serde_json::Value::Null)?;
+    // The template writes <bos> itself.
+    Ok(tok.encode(&rendered, false)?)
+}
+
+/// Peak resident memory of this process (Linux), in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
+    let scfg = SamplerConfig {
+        temperature: args.temp,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        repetition_penalty: args.repetition_penalty,
+        seed: args.seed,
+    };
+    scfg.validate()?;
+    if args.raw && args.prompt.is_none() {
+        bail!("--raw applies to --prompt only");
+    }
+    let model = load_model(&args.model)?;
+    let prompt = prompt_ids(&args, &model)?;
+    let vocab = model.cfg.text.vocab_size;
+    if let Some(bad) = prompt.iter().find(|&&id| id as usize >= vocab) {
+        bail!("prompt token id {bad} is outside the vocabulary (size {vocab})");
+    }
+    engine::check_context(prompt.len(), args.max_new, args.model.ctx, model.cfg.text.max_position_embeddings)?;
+    let mut backend = open_backend(&args.model, &model)?;
+
+    let params = GenerateParams {
+        max_new: args.max_new,
+        stop_ids: model.stop_ids.clone(),
+        ignore_eos: args.ignore_eos,
+        chunk: args.model.chunk,
+    };
+    let mut sampler = Sampler::new(scfg);
+    let mut stream = StreamDecoder::new(true);
+    let stdout = std::io::stdout();
+    let stream_text = !args.json;
+    let tok = model.tokenizer.as_ref();
+    let stop_ids = params.stop_ids.clone();
+    let (tokens, stats) = engine::generate(backend.as_mut(), &prompt, &params, &mut sampler, |id| {
+        if stream_text && !stop_ids.contains(&id) {
+            if let Some(t) = tok {
+                let piece = stream.push(t, id)?;
+                let mut out = stdout.lock();
+                out.write_all(piece.as_bytes()).map_err(|e| crate::Error::io("<stdout>", e))?;
+                out.flush().map_err(|e| crate::Error::io("<stdout>", e))?;
+            }
+        }
+        Ok(())
+    })?;
+    let text_ids: Vec<u32> = tokens.iter().copied().filter(|id| !stop_ids.contains(id)).collect();
+    let text = match tok {
+        Some(t) => t.decode(&text_ids, true)?,
+        None => String::new(),
+    };
+    if stream_text {
+        let mut out = stdout.lock();
+        if let Some(t) = tok {
+            out.write_all(stream.finish(t)?.as_bytes())?;
+        } else {
+            // No tokenizer: the ids are the output.
+            let ids: Vec<String> = tokens.iter().map(|i| i.to_string()).collect();
+            out.write_all(ids.join(" ").as_bytes())?;
+        }
+        out.write_all(b"\n")?;
+        out.flush()?;
+    }
+    let mem = backend.memory();
+    let peak = peak_rss_bytes();
+    print_stats(&stats, backend.as_ref(), peak);
+    if args.json {
+        let obj = json!({
+            "tokens": tokens,
+            "text": text,
+            "stats": {
+                "backend": backend.name(),
+                "device": backend.device_info(),
+                "model": model.source,
+                "prompt_tokens": stats.prompt_tokens,
+                "prompt_seconds": stats.prompt_time.as_secs_f64(),
+                "prompt_tok_s": stats.prompt_tok_s(),
+                "generated_tokens": stats.generated_tokens,
+                "decode_seconds": stats.decode_time.as_secs_f64(),
+                "decode_tok_s": stats.decode_tok_s(),
+                "finish_reason": stats.finish_reason,
+                "peak_rss_bytes": peak,
+                "device_weight_bytes": mem.weight_bytes,
+                "device_state_bytes": mem.state_bytes,
+            }
+        });
+        println!("{obj}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_stats(s: &GenStats, b: &dyn Backend, peak: Option<u64>) {
+    let mem = b.memory();
+    eprintln!(
+        "[{} on {}] prompt: {} tokens, {:.1} tok/s | generated: {} tokens, {:.1} tok/s ({}) | peak RSS {:.1} MiB, device {:.1} MiB weights + {:.1} MiB state",
+        b.name(),
+        b.device_info(),
+        s.prompt_tokens,
+        s.prompt_tok_s(),
+        s.generated_tokens,
+        s.decode_tok_s(),
+        s.finish_reason,
+        peak.unwrap_or(0) as f64 / 1048576.0,
+        mem.weight_bytes as f64 / 1048576.0,
+        mem.state_bytes as f64 / 1048576.0,
+    );
+}

@@ -1,0 +1,115 @@
+//! The `kestrel` command line: clap definitions (the flag and `--json` contract) and dispatch
+//! to one file per subcommand. Everything is validated before a device is opened.
+
+mod generate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::backend::BackendKind;
+
+#[derive(Parser, Debug)]
+#[command(name = "kestrel", version, about = "Gemma 4 inference: portable GPU kernels, 4-bit weights, output you can trust")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate text from a prompt (streams text to stdout, stats to stderr).
+    Generate(GenerateArgs),
+}
+
+/// Model and device selection shared by subcommands.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// Model directory (config.json, *.safetensors, tokenizer.json). Default: the small model
+    /// embedded in the binary.
+    #[arg(long, value_name = "DIR")]
+    pub model: Option<PathBuf>,
+
+    /// Backend: `wgpu` (GPU through Vulkan/Metal/DX12) or `cpu` (the f32 reference, slow).
+    #[arg(long, default_value = "wgpu", value_parser = parse_backend)]
+    pub backend: BackendKind,
+
+    /// Context length (prompt + generated tokens) the KV cache holds.
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+
+    /// Prefill chunk size in tokens.
+    #[arg(long, default_value_t = 128)]
+    pub chunk: usize,
+}
+
+fn parse_backend(s: &str) -> Result<BackendKind, String> {
+    s.parse()
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// One user turn, rendered with the model's chat template (unless --raw).
+    #[arg(long, group = "input", value_name = "TEXT")]
+    pub prompt: Option<String>,
+
+    /// Prompt token ids, comma-separated (e.g. 2,105,2364); no template is applied.
+    #[arg(long, group = "input", value_name = "IDS", value_delimiter = ',')]
+    pub prompt_ids: Option<Vec<u32>>,
+
+    /// A JSON file holding a list of {"role", "content"} messages, rendered with the chat template.
+    #[arg(long, group = "input", value_name = "FILE")]
+    pub messages_file: Option<PathBuf>,
+
+    /// With --prompt: tokenize the text as is (with <bos>), without the chat template.
+    #[arg(long)]
+    pub raw: bool,
+
+    /// A system message placed before the --prompt user turn.
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+
+    /// Maximum number of tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    pub max_new: usize,
+
+    /// Sampling temperature; 0 is greedy (deterministic).
+    #[arg(long, default_value_t = 0.0)]
+    pub temp: f32,
+
+    /// Keep only the k most likely tokens (0: off).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+
+    /// Keep the smallest set of tokens whose probability reaches p (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+
+    /// Penalise tokens already in the context (1: off; HF semantics).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+
+    /// Seed of the sampling stream.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// Do not stop at end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+
+    /// Print one JSON object {"tokens", "text", "stats"} instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses the process arguments and runs the subcommand.
+pub fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Generate(args) => generate::run(args),
+    }
+}

@@ -1,0 +1,46 @@
+// embed: out[t, c] = scale · E[ids[t], c]   for tokens t < step.n_tokens whose id falls in this
+// part of the table (rows [row0, row0 + rows)); other tokens are left to the other parts.
+//
+// Bindings: w, scales, biases: one row-range part of the table, format prepended (`load8`);
+//   ids: u32[n_tokens]; out: f32[n_tokens, cols]; p: EmbedParams; step: Step.
+// Launch: 64 threads, one 8-value chunk each; grid = (ceil(cols / 8 / 64), n_tokens).
+// Host guarantees cols % 8 == 0. The scale is f32(√hidden) (or √ple_dim), computed on the host.
+
+struct EmbedParams {
+    rows: u32,
+    cols: u32,
+    gs: u32,
+    row0: u32,
+    scale: f32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    n_out: u32,
+    out_row0: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> scales: array<u32>;
+@group(0) @binding(2) var<storage, read> biases: array<u32>;
+@group(0) @binding(3) var<storage, read> ids: array<u32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<uniform> p: EmbedParams;
+@group(0) @binding(6) var<uniform> step: Step;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.y;
+    let c8 = gid.x;
+    if (t >= step.n_tokens || c8 >= p.cols / 8u) { return; }
+    let id = ids[t];
+    if (id < p.row0 || id >= p.row0 + p.rows) { return; }
+    let v = load8(id - p.row0, c8, p.cols, p.gs);
+    for (var j = 0u; j < 8u; j++) {
+        out[t * p.cols + c8 * 8u + j] = v[j] * p.scale;
+    }
+}

@@ -1,0 +1,13 @@
+// Weight format bf16: row-major bf16[rows * cols], two per u32 word (element 2i in the low half).
+// Widening bf16 to f32 is exact. `scales` and `biases` are bound but unused.
+
+fn load8(row: u32, c8: u32, cols: u32, gs: u32) -> array<f32, 8> {
+    let base = (row * cols + c8 * 8u) / 2u;
+    var out: array<f32, 8>;
+    for (var j = 0u; j < 4u; j++) {
+        let word = w[base + j];
+        out[2u * j] = bitcast<f32>(word << 16u);
+        out[2u * j + 1u] = bitcast<f32>(word & 0xffff0000u);
+    }
+    return out;
+}

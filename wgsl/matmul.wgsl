@@ -1,0 +1,80 @@
+// matmul: y[t, y_off + r] = Σ_k W[r, k] · x[t, k]   for rows r < rows, tokens t < count.
+// One kernel for decode (count = 1) and prefill/verify (count = chunk): a token's result never
+// depends on the other tokens in the step (fixed per-token reduction order), so the M = 1 and
+// M = k+1 paths give bitwise-identical logits.
+//
+// Bindings: w, scales, biases: the weight in the format prepended from wgsl/formats/*.wgsl
+//   (`load8` yields 8 consecutive values of a row); x: f32[count, x_stride];
+//   y: f32[count, y_stride]; p: MatmulParams; step: Step.
+// Launch: 64 threads; workgroup (i, j) owns rows [ROWS*i, ROWS*i+ROWS) × tokens [TOK*j, TOK*j+TOK).
+//   grid = (ceil(rows / ROWS), ceil(count / TOK)).
+// Each thread walks the 8-value chunks c8 = lid, lid+64, … of its rows, so one weight load serves
+// TOK tokens; partial sums are then added in thread order (deterministic).
+// Host guarantees: cols % 8 == 0; for quantised formats cols % gs == 0.
+
+const WG: u32 = 64u;
+const ROWS: u32 = 4u;
+const TOK: u32 = 8u;
+
+struct MatmulParams {
+    rows: u32,      // rows of this weight part
+    cols: u32,
+    gs: u32,        // quantisation group size (unused for float formats)
+    x_stride: u32,  // f32 elements between tokens in x
+    y_stride: u32,
+    y_off: u32,     // first output column (row offset of this part in the full matrix)
+    count_sel: u32, // 0: count = step.n_tokens, 1: count = step.n_out
+    _pad: u32,
+}
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    n_out: u32,
+    out_row0: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> scales: array<u32>;
+@group(0) @binding(2) var<storage, read> biases: array<u32>;
+@group(0) @binding(3) var<storage, read> x: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<uniform> p: MatmulParams;
+@group(0) @binding(6) var<uniform> step: Step;
+
+var<workgroup> partial: array<f32, 2048>; // [ROWS * TOK][WG]
+
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let lid = lid3.x;
+    let count = select(step.n_tokens, step.n_out, p.count_sel == 1u);
+    let r0 = wid.x * ROWS;
+    let t0 = wid.y * TOK;
+    var acc: array<f32, 32>; // [ROWS][TOK]
+    for (var i = 0u; i < ROWS * TOK; i++) { acc[i] = 0.0; }
+    let n8 = p.cols / 8u;
+    for (var c8 = lid; c8 < n8; c8 += WG) {
+        for (var r = 0u; r < ROWS; r++) {
+            if (r0 + r >= p.rows) { break; }
+            let wv = load8(r0 + r, c8, p.cols, p.gs);
+            for (var t = 0u; t < TOK; t++) {
+                if (t0 + t >= count) { break; }
+                let xb = (t0 + t) * p.x_stride + c8 * 8u;
+                var s = 0.0;
+                for (var j = 0u; j < 8u; j++) { s += wv[j] * x[xb + j]; }
+                acc[r * TOK + t] += s;
+            }
+        }
+    }
+    for (var i = 0u; i < ROWS * TOK; i++) { partial[i * WG + lid] = acc[i]; }
+    workgroupBarrier();
+    if (lid < ROWS * TOK) {
+        let r = lid / TOK;
+        let t = lid % TOK;
+        if (r0 + r < p.rows && t0 + t < count) {
+            var s = 0.0;
+            for (var k = 0u; k < WG; k++) { s += partial[lid * WG + k]; }
+            y[(t0 + t) * p.y_stride + p.y_off + r0 + r] = s;
+        }
+    }
+}

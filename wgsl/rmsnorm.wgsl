@@ -1,0 +1,75 @@
+// rmsnorm: out[t, s] = ((mode == 1 ? out[t, s] : 0) + norm(x[t', s] · pre) · w) · post
+//   where norm(v) = v · (mean(v²) + eps)^-½, s is one of `segs` segments of length n per token,
+//   and t' = t (x_row_sel 0) or step.out_row0 + t (x_row_sel 1: the rows the LM head reads).
+// One kernel covers every norm of the layer: input norms (mode 0), sandwich post-norms folded
+// into the residual add (mode 1, post = layer_scalar on the layer's last add), the PLE
+// projection norm (segs = n_layers, pre = hidden^-½, post = 2^-½ over the token term in out),
+// and the final norm.
+//
+// Bindings: x: f32[count, x_stride]; wt: f32[..] all norm weights of the model, this one at
+//   w_off (NO_WEIGHT: scale-free norm); out: f32[count, out_stride]; p: NormParams; step: Step.
+// Launch: 128 threads per (segment, token); grid = (segs, count).
+// Why the fixed-order tree reduce: results must not depend on the chunk a token was run in.
+
+const WG: u32 = 128u;
+const NO_WEIGHT: u32 = 0xffffffffu;
+
+struct NormParams {
+    n: u32,
+    segs: u32,
+    x_stride: u32,
+    x_row_sel: u32,
+    out_stride: u32,
+    w_off: u32,
+    mode: u32,
+    count_sel: u32,
+    pre: f32,
+    post: f32,
+    eps: f32,
+    _pad: u32,
+}
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    n_out: u32,
+    out_row0: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> wt: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<uniform> p: NormParams;
+@group(0) @binding(4) var<uniform> step: Step;
+
+var<workgroup> red: array<f32, WG>;
+
+@compute @workgroup_size(128)
+fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let lid = lid3.x;
+    let seg = wid.x;
+    let t = wid.y;
+    let count = select(step.n_tokens, step.n_out, p.count_sel == 1u);
+    if (t >= count) { return; }
+    let xr = select(t, step.out_row0 + t, p.x_row_sel == 1u);
+    let xb = xr * p.x_stride + seg * p.n;
+    var ss = 0.0;
+    for (var i = lid; i < p.n; i += WG) {
+        let v = x[xb + i] * p.pre;
+        ss += v * v;
+    }
+    red[lid] = ss;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) { red[lid] += red[lid + s]; }
+        workgroupBarrier();
+    }
+    let r = 1.0 / sqrt(red[0] / f32(p.n) + p.eps);
+    let ob = t * p.out_stride + seg * p.n;
+    for (var i = lid; i < p.n; i += WG) {
+        var y = x[xb + i] * p.pre * r;
+        if (p.w_off != NO_WEIGHT) { y *= wt[p.w_off + i]; }
+        if (p.mode == 1u) { y += out[ob + i]; }
+        out[ob + i] = y * p.post;
+    }
+}
