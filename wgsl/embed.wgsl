@@ -3,8 +3,8 @@
 //
 // Bindings: w, scales, biases: one row-range part of the table, format prepended (`load8`);
 //   ids: u32[n_tokens]; out: f32[n_tokens, cols]; p: EmbedParams; step: Step.
-// Launch: 64 threads, one 8-value chunk each; grid = (ceil(cols / 8 / 64), n_tokens).
-// Host guarantees cols % 8 == 0. The scale is f32(√hidden) (or √ple_dim), computed on the host.
+// Launch: 64 threads, one 8-value chunk each; grid = (ceil(ceil(cols / 8) / 64), n_tokens).
+// Rows whose length is not a multiple of 8 (float tables only) go element by element. The scale is f32(√hidden) (or √ple_dim), computed on the host.
 
 struct EmbedParams {
     rows: u32,
@@ -36,11 +36,17 @@ struct Step {
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.y;
     let c8 = gid.x;
-    if (t >= step.n_tokens || c8 >= p.cols / 8u) { return; }
+    if (t >= step.n_tokens || c8 * 8u >= p.cols) { return; }
     let id = ids[t];
     if (id < p.row0 || id >= p.row0 + p.rows) { return; }
-    let v = load8(id - p.row0, c8, p.cols, p.gs);
-    for (var j = 0u; j < 8u; j++) {
-        out[t * p.cols + c8 * 8u + j] = v[j] * p.scale;
+    if (p.cols % 8u == 0u) {
+        let v = load8(id - p.row0, c8, p.cols, p.gs);
+        for (var j = 0u; j < 8u; j++) {
+            out[t * p.cols + c8 * 8u + j] = v[j] * p.scale;
+        }
+    } else {
+        for (var c = c8 * 8u; c < min(c8 * 8u + 8u, p.cols); c++) {
+            out[t * p.cols + c] = load1(id - p.row0, c, p.cols, p.gs) * p.scale;
+        }
     }
 }

@@ -10,7 +10,9 @@
 //   grid = (ceil(rows / ROWS), ceil(count / TOK)).
 // Each thread walks the 8-value chunks c8 = lid, lid+64, … of its rows, so one weight load serves
 // TOK tokens; partial sums are then added in thread order (deterministic).
-// Host guarantees: cols % 8 == 0; for quantised formats cols % gs == 0.
+// When cols % 8 != 0 (float formats only: quantised rows are whole groups) every column goes
+// through the element path `load1` instead, so rows of any length work.
+// Host guarantees: for quantised formats cols % gs == 0.
 
 const WG: u32 = 64u;
 const ROWS: u32 = 4u;
@@ -52,7 +54,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let t0 = wid.y * TOK;
     var acc: array<f32, 32>; // [ROWS][TOK]
     for (var i = 0u; i < ROWS * TOK; i++) { acc[i] = 0.0; }
-    let n8 = p.cols / 8u;
+    let n8 = select(0u, p.cols / 8u, p.cols % 8u == 0u);
     for (var c8 = lid; c8 < n8; c8 += WG) {
         for (var r = 0u; r < ROWS; r++) {
             if (r0 + r >= p.rows) { break; }
@@ -63,6 +65,16 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
                 var s = 0.0;
                 for (var j = 0u; j < 8u; j++) { s += wv[j] * x[xb + j]; }
                 acc[r * TOK + t] += s;
+            }
+        }
+    }
+    for (var c = n8 * 8u + lid; c < p.cols; c += WG) {
+        for (var r = 0u; r < ROWS; r++) {
+            if (r0 + r >= p.rows) { break; }
+            let wv = load1(r0 + r, c, p.cols, p.gs);
+            for (var t = 0u; t < TOK; t++) {
+                if (t0 + t >= count) { break; }
+                acc[r * TOK + t] += wv * x[(t0 + t) * p.x_stride + c];
             }
         }
     }

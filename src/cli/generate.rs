@@ -27,16 +27,17 @@ pub fn load_model(args: &ModelArgs) -> anyhow::Result<Model> {
 /// Builds the backend chosen by `--backend` for `model`.
 pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn Backend>> {
     let max_pos = model.cfg.text.max_position_embeddings;
-    if args.ctx == 0 || args.ctx > max_pos {
-        bail!("--ctx {} is out of range: the model supports 1..={max_pos} positions", args.ctx);
+    let ctx = args.ctx_for(max_pos);
+    if ctx == 0 || ctx > max_pos {
+        bail!("--ctx {ctx} is out of range: the model supports 1..={max_pos} positions");
     }
     if args.chunk == 0 || args.chunk > 1024 {
         bail!("--chunk {} is out of range: use 1..=1024", args.chunk);
     }
     Ok(match args.backend {
-        BackendKind::Cpu => Box::new(CpuBackend::new(model.cfg.clone(), model.weights.clone(), args.ctx)),
+        BackendKind::Cpu => Box::new(CpuBackend::new(model.cfg.clone(), model.weights.clone(), ctx)),
         BackendKind::Wgpu => {
-            let opts = WgpuOptions { max_ctx: args.ctx, max_chunk: args.chunk, max_binding: None };
+            let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.chunk, max_binding: None };
             Box::new(WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?)
         }
     })
@@ -104,7 +105,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     if let Some(bad) = prompt.iter().find(|&&id| id as usize >= vocab) {
         bail!("prompt token id {bad} is outside the vocabulary (size {vocab})");
     }
-    engine::check_context(prompt.len(), args.max_new, args.model.ctx, model.cfg.text.max_position_embeddings)?;
+    let max_pos = model.cfg.text.max_position_embeddings;
+    engine::check_context(prompt.len(), args.max_new, args.model.ctx_for(max_pos), max_pos)?;
     let mut backend = open_backend(&args.model, &model)?;
 
     let params = GenerateParams {

@@ -35,13 +35,21 @@ pub struct ModelArgs {
     #[arg(long, default_value = "wgpu", value_parser = parse_backend)]
     pub backend: BackendKind,
 
-    /// Context length (prompt + generated tokens) the KV cache holds.
-    #[arg(long, default_value_t = 4096)]
-    pub ctx: usize,
+    /// Context length (prompt + generated tokens) the KV cache holds [default: 4096, or the
+    /// model's max_position_embeddings if smaller].
+    #[arg(long)]
+    pub ctx: Option<usize>,
 
     /// Prefill chunk size in tokens.
     #[arg(long, default_value_t = 128)]
     pub chunk: usize,
+}
+
+impl ModelArgs {
+    /// The context length to use for a model supporting `model_max` positions.
+    pub fn ctx_for(&self, model_max: usize) -> usize {
+        self.ctx.unwrap_or(4096.min(model_max))
+    }
 }
 
 fn parse_backend(s: &str) -> Result<BackendKind, String> {

@@ -9,3 +9,8 @@ fn load8(row: u32, c8: u32, cols: u32, gs: u32) -> array<f32, 8> {
     }
     return out;
 }
+
+// Value of row `row`, column `c`: for rows whose length is not a multiple of 8 (the tail).
+fn load1(row: u32, c: u32, cols: u32, gs: u32) -> f32 {
+    return bitcast<f32>(w[row * cols + c]);
+}

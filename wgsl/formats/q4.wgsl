@@ -24,3 +24,10 @@ fn load8(row: u32, c8: u32, cols: u32, gs: u32) -> array<f32, 8> {
     }
     return out;
 }
+
+// Value of row `row`, column `c` (tails; unused while cols % gs == 0, kept for a uniform interface).
+fn load1(row: u32, c: u32, cols: u32, gs: u32) -> f32 {
+    let word = w[row * (cols / 8u) + c / 8u];
+    let g = row * (cols / gs) + c / gs;
+    return scale_at(g) * f32((word >> (4u * (c % 8u))) & 0xfu) + bias_at(g);
+}

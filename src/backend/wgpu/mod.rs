@@ -11,6 +11,7 @@
 //! speculative verify/commit steps.
 
 pub mod context;
+pub mod harness;
 pub mod kernels;
 
 use std::sync::Arc;
@@ -327,9 +328,6 @@ impl<'a> Builder<'a> {
 
     fn upload_matrix(&mut self, m: &Matrix) -> Result<GpuMatrix> {
         let (rows, cols) = (m.rows(), m.cols());
-        if cols % 8 != 0 {
-            return Err(Error::Invalid(format!("{}: {cols} columns, the GPU kernels need a multiple of 8", m.name())));
-        }
         // Bytes per row of each buffer of a part, and the format.
         let (format, gs, row_bytes): (Format, usize, [usize; 3]) = match m {
             Matrix::Float { t, .. } => match t.dtype() {
@@ -433,7 +431,7 @@ impl<'a> Builder<'a> {
                 Res::Params,
                 Res::Step,
             ];
-            self.spec(Kernel::Embed(m.format), res, &p, (m.cols as u32 / 8).div_ceil(64), GridY::Tokens);
+            self.spec(Kernel::Embed(m.format), res, &p, (m.cols as u32).div_ceil(8).div_ceil(64), GridY::Tokens);
         }
     }
 

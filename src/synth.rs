@@ -1,0 +1,226 @@
+//! Synthetic Gemma 4 checkpoints: a config plus random weights of realistic magnitude, written
+//! as a real model directory (config.json + model.safetensors) that the loader reads like any
+//! other. Used by tests (odd shapes no fixture covers) and, later, by benchmarks that need
+//! full-size models without downloading weights.
+//!
+//! Magnitudes follow the fixture oracle: linear weights N(0, 1/fan_in) (drawn uniform with that
+//! variance), embeddings with std 4/√hidden (logits of std ≈ 4 before the softcap), q/k norm
+//! weights U(0.3, 0.5) (Gemma 4's attention has scale 1.0), other norms U(0.6, 1.4), layer
+//! scalars U(0.3, 1.0). Weights are generated and written one row at a time, so memory stays
+//! bounded by one row whatever the model size. Quantised forms follow MLX: a matrix is quantised
+//! when its input width is a multiple of the group size, and kept bf16 otherwise.
+
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use half::bf16;
+use serde_json::{json, Value};
+
+use crate::config::{Config, KvSource};
+use crate::error::{Error, Result};
+use crate::quant;
+
+/// What to write.
+#[derive(Debug, Clone)]
+pub struct SynthOptions {
+    /// `None`: bf16 weights (HF form). `Some(4 | 8)`: MLX affine quantisation.
+    pub bits: Option<u32>,
+    pub group_size: usize,
+    pub seed: u64,
+}
+
+/// How a tensor's values are drawn.
+#[derive(Clone, Copy)]
+enum Init {
+    /// Uniform with variance 1/fan_in.
+    Linear,
+    /// Uniform with standard deviation `std`.
+    Std(f32),
+    /// Uniform in [lo, hi).
+    Range(f32, f32),
+}
+
+struct Spec {
+    name: String,
+    /// Logical shape: `[rows, cols]` for matrices (experts stacked in rows), `[n]` for vectors.
+    shape: Vec<usize>,
+    init: Init,
+    matrix: bool,
+}
+
+/// splitmix64: tiny, seedable and good enough for weights.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+fn specs(cfg: &Config) -> Vec<Spec> {
+    let t = &cfg.text;
+    let h = t.hidden_size;
+    let mut v = Vec::new();
+    let mut mat = |name: String, rows: usize, cols: usize, init: Init| v.push(Spec { name, shape: vec![rows, cols], init, matrix: true });
+    mat("embed_tokens".into(), t.vocab_size, h, Init::Std(4.0 / (h as f32).sqrt()));
+    if cfg.has_ple() {
+        let lp = t.num_hidden_layers * t.hidden_size_per_layer_input;
+        mat("embed_tokens_per_layer".into(), t.vocab_size, lp, Init::Std(1.0 / (t.hidden_size_per_layer_input as f32).sqrt()));
+        mat("per_layer_model_projection".into(), lp, h, Init::Linear);
+    }
+    for l in &cfg.layers {
+        let p = format!("layers.{}.", l.index);
+        mat(format!("{p}self_attn.q_proj"), l.q_dim(), h, Init::Linear);
+        if let KvSource::Own { .. } = l.kv {
+            mat(format!("{p}self_attn.k_proj"), l.kv_dim(), h, Init::Linear);
+            if !l.k_eq_v {
+                mat(format!("{p}self_attn.v_proj"), l.kv_dim(), h, Init::Linear);
+            }
+        }
+        mat(format!("{p}self_attn.o_proj"), h, l.q_dim(), Init::Linear);
+        mat(format!("{p}mlp.gate_proj"), l.mlp_width, h, Init::Linear);
+        mat(format!("{p}mlp.up_proj"), l.mlp_width, h, Init::Linear);
+        mat(format!("{p}mlp.down_proj"), h, l.mlp_width, Init::Linear);
+        if cfg.has_ple() {
+            let pd = t.hidden_size_per_layer_input;
+            mat(format!("{p}per_layer_input_gate"), pd, h, Init::Linear);
+            mat(format!("{p}per_layer_projection"), h, pd, Init::Linear);
+        }
+    }
+    let mut vec_ = |name: String, n: usize, init: Init| v.push(Spec { name, shape: vec![n], init, matrix: false });
+    let norm = Init::Range(0.6, 1.4);
+    vec_("norm.weight".into(), h, norm);
+    if cfg.has_ple() {
+        vec_("per_layer_projection_norm.weight".into(), t.hidden_size_per_layer_input, norm);
+    }
+    for l in &cfg.layers {
+        let p = format!("layers.{}.", l.index);
+        for n in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+            vec_(format!("{p}{n}.weight"), h, norm);
+        }
+        vec_(format!("{p}layer_scalar"), 1, Init::Range(0.3, 1.0));
+        vec_(format!("{p}self_attn.q_norm.weight"), l.head_dim, Init::Range(0.3, 0.5));
+        if l.owns_kv() {
+            vec_(format!("{p}self_attn.k_norm.weight"), l.head_dim, Init::Range(0.3, 0.5));
+        }
+        if cfg.has_ple() {
+            vec_(format!("{p}post_per_layer_input_norm.weight"), h, norm);
+        }
+    }
+    v
+}
+
+/// One stored tensor of the output file.
+struct Stored {
+    name: String,
+    dtype: &'static str,
+    shape: Vec<usize>,
+    bytes: usize,
+}
+
+/// Writes a synthetic model for `text_config` (a `gemma4_text` config object) into `dir`.
+/// Dense models only for now (MoE and drafters come with their issues).
+pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Result<()> {
+    let mut cfg_json = text_config.clone();
+    let obj = cfg_json.as_object_mut().ok_or_else(|| Error::Invalid("text config must be a JSON object".into()))?;
+    obj.insert("model_type".into(), json!("gemma4_text"));
+    if let Some(bits) = opts.bits {
+        let q = json!({"group_size": opts.group_size, "bits": bits, "mode": "affine"});
+        obj.insert("quantization".into(), q.clone());
+        obj.insert("quantization_config".into(), q);
+    }
+    let cfg = Config::from_json_str(&cfg_json.to_string(), &dir.join("config.json"))?;
+    if cfg.text.enable_moe_block {
+        return Err(Error::Invalid("synth: MoE models are not supported yet".into()));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let specs = specs(&cfg);
+
+    // Layout first (the header needs every offset), then the data in the same order.
+    let quantised = |s: &Spec| s.matrix && opts.bits.is_some() && s.shape[1] % opts.group_size == 0;
+    let mut stored = Vec::new();
+    for s in &specs {
+        let (rows, cols) = if s.matrix { (s.shape[0], s.shape[1]) } else { (1, s.shape[0]) };
+        if quantised(s) {
+            let bits = opts.bits.expect("quantised implies bits") as usize;
+            stored.push(Stored { name: format!("model.{}.weight", s.name), dtype: "U32", shape: vec![rows, cols * bits / 32], bytes: rows * cols * bits / 8 });
+            for part in ["scales", "biases"] {
+                let g = cols / opts.group_size;
+                stored.push(Stored { name: format!("model.{}.{part}", s.name), dtype: "BF16", shape: vec![rows, g], bytes: rows * g * 2 });
+            }
+        } else {
+            let name = if s.matrix { format!("model.{}.weight", s.name) } else { format!("model.{}", s.name) };
+            stored.push(Stored { name, dtype: "BF16", shape: s.shape.clone(), bytes: rows * cols * 2 });
+        }
+    }
+    let mut header = serde_json::Map::new();
+    let mut off = 0;
+    for s in &stored {
+        header.insert(s.name.clone(), json!({"dtype": s.dtype, "shape": s.shape, "data_offsets": [off, off + s.bytes]}));
+        off += s.bytes;
+    }
+    let mut htext = Value::Object(header).to_string().into_bytes();
+    htext.resize(htext.len().next_multiple_of(8), b' ');
+
+    let path = dir.join("model.safetensors");
+    let tmp = dir.join("model.safetensors.partial");
+    let file = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    let mut w = BufWriter::new(file);
+    let io = |e| Error::io(&tmp, e);
+    w.write_all(&(htext.len() as u64).to_le_bytes()).map_err(io)?;
+    w.write_all(&htext).map_err(io)?;
+    let mut rng = Rng(opts.seed ^ 0x6b65_7374_7265_6c00);
+    let mut row = Vec::new();
+    for s in &specs {
+        let (rows, cols) = if s.matrix { (s.shape[0], s.shape[1]) } else { (1, s.shape[0]) };
+        let draw = |rng: &mut Rng| -> f32 {
+            match s.init {
+                Init::Linear => rng.unit() * (3.0 / cols as f32).sqrt(),
+                Init::Std(sd) => rng.unit() * sd * 3f32.sqrt(),
+                Init::Range(lo, hi) => lo + (rng.unit() + 1.0) * 0.5 * (hi - lo),
+            }
+        };
+        if quantised(s) {
+            let bits = opts.bits.expect("quantised implies bits");
+            // Three tensors in header order: all words, then all scales, then all biases. Each
+            // row is drawn once per pass from a per-row seed so the passes agree.
+            let row_seed = rng.next_u64();
+            let mut q_row = |r: usize| {
+                let mut rr = Rng(row_seed ^ (r as u64).wrapping_mul(0x9e37_79b9));
+                row.clear();
+                row.extend((0..cols).map(|_| draw(&mut rr)));
+                quant::quantize(&row, 1, cols, bits, opts.group_size)
+            };
+            for pass in 0..3 {
+                for r in 0..rows {
+                    let q = q_row(r);
+                    match pass {
+                        0 => w.write_all(bytemuck::cast_slice(&q.words)).map_err(io)?,
+                        1 => w.write_all(bytemuck::cast_slice(&q.scales)).map_err(io)?,
+                        _ => w.write_all(bytemuck::cast_slice(&q.biases)).map_err(io)?,
+                    }
+                }
+            }
+        } else {
+            for _ in 0..rows {
+                let vals: Vec<u16> = (0..cols).map(|_| bf16::from_f32(draw(&mut rng)).to_bits()).collect();
+                w.write_all(bytemuck::cast_slice(&vals)).map_err(io)?;
+            }
+        }
+    }
+    w.flush().map_err(io)?;
+    drop(w);
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    let cfg_path = dir.join("config.json");
+    let pretty = serde_json::to_string_pretty(&cfg_json).map_err(|e| Error::Invalid(e.to_string()))?;
+    std::fs::write(&cfg_path, pretty).map_err(|e| Error::io(&cfg_path, e))?;
+    Ok(())
+}

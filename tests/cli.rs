@@ -1,0 +1,636 @@
+//! The `kestrel` binary end to end: every bad input fails fast with exit code 2, nothing on
+//! stdout and one `error: ...` line on stderr that names the problem (never a panic or a hang);
+//! good inputs print what the `--json` contract promises and reproduce the transformers ids.
+//!
+//! Broken models are built in temp directories from copies of the fixtures. Runs that do not
+//! depend on the backend use `--backend cpu` (fast); the wgpu ones follow tests/common's
+//! no-adapter rule (skip loudly, fail under KESTREL_REQUIRE_GPU=1).
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kestrel");
+/// No run may take longer than this (a hang is a failure, not a slow test).
+const HANG: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------------------
+// Running the binary
+
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn spawn(args: &[&str]) -> Child {
+    Command::new(BIN)
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kestrel")
+}
+
+/// Waits for `child` at most `HANG`, killing it (and failing) if it runs longer.
+fn wait_bounded(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if t0.elapsed() > HANG {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`kestrel {what}` did not finish within {HANG:?} (hang)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn drain(r: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = Vec::new();
+        if let Some(mut r) = r {
+            let _ = r.read_to_end(&mut s);
+        }
+        String::from_utf8_lossy(&s).into_owned()
+    })
+}
+
+fn run(args: &[&str]) -> Out {
+    let what = args.join(" ");
+    let mut child = spawn(args);
+    // Read both pipes on threads so a chatty child can never block on a full pipe.
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let status = wait_bounded(&mut child, &what);
+    Out { code: status.code(), stdout: out.join().unwrap(), stderr: err.join().unwrap() }
+}
+
+fn no_panic(o: &Out, what: &str) {
+    assert!(
+        !o.stderr.contains("panicked") && !o.stderr.contains("RUST_BACKTRACE"),
+        "`{what}` panicked:\n{}",
+        o.stderr
+    );
+    assert_ne!(o.code, Some(101), "`{what}` exited with the panic code 101:\n{}", o.stderr);
+}
+
+/// A failure of ours: exit 2, empty stdout, exactly one `error: ...` line naming every `needles`.
+fn fails(args: &[&str], needles: &[&str]) -> String {
+    let what = args.join(" ");
+    let o = run(args);
+    no_panic(&o, &what);
+    assert_eq!(o.code, Some(2), "`{what}`: exit code {:?}, stderr:\n{}", o.code, o.stderr);
+    assert!(o.stdout.is_empty(), "`{what}`: stdout not empty: {:?}", o.stdout);
+    let err = o.stderr.trim_end();
+    assert!(err.starts_with("error: "), "`{what}`: stderr does not start with `error: `:\n{err}");
+    assert_eq!(err.lines().count(), 1, "`{what}`: error is not one line:\n{err}");
+    for n in needles {
+        assert!(err.contains(n), "`{what}`: error does not mention `{n}`:\n{err}");
+    }
+    err.to_string()
+}
+
+/// A usage error reported by clap: exit 2, empty stdout, first line `error: ...` naming `needles`
+/// (clap adds a usage hint after it).
+fn usage_fails(args: &[&str], needles: &[&str]) -> String {
+    let what = args.join(" ");
+    let o = run(args);
+    no_panic(&o, &what);
+    assert_eq!(o.code, Some(2), "`{what}`: exit code {:?}, stderr:\n{}", o.code, o.stderr);
+    assert!(o.stdout.is_empty(), "`{what}`: stdout not empty: {:?}", o.stdout);
+    let first = o.stderr.lines().next().unwrap_or_default();
+    assert!(first.starts_with("error: "), "`{what}`: stderr does not start with `error: `:\n{}", o.stderr);
+    for n in needles {
+        assert!(first.contains(n), "`{what}`: error does not mention `{n}`:\n{}", o.stderr);
+    }
+    o.stderr
+}
+
+/// A successful run; None when it is a wgpu run and no adapter exists (skipped, tests/common rule).
+fn succeeds(args: &[&str]) -> Option<Out> {
+    let what = args.join(" ");
+    let o = run(args);
+    no_panic(&o, &what);
+    if o.code != Some(0) && o.stderr.contains("no GPU adapter") && !common::gpu_required() {
+        eprintln!("skipped `{what}`: no adapter ({})", o.stderr.trim());
+        return None;
+    }
+    assert_eq!(o.code, Some(0), "`{what}` failed:\n{}", o.stderr);
+    Some(o)
+}
+
+fn json_of(o: &Out) -> serde_json::Value {
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "--json must print exactly one line, got:\n{}", o.stdout);
+    let v: serde_json::Value = serde_json::from_str(lines[0]).expect("stdout is one JSON object");
+    assert!(v.is_object());
+    v
+}
+
+fn ids_of(v: &serde_json::Value) -> Vec<u32> {
+    v["tokens"].as_array().expect("tokens is a list").iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn id_list(ids: &[u32]) -> String {
+    ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn prompt(name: &str) -> Vec<u32> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixtures().join("prompts.json")).unwrap()).unwrap();
+    let p = v.as_array().unwrap().iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("no prompt {name}"));
+    p["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Broken models
+
+/// A copy of a fixture directory, removed on drop.
+struct TempModel {
+    dir: PathBuf,
+}
+
+impl TempModel {
+    fn copy(model: &str, form: &str, tag: &str) -> Self {
+        let src = common::fixtures().join(model).join(form);
+        let dir = std::env::temp_dir().join(format!("kestrel-cli-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(&src).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+        TempModel { dir }
+    }
+    fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+    fn s(&self) -> &str {
+        self.dir.to_str().unwrap()
+    }
+    /// Replaces the first occurrence of `from` in `file` (which must contain it).
+    fn edit(&self, file: &str, from: &str, to: &str) {
+        let p = self.path(file);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.contains(from), "{file} does not contain {from}");
+        std::fs::write(&p, text.replacen(from, to, 1)).unwrap();
+    }
+    /// Rewrites a safetensors file after `f` changed its tensor list (a valid file again).
+    fn rewrite_tensors(&self, file: &str, f: impl FnOnce(&mut Vec<Tensor>)) {
+        let p = self.path(file);
+        let bytes = std::fs::read(&p).unwrap();
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        let mut tensors: Vec<Tensor> = st
+            .tensors()
+            .into_iter()
+            .map(|(name, v)| Tensor { name, dtype: v.dtype(), shape: v.shape().to_vec(), data: v.data().to_vec() })
+            .collect();
+        f(&mut tensors);
+        let views: Vec<(String, TensorView)> = tensors
+            .iter()
+            .map(|t| (t.name.clone(), TensorView::new(t.dtype, t.shape.clone(), &t.data).expect("consistent tensor")))
+            .collect();
+        let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
+        std::fs::write(&p, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
+    }
+}
+
+impl Drop for TempModel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Tensor {
+    name: String,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+fn find<'a>(ts: &'a mut [Tensor], suffix: &str) -> &'a mut Tensor {
+    ts.iter_mut().find(|t| t.name.ends_with(suffix)).unwrap_or_else(|| panic!("no tensor *{suffix}"))
+}
+
+/// Length of the JSON header of a safetensors file.
+fn header_len(p: &Path) -> usize {
+    let b = std::fs::read(p).unwrap();
+    u64::from_le_bytes(b[..8].try_into().unwrap()) as usize
+}
+
+fn truncate(p: &Path, len: usize) {
+    let b = std::fs::read(p).unwrap();
+    assert!(len < b.len());
+    std::fs::write(p, &b[..len]).unwrap();
+}
+
+/// `generate` on a model directory, cpu backend, a short id prompt.
+fn gen_on(dir: &str) -> Vec<&str> {
+    vec!["generate", "--model", dir, "--backend", "cpu", "--prompt-ids", "2,105,3", "--max-new", "2"]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad checkpoints
+
+#[test]
+fn missing_safetensors() {
+    let m = TempModel::copy("tiny-e2b", "hf", "missing-st");
+    std::fs::remove_file(m.path("model.safetensors")).unwrap();
+    fails(&gen_on(m.s()), &["loading model", "no model.safetensors", "model directory"]);
+}
+
+#[test]
+fn truncated_in_data() {
+    let m = TempModel::copy("tiny-e2b", "hf", "trunc-data");
+    let p = m.path("model.safetensors");
+    let len = std::fs::metadata(&p).unwrap().len() as usize;
+    truncate(&p, len / 2);
+    fails(&gen_on(m.s()), &["model.safetensors", "truncated"]);
+}
+
+#[test]
+fn truncated_in_header() {
+    let m = TempModel::copy("tiny-e2b", "hf", "trunc-header");
+    let p = m.path("model.safetensors");
+    truncate(&p, 8 + header_len(&p) / 2);
+    fails(&gen_on(m.s()), &["model.safetensors", "truncated"]);
+    truncate(&p, 5); // not even the 8-byte length
+    fails(&gen_on(m.s()), &["model.safetensors", "truncated"]);
+}
+
+#[test]
+fn garbage_safetensors() {
+    let m = TempModel::copy("tiny-e2b", "hf", "garbage");
+    let p = m.path("model.safetensors");
+    // Text: the "header length" read from it is absurdly large.
+    std::fs::write(&p, "this is not a safetensors file, just some text that happens to be long".repeat(100)).unwrap();
+    fails(&gen_on(m.s()), &["model.safetensors"]);
+    // A plausible length followed by bytes that are not JSON.
+    let mut b = 64u64.to_le_bytes().to_vec();
+    b.extend((0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8));
+    std::fs::write(&p, &b).unwrap();
+    fails(&gen_on(m.s()), &["model.safetensors", "not a safetensors file"]);
+}
+
+#[test]
+fn tensor_removed() {
+    let m = TempModel::copy("tiny-e2b", "hf", "removed");
+    m.rewrite_tensors("model.safetensors", |ts| ts.retain(|t| !t.name.ends_with("layers.3.self_attn.q_proj.weight")));
+    fails(&gen_on(m.s()), &["missing tensor", "layers.3.self_attn.q_proj.weight"]);
+    // No embedding table at all: not a Gemma 4 checkpoint.
+    m.rewrite_tensors("model.safetensors", |ts| ts.retain(|t| !t.name.ends_with("embed_tokens.weight")));
+    fails(&gen_on(m.s()), &["missing tensor", "embed_tokens.weight"]);
+}
+
+#[test]
+fn tensor_wrong_shape() {
+    let m = TempModel::copy("tiny-e2b", "hf", "shape");
+    m.rewrite_tensors("model.safetensors", |ts| {
+        let t = find(ts, "layers.2.self_attn.k_proj.weight");
+        assert_eq!(t.shape, [32, 128]);
+        t.shape = vec![128, 32];
+    });
+    fails(&gen_on(m.s()), &["layers.2.self_attn.k_proj.weight", "[128, 32]", "[32, 128]", "shape"]);
+}
+
+#[test]
+fn quantised_tensor_wrong_shape() {
+    let m = TempModel::copy("tiny-e2b", "mlx-4bit", "qshape");
+    m.rewrite_tensors("model.safetensors", |ts| {
+        let t = find(ts, "layers.1.mlp.up_proj.weight");
+        let n: usize = t.shape.iter().product();
+        t.shape = vec![n]; // flattened: rank 1 instead of [rows, packed]
+    });
+    fails(&gen_on(m.s()), &["layers.1.mlp.up_proj.weight", "shape"]);
+    m.rewrite_tensors("model.safetensors", |ts| {
+        let t = find(ts, "layers.1.mlp.up_proj.weight");
+        t.shape = vec![];
+        t.data.truncate(4); // a scalar
+    });
+    fails(&gen_on(m.s()), &["layers.1.mlp.up_proj.weight", "shape"]);
+}
+
+#[test]
+fn tensor_wrong_dtype() {
+    let m = TempModel::copy("tiny-e2b", "hf", "dtype");
+    m.rewrite_tensors("model.safetensors", |ts| {
+        let t = find(ts, "layers.0.input_layernorm.weight");
+        t.dtype = Dtype::I64;
+        t.data = vec![0u8; t.shape[0] * 8];
+    });
+    fails(&gen_on(m.s()), &["layers.0.input_layernorm.weight", "dtype", "I64", "BF16"]);
+    m.rewrite_tensors("model.safetensors", |ts| {
+        let t = find(ts, "layers.0.input_layernorm.weight");
+        t.dtype = Dtype::U8;
+        t.data = vec![0u8; t.shape[0]];
+    });
+    fails(&gen_on(m.s()), &["layers.0.input_layernorm.weight", "dtype", "U8", "BF16"]);
+    // A matrix as F64 (same bytes as bf16 would need 4x fewer).
+    m.rewrite_tensors("model.safetensors", |ts| {
+        let t = find(ts, "layers.0.mlp.up_proj.weight");
+        t.dtype = Dtype::F64;
+        t.data = vec![0u8; t.shape.iter().product::<usize>() * 8];
+    });
+    fails(&gen_on(m.s()), &["layers.0.mlp.up_proj.weight", "dtype", "F64"]);
+}
+
+#[test]
+fn quantised_tensor_wrong_dtype() {
+    let m = TempModel::copy("tiny-e2b", "mlx-4bit", "qdtype");
+    m.rewrite_tensors("model.safetensors", |ts| {
+        let t = find(ts, "layers.4.self_attn.o_proj.scales");
+        assert_eq!(t.dtype, Dtype::BF16);
+        t.dtype = Dtype::F16;
+    });
+    fails(&gen_on(m.s()), &["layers.4.self_attn.o_proj.scales", "dtype", "F16", "BF16"]);
+}
+
+#[test]
+fn shard_missing() {
+    let m = TempModel::copy("tiny-e2b", "mlx-4bit", "shard");
+    m.edit(
+        "model.safetensors.index.json",
+        "\"language_model.model.layers.0.mlp.down_proj.biases\": \"model.safetensors\"",
+        "\"language_model.model.layers.0.mlp.down_proj.biases\": \"model-00002-of-00002.safetensors\"",
+    );
+    fails(&gen_on(m.s()), &["model-00002-of-00002.safetensors", "model.safetensors.index.json"]);
+}
+
+#[test]
+fn index_not_json() {
+    let m = TempModel::copy("tiny-e2b", "mlx-4bit", "index-json");
+    std::fs::write(m.path("model.safetensors.index.json"), "{\"weight_map\": ").unwrap();
+    fails(&gen_on(m.s()), &["model.safetensors.index.json", "not valid JSON"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad configs
+
+#[test]
+fn config_not_json() {
+    let m = TempModel::copy("tiny-e2b", "hf", "cfg-json");
+    std::fs::write(m.path("config.json"), "model_type: gemma4\n").unwrap();
+    fails(&gen_on(m.s()), &["config.json", "not valid JSON"]);
+    std::fs::remove_file(m.path("config.json")).unwrap();
+    fails(&gen_on(m.s()), &["config.json"]);
+}
+
+#[test]
+fn config_unsupported_values() {
+    let cases = [
+        ("\"gelu_pytorch_tanh\"", "\"silu\"", &["hidden_activation", "silu"][..]),
+        ("\"proportional\"", "\"yarn\"", &["rope_type", "yarn"][..]),
+        ("\"model_type\": \"gemma4\"", "\"model_type\": \"llama\"", &["model_type", "llama", "Gemma 4"][..]),
+    ];
+    for (i, (from, to, needles)) in cases.iter().enumerate() {
+        let m = TempModel::copy("tiny-e2b", "hf", &format!("cfg-unsup-{i}"));
+        m.edit("config.json", from, to);
+        let mut n = vec!["config.json"];
+        n.extend_from_slice(needles);
+        fails(&gen_on(m.s()), &n);
+    }
+}
+
+#[test]
+fn config_disagrees_with_weights() {
+    let m = TempModel::copy("tiny-e2b", "hf", "cfg-hidden");
+    m.edit("config.json", "\"hidden_size\": 128", "\"hidden_size\": 256");
+    fails(&gen_on(m.s()), &["embed_tokens.weight", "[512, 128]", "[512, 256]", "config.json"]);
+    let m = TempModel::copy("tiny-e2b", "mlx-4bit", "cfg-hidden-q");
+    m.edit("config.json", "\"hidden_size\": 128", "\"hidden_size\": 256");
+    fails(&gen_on(m.s()), &["embed_tokens.weight", "config.json"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad arguments
+
+#[test]
+fn prompt_longer_than_context() {
+    let ids = id_list(&prompt("long"));
+    assert_eq!(ids.split(',').count(), 40);
+    fails(
+        &["generate", "--backend", "cpu", "--ctx", "16", "--prompt-ids", &ids, "--max-new", "4"],
+        &["40 tokens", "context of 16", "--ctx"],
+    );
+}
+
+#[test]
+fn prompt_id_outside_vocab() {
+    fails(&["generate", "--backend", "cpu", "--prompt-ids", "2,512", "--max-new", "2"], &["512", "vocabulary", "512)"]);
+    fails(&["generate", "--backend", "cpu", "--prompt-ids", "2,4294967295"], &["4294967295", "vocabulary"]);
+    usage_fails(&["generate", "--backend", "cpu", "--prompt-ids", "2,x"], &["--prompt-ids", "x"]);
+    usage_fails(&["generate", "--backend", "cpu", "--prompt-ids", "2,-1"], &["-1"]);
+}
+
+#[test]
+fn unknown_backend() {
+    usage_fails(&["generate", "--backend", "foo", "--prompt", "hi"], &["--backend", "foo", "wgpu", "cpu"]);
+}
+
+#[test]
+fn unknown_flag() {
+    usage_fails(&["generate", "--bogus", "--prompt", "hi"], &["--bogus"]);
+    usage_fails(&["frobnicate"], &["frobnicate"]);
+}
+
+#[test]
+fn model_path_not_a_dir() {
+    let nope = std::env::temp_dir().join(format!("kestrel-cli-{}-nope", std::process::id()));
+    fails(&gen_on(nope.to_str().unwrap()), &["--model", nope.to_str().unwrap(), "does not exist"]);
+    let file = common::fixtures().join("tiny-e2b/hf/config.json");
+    fails(&gen_on(file.to_str().unwrap()), &["--model", "config.json", "not a directory"]);
+    // A directory, but not a model.
+    let empty = TempModel { dir: std::env::temp_dir().join(format!("kestrel-cli-{}-empty", std::process::id())) };
+    std::fs::create_dir_all(&empty.dir).unwrap();
+    fails(&gen_on(empty.s()), &["config.json"]);
+}
+
+#[test]
+fn messages_file_not_a_list() {
+    let dir = std::env::temp_dir().join(format!("kestrel-cli-{}-msgs", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases: [(&str, &[&str]); 4] = [
+        (r#"{"role": "user", "content": "hi"}"#, &["list", "object"]),
+        ("[{\"role\": \"user\"", &["not valid JSON"]),
+        (r#"[{"role": 3, "content": "hi"}]"#, &["role"]),
+        (r#"["hi"]"#, &["message 0"]),
+    ];
+    for (i, (text, needles)) in cases.iter().enumerate() {
+        let f = dir.join(format!("m{i}.json"));
+        std::fs::write(&f, text).unwrap();
+        let mut n = vec!["m", ".json"];
+        n.extend_from_slice(needles);
+        fails(&["generate", "--backend", "cpu", "--messages-file", f.to_str().unwrap()], &n);
+    }
+    fails(&["generate", "--backend", "cpu", "--messages-file", dir.join("absent.json").to_str().unwrap()], &["absent.json"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_sampling_values() {
+    fails(&["generate", "--backend", "cpu", "--prompt", "hi", "--temp", "-1"], &["--temp", "-1"]);
+    fails(&["generate", "--backend", "cpu", "--prompt", "hi", "--temp=-1"], &["--temp", "-1"]);
+    fails(&["generate", "--backend", "cpu", "--prompt", "hi", "--temp", "NaN"], &["--temp"]);
+    fails(&["generate", "--backend", "cpu", "--prompt", "hi", "--top-p", "0"], &["--top-p"]);
+    fails(&["generate", "--backend", "cpu", "--prompt", "hi", "--repetition-penalty", "-2"], &["--repetition-penalty"]);
+    usage_fails(&["generate", "--backend", "cpu", "--prompt", "hi", "--temp", "hot"], &["--temp", "hot"]);
+    fails(&["generate", "--backend", "cpu", "--prompt", "hi", "--chunk", "0"], &["--chunk"]);
+    fails(&["generate", "--backend", "cpu", "--prompt", "hi", "--ctx", "0"], &["context of 0"]);
+    fails(&["generate", "--backend", "cpu", "--prompt", "hi", "--ctx", "100000"], &["--ctx", "4096"]);
+}
+
+#[test]
+fn no_prompt() {
+    fails(&["generate", "--backend", "cpu"], &["no prompt", "--prompt"]);
+    fails(&["generate", "--backend", "cpu", "--prompt-ids", ""], &["--prompt-ids"]);
+    fails(&["generate", "--backend", "cpu", "--raw"], &["--raw"]);
+    usage_fails(&["generate", "--backend", "cpu", "--prompt", "hi", "--prompt-ids", "2"], &["--prompt"]);
+}
+
+#[test]
+fn no_tokenizer_needs_prompt_ids() {
+    let m = TempModel::copy("tiny-e2b", "hf", "no-tok");
+    std::fs::remove_file(m.path("tokenizer.json")).unwrap();
+    fails(&["generate", "--model", m.s(), "--backend", "cpu", "--prompt", "hi"], &["tokenizer.json", "--prompt-ids"]);
+    // With ids, it runs and prints the ids.
+    let o = succeeds(&["generate", "--model", m.s(), "--backend", "cpu", "--prompt-ids", "2,105", "--max-new", "3"]).unwrap();
+    assert_eq!(o.stdout.split_whitespace().count(), 3, "{}", o.stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Good inputs
+
+fn check_json(v: &serde_json::Value, n: usize) {
+    assert_eq!(ids_of(v).len(), n);
+    assert!(v["text"].is_string());
+    let s = &v["stats"];
+    for k in ["prompt_tokens", "generated_tokens", "decode_tok_s", "peak_rss_bytes"] {
+        assert!(s.get(k).is_some(), "stats lack {k}: {s}");
+    }
+    assert_eq!(s["generated_tokens"], n);
+}
+
+#[test]
+fn json_embedded_model() {
+    for backend in ["cpu", "wgpu"] {
+        let Some(o) = succeeds(&["generate", "--prompt-ids", "2,105", "--max-new", "5", "--json", "--backend", backend]) else {
+            continue;
+        };
+        let v = json_of(&o);
+        check_json(&v, 5);
+        assert_eq!(v["stats"]["prompt_tokens"], 2);
+        assert_eq!(v["stats"]["backend"], backend);
+        assert_eq!(o.stderr.lines().count(), 1, "stderr: {}", o.stderr);
+        assert!(o.stderr.contains("prompt: 2 tokens") && o.stderr.contains("generated: 5 tokens"), "{}", o.stderr);
+    }
+}
+
+#[test]
+fn text_prompt() {
+    let o = succeeds(&["generate", "--backend", "cpu", "--prompt", "hi", "--max-new", "8"]).unwrap();
+    assert!(o.stdout.ends_with('\n'));
+    assert!(o.stderr.contains("generated:"), "{}", o.stderr);
+    let o = succeeds(&["generate", "--backend", "cpu", "--prompt", "hi", "--system", "be brief", "--max-new", "8", "--json"]).unwrap();
+    let v = json_of(&o);
+    assert!(v["stats"]["prompt_tokens"].as_u64().unwrap() > 3);
+    let o = succeeds(&["generate", "--backend", "cpu", "--prompt", "hi", "--raw", "--max-new", "4", "--json"]).unwrap();
+    assert_eq!(json_of(&o)["stats"]["prompt_tokens"], 2, "<bos> hi");
+    let dir = std::env::temp_dir().join(format!("kestrel-cli-{}-okmsgs", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("m.json");
+    std::fs::write(&f, r#"[{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}]"#).unwrap();
+    let o = succeeds(&["generate", "--backend", "cpu", "--messages-file", f.to_str().unwrap(), "--max-new", "4", "--json"]).unwrap();
+    check_json(&json_of(&o), 4);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ignore_eos_gives_max_new() {
+    for n in ["1", "37"] {
+        let o = succeeds(&["generate", "--backend", "cpu", "--prompt", "hi", "--max-new", n, "--ignore-eos", "--json"]).unwrap();
+        let v = json_of(&o);
+        check_json(&v, n.parse().unwrap());
+        assert_eq!(v["stats"]["finish_reason"], "length");
+    }
+    let o = succeeds(&["generate", "--backend", "cpu", "--prompt", "hi", "--max-new", "0", "--json"]).unwrap();
+    check_json(&json_of(&o), 0);
+}
+
+#[test]
+fn sampling_is_seeded() {
+    let a = ["generate", "--backend", "cpu", "--prompt-ids", "2,105", "--max-new", "12", "--ignore-eos", "--json", "--temp", "1.3", "--top-k", "40", "--top-p", "0.9", "--seed", "7"];
+    let x = ids_of(&json_of(&succeeds(&a).unwrap()));
+    let y = ids_of(&json_of(&succeeds(&a).unwrap()));
+    assert_eq!(x, y, "same seed, same ids");
+}
+
+/// `kestrel generate ... | head -c 1`: the reader goes away; kestrel stops quietly with exit 0.
+#[test]
+fn broken_pipe_exits_zero() {
+    for extra in [&[][..], &["--json"][..]] {
+        let mut args = vec!["generate", "--backend", "cpu", "--prompt", "hi", "--max-new", "400", "--ignore-eos"];
+        args.extend_from_slice(extra);
+        let what = args.join(" ");
+        let mut child = spawn(&args);
+        let err = drain(child.stderr.take());
+        let mut stdout = child.stdout.take().unwrap();
+        let mut one = [0u8; 1];
+        stdout.read_exact(&mut one).unwrap();
+        drop(stdout);
+        let status = wait_bounded(&mut child, &what);
+        let err = err.join().unwrap();
+        assert!(!err.contains("panicked"), "`{what}` panicked:\n{err}");
+        assert!(status.success(), "`{what}` | head -c 1: {status:?}\n{err}");
+        assert!(!err.contains("error"), "`{what}`: {err}");
+    }
+    // The pipe closed before the first byte.
+    for extra in [&[][..], &["--json"][..]] {
+        let mut args = vec!["generate", "--backend", "cpu", "--prompt", "hi", "--max-new", "8"];
+        args.extend_from_slice(extra);
+        let what = args.join(" ");
+        let mut child = spawn(&args);
+        drop(child.stdout.take());
+        let err = drain(child.stderr.take());
+        let status = wait_bounded(&mut child, &what);
+        let err = err.join().unwrap();
+        assert!(!err.contains("panicked"), "`{what}` panicked:\n{err}");
+        assert!(status.success(), "`{what}` with stdout closed: {status:?}\n{err}");
+    }
+}
+
+/// The binary reproduces transformers' greedy ids for the fixture's long prompt, in one prefill
+/// chunk and in several.
+#[test]
+fn wgpu_matches_reference_ids() {
+    let long = prompt("long");
+    let ids = id_list(&long);
+    for (form, reference) in common::FORMS {
+        let refs = common::load_refs("tiny-e2b", reference);
+        let r = &refs[2];
+        assert_eq!(r.prompt, long, "reference prompt 2 is the 'long' prompt");
+        assert_eq!(r.generated.len(), 48);
+        let dir = common::fixtures().join("tiny-e2b").join(form);
+        for chunk in ["128", "16"] {
+            let args = [
+                "generate", "--model", dir.to_str().unwrap(), "--prompt-ids", &ids, "--max-new", "48", "--ignore-eos", "--json",
+                "--backend", "wgpu", "--chunk", chunk,
+            ];
+            let Some(o) = succeeds(&args) else { return };
+            let v = json_of(&o);
+            assert_eq!(ids_of(&v), r.generated, "tiny-e2b/{form} --chunk {chunk}: ids differ from {reference}");
+            assert_eq!(v["stats"]["prompt_tokens"], 40);
+        }
+    }
+}
