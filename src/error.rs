@@ -6,12 +6,10 @@ use std::path::PathBuf;
 /// Errors raised by the library. The binary adds context with `anyhow` at the edge.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    // The OS reason is part of the message and deliberately not also a `source()`: the CLI
+    // prints the whole chain, which would repeat it ("…: No such file…: No such file…").
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
 
     #[error("{path}: {msg}")]
     Config { path: PathBuf, msg: String },
@@ -65,7 +63,7 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            err: source,
         }
     }
     pub fn config(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {

@@ -25,6 +25,9 @@ pub struct Model {
 impl Model {
     /// Opens a model directory (config.json, safetensors, optional tokenizer and template).
     pub fn open(dir: &Path) -> Result<Self> {
+        if !dir.exists() {
+            return Err(Error::Invalid(format!("{}: does not exist (--model expects a model directory holding config.json and *.safetensors)", dir.display())));
+        }
         if !dir.is_dir() {
             return Err(Error::Invalid(format!("{}: not a directory (--model expects a model directory holding config.json and *.safetensors)", dir.display())));
         }

@@ -20,6 +20,32 @@ use crate::config::{Config, KvSource};
 use crate::error::{Error, Result};
 use crate::quant;
 
+/// Text configs of the real architectures (spec §1.1), for full-size synthetic checkpoints.
+pub fn preset(arch: &str) -> Result<Value> {
+    let rope = json!({
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}
+    });
+    let pattern = |n: usize, period: usize| -> Vec<&'static str> {
+        (0..n).map(|i| if i % period == period - 1 { "full_attention" } else { "sliding_attention" }).collect()
+    };
+    let (hidden, inter, layers, kv, period, shared, double) = match arch {
+        "e2b" => (1536, 6144, 35, 1, 5, 20, true),
+        "e4b" => (2560, 10240, 42, 2, 6, 18, false),
+        "26b-a4b" => return Err(Error::Invalid("synth --arch 26b-a4b: MoE checkpoints are not written yet (see the MoE issue)".into())),
+        other => return Err(Error::Invalid(format!("unknown --arch `{other}`: choose e2b or e4b"))),
+    };
+    Ok(json!({
+        "vocab_size": 262144, "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
+        "num_attention_heads": 8, "num_key_value_heads": kv, "head_dim": 256, "global_head_dim": 512,
+        "layer_types": pattern(layers, period), "sliding_window": 512, "final_logit_softcapping": 30.0,
+        "rms_norm_eps": 1e-6, "hidden_size_per_layer_input": 256, "vocab_size_per_layer_input": 262144,
+        "num_kv_shared_layers": shared, "use_double_wide_mlp": double, "max_position_embeddings": 131072,
+        "rope_parameters": rope, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true,
+        "bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0
+    }))
+}
+
 /// What to write.
 #[derive(Debug, Clone)]
 pub struct SynthOptions {

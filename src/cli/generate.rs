@@ -121,17 +121,27 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let stream_text = !args.json;
     let tok = model.tokenizer.as_ref();
     let stop_ids = params.stop_ids.clone();
-    let (tokens, stats) = engine::generate(backend.as_mut(), &prompt, &params, &mut sampler, |id| {
+    // A failed stdout write is kept as the bare io::Error, so that main sees a closed pipe
+    // (`kestrel generate … | head`) and exits 0.
+    let mut stdout_err: Option<std::io::Error> = None;
+    let result = engine::generate(backend.as_mut(), &prompt, &params, &mut sampler, |id| {
         if stream_text && !stop_ids.contains(&id) {
             if let Some(t) = tok {
                 let piece = stream.push(t, id)?;
                 let mut out = stdout.lock();
-                out.write_all(piece.as_bytes()).map_err(|e| crate::Error::io("<stdout>", e))?;
-                out.flush().map_err(|e| crate::Error::io("<stdout>", e))?;
+                if let Err(e) = out.write_all(piece.as_bytes()).and_then(|_| out.flush()) {
+                    let msg = format!("writing to stdout: {e}");
+                    stdout_err = Some(e);
+                    return Err(crate::Error::Invalid(msg));
+                }
             }
         }
         Ok(())
-    })?;
+    });
+    if let Some(e) = stdout_err {
+        return Err(anyhow::Error::new(e).context("writing to stdout"));
+    }
+    let (tokens, stats) = result?;
     let text_ids: Vec<u32> = tokens.iter().copied().filter(|id| !stop_ids.contains(id)).collect();
     let text = match tok {
         Some(t) => t.decode(&text_ids, true)?,
@@ -172,7 +182,10 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
                 "device_state_bytes": mem.state_bytes,
             }
         });
-        println!("{obj}");
+        // Not println!: it panics when the reader has gone away.
+        let mut out = stdout.lock();
+        writeln!(out, "{obj}")?;
+        out.flush()?;
     }
     Ok(ExitCode::SUCCESS)
 }

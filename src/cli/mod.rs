@@ -2,6 +2,7 @@
 //! to one file per subcommand. Everything is validated before a device is opened.
 
 mod generate;
+mod synth;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +22,23 @@ pub struct Cli {
 pub enum Command {
     /// Generate text from a prompt (streams text to stdout, stats to stderr).
     Generate(GenerateArgs),
+    /// Write a synthetic checkpoint (random weights of realistic magnitude) of a real architecture.
+    Synth(SynthArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Architecture: e2b or e4b.
+    #[arg(long)]
+    pub arch: String,
+    /// Weight format: 4bit, 8bit (MLX affine, group 64) or bf16.
+    #[arg(long, default_value = "4bit")]
+    pub quant: String,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output directory (created; must not exist yet).
+    pub dir: PathBuf,
 }
 
 /// Model and device selection shared by subcommands.
@@ -86,7 +104,7 @@ pub struct GenerateArgs {
     pub max_new: usize,
 
     /// Sampling temperature; 0 is greedy (deterministic).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
     pub temp: f32,
 
     /// Keep only the k most likely tokens (0: off).
@@ -94,11 +112,11 @@ pub struct GenerateArgs {
     pub top_k: usize,
 
     /// Keep the smallest set of tokens whose probability reaches p (1: off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
     pub top_p: f32,
 
     /// Penalise tokens already in the context (1: off; HF semantics).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
     pub repetition_penalty: f32,
 
     /// Seed of the sampling stream.
@@ -119,5 +137,6 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Synth(args) => synth::run(args),
     }
 }

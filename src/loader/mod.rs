@@ -189,11 +189,11 @@ impl Resolver<'_> {
     fn expect_float(&self, t: &TensorRef) -> Result<()> {
         match t.dtype() {
             DType::BF16 | DType::F16 | DType::F32 => Ok(()),
-            d => Err(Error::DType {
+            _ => Err(Error::DType {
                 file: t.path().to_path_buf(),
                 name: t.name.clone(),
                 expected: "BF16, F16 or F32".into(),
-                found: d.name().into(),
+                found: t.dtype_name(),
             }),
         }
     }
@@ -247,13 +247,13 @@ impl Resolver<'_> {
                 return Err(self.shape_err(&w, exp_w));
             }
             if w.dtype() != DType::U32 {
-                return Err(Error::DType { file: w.path().into(), name: w.name.clone(), expected: "U32".into(), found: w.dtype().name().into() });
+                return Err(Error::DType { file: w.path().into(), name: w.name.clone(), expected: "U32".into(), found: w.dtype_name() });
             }
             let mut exp_s = lead.to_vec();
             exp_s.extend([out, inp / gs]);
             for t in [&scales, &biases] {
                 if t.dtype() != DType::BF16 {
-                    return Err(Error::DType { file: t.path().into(), name: t.name.clone(), expected: "BF16".into(), found: t.dtype().name().into() });
+                    return Err(Error::DType { file: t.path().into(), name: t.name.clone(), expected: "BF16".into(), found: t.dtype_name() });
                 }
                 if t.shape() != exp_s.as_slice() {
                     return Err(self.shape_err(t, exp_s.clone()));
@@ -370,7 +370,7 @@ impl ModelWeights {
                         return Err(top.shape_err(&o, vec![t.vocab_size]));
                     }
                     if o.dtype() != DType::I64 {
-                        return Err(Error::DType { file: o.path().into(), name: o.name.clone(), expected: "I64".into(), found: o.dtype().name().into() });
+                        return Err(Error::DType { file: o.path().into(), name: o.name.clone(), expected: "I64".into(), found: o.dtype_name() });
                     }
                     let ids: Vec<u32> = o
                         .bytes()

@@ -43,6 +43,8 @@ pub struct SafetensorsFile {
 #[derive(Debug, Clone)]
 pub struct TensorEntry {
     pub dtype: DType,
+    /// The dtype as the file names it (`U8`, `F64`, ...), for messages about unsupported ones.
+    pub file_dtype: String,
     pub shape: Vec<usize>,
     /// Byte range relative to the data section.
     pub start: usize,
@@ -69,6 +71,8 @@ fn describe(e: &safetensors::SafeTensorError) -> String {
         E::InvalidHeaderStart | E::InvalidHeader(_) | E::InvalidHeaderDeserialization(_) => {
             "not a safetensors file (header is not valid JSON)".into()
         }
+        // The first 8 bytes are not a plausible header length: some other kind of file.
+        E::HeaderTooLarge => "not a safetensors file (its first 8 bytes are not a header length)".into(),
         other => format!("invalid safetensors file: {other}"),
     }
 }
@@ -92,7 +96,7 @@ impl SafetensorsFile {
             let (start, end) = info.data_offsets;
             tensors.insert(
                 name,
-                TensorEntry { dtype: map_dtype(info.dtype), shape: info.shape.clone(), start, end },
+                TensorEntry { dtype: map_dtype(info.dtype), file_dtype: info.dtype.to_string(), shape: info.shape.clone(), start, end },
             );
         }
         Ok(SafetensorsFile { path, bytes, data_start: 8 + header_len, tensors })
@@ -136,6 +140,10 @@ impl TensorRef {
     pub fn shape(&self) -> &[usize] {
         &self.entry.shape
     }
+    /// The dtype as the file names it (also for dtypes Kestrel does not read).
+    pub fn dtype_name(&self) -> String {
+        self.entry.file_dtype.clone()
+    }
     pub fn path(&self) -> &Path {
         &self.file.path
     }
@@ -162,6 +170,12 @@ impl TensorStore {
                     return Err(Error::Safetensors {
                         file: index_path.clone(),
                         msg: format!("shard name `{s}` points outside the model directory"),
+                    });
+                }
+                if !dir.join(s).is_file() {
+                    return Err(Error::Safetensors {
+                        file: index_path.clone(),
+                        msg: format!("lists shard `{s}`, which is not in the directory: is every shard downloaded?"),
                     });
                 }
                 names.push(dir.join(s));

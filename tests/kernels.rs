@@ -1,0 +1,1251 @@
+//! Per-kernel differential tests, after llama.cpp's test-backend-ops: every WGSL kernel runs
+//! alone (one dispatch through [`KernelHarness`]) on random inputs and is compared with the CPU
+//! reference (`kestrel::backend::cpu::ops`, sums in f64).
+//!
+//! Every case prints one line that is a complete repro:
+//!   `matmul_q4(rows=65,cols=320,tokens=3,gs=64) seed=123456 [wgpu]: y NMSE 1.2e-14 <= 1e-9 OK`
+//! Re-run it alone with `KESTREL_KERNELS='matmul_q4(rows=65,cols=320,tokens=3,gs=64)' cargo test
+//! --test kernels -- --nocapture` (the seed is derived from the name, so it comes back the same).
+//!
+//! Env: `KESTREL_KERNELS=<substring>` runs only the cases whose name contains it;
+//! `KESTREL_SEED=<n>` replaces every case's seed; `KESTREL_REQUIRE_GPU=1` turns
+//! "skipped: no adapter" into a failure (CI sets it).
+//!
+//! Rules every case follows:
+//! - inputs are uniform in [-1, 1) from the case's seed (quantised weights go through
+//!   `quant::quantize`, so kernel and reference see the same weights);
+//! - outputs start POISONED (a NaN bit pattern) and are followed by a GUARD region; every word the
+//!   kernel must not write (guard, padding, rows of other tokens/parts/slots) must read back
+//!   unchanged, and any NaN in the compared region fails;
+//! - comparison: non-finite values first (NaN fails, infinities must match in sign), then
+//!   NMSE = Σ(a−b)²/Σb² against the case's threshold, each threshold argued in [`tol`];
+//! - launch grids use the same formulas as `Builder::record` (src/backend/wgpu/mod.rs).
+//!
+//! Quick start — adding a case:
+//! 1. A new shape of an existing kernel: add it to the loops of that family's `*_cases()` table.
+//! 2. A new kernel: write a `struct FooCase` with the parameters, `impl Case for FooCase`:
+//!    `name()` prints EVERY parameter (name + seed = the repro), `build()` makes the buffers in
+//!    binding order with `input*`/`output_*` (poison and guard come with them), fills `want` from
+//!    the CPU reference, and sets params/step/grid as the real program would; then add a
+//!    `foo_cases()` table to `all_cases()`.
+//! 3. Use a threshold from [`tol`] or add one there with its one-line argument.
+//! 4. Keep the whole file under ~60 s on lavapipe in a debug build (inputs of a few MB at most).
+
+use std::collections::BTreeMap;
+
+use half::bf16;
+use kestrel::backend::cpu::{embed_scale, ops};
+use kestrel::backend::wgpu::harness::KernelHarness;
+use kestrel::backend::wgpu::kernels::*;
+use kestrel::config::Rope;
+use kestrel::loader::{FileBytes, Matrix, SafetensorsFile, TensorStore};
+use kestrel::quant;
+use safetensors::tensor::TensorView;
+use safetensors::Dtype;
+
+// ---------------------------------------------------------------------------------------------
+// Thresholds
+
+#[derive(Clone, Copy, Debug)]
+enum Tol {
+    /// Bit-identical to the reference (as f32).
+    Exact,
+    /// NMSE = Σ(a−b)²/Σb² at most this.
+    Nmse(f64),
+}
+
+/// Every threshold with its argument. ε = 2^-24 (f32 unit roundoff); the reference is f64.
+mod tol {
+    use super::Tol;
+    /// matmul: f32 dot products of K ≤ 10^4 terms: relative error ~ √K·ε ≈ 6e-6 → NMSE ~ 4e-11; 25× headroom.
+    pub const DOT: Tol = Tol::Nmse(1e-9);
+    /// rmsnorm, head_norm_rope: one f32 sum of n ≤ 10^4 squares (as DOT) plus ≤ 5 roundings per element → NMSE ≲ 4e-11.
+    pub const NORM: Tol = Tol::Nmse(1e-9);
+    /// embed of q4/q8: exact unless the driver contracts s·q+b into an FMA (SPIR-V allows it): ≤ 1 ulp of |s·q|+|b| ≤ 2, values RMS ≥ 0.3 → NMSE ≤ 1e-12.
+    pub const DEQUANT: Tol = Tol::Nmse(1e-10);
+    /// attention: score errors ≲ √d·ε·|s| ≈ 1e-5 (d ≤ 512, |s| ≲ 20) become relative softmax-weight errors, WGSL exp adds ≤ (3+2|x|) ulp → NMSE ≲ 1e-10.
+    pub const ATTN: Tol = Tol::Nmse(1e-8);
+    /// gelu_mul: tanh from exp, error ≤ ~3 ulp(1) ≈ 4e-7 absolute in (1+tanh), scaled by ½x·b ≤ ½ against values of RMS ~0.15 → NMSE ≲ 1e-12.
+    pub const GELU: Tol = Tol::Nmse(1e-9);
+    /// softcap: cap·tanh_stable(x/cap): 1−e cancels for small x/cap leaving e's ≤ 3 ulp(1) error, × cap/2 = 15 → ≤ 6e-6 absolute vs RMS 0.58 → NMSE ≤ 1e-10.
+    pub const SOFTCAP: Tol = Tol::Nmse(1e-8);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random inputs, poison and guards
+
+/// splitmix64: tiny, deterministic, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1), a multiple of 2^-23 (an exact f32).
+    fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 * (2.0 / 16_777_216.0) - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.uniform()).collect()
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// What every output word starts as: a quiet NaN with a recognisable payload.
+const POISON: u32 = 0x7fc0_dead;
+/// What follows every output buffer (a NaN too, so a stray read poisons the result).
+const GUARD: u32 = 0x7fa5_a5a5;
+const GUARD_WORDS: usize = 64;
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn words(b: &[u8]) -> Vec<u32> {
+    b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+fn to_bytes(w: &[u32]) -> Vec<u8> {
+    w.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn bf16_bytes(v: &[bf16]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect()
+}
+
+/// What a storage buffer must hold after the dispatch.
+enum Check {
+    /// Read-only: must come back bit-identical.
+    Input,
+    /// f32 output: `want[i] = Some(reference)` is compared; `None` words and the guard must be unchanged.
+    F32 { want: Vec<Option<f64>>, tol: Tol },
+    /// u32 output compared exactly, same rule for `None` and the guard.
+    U32 { want: Vec<Option<u32>> },
+}
+
+/// One storage binding: its name (for messages), initial bytes, and the check.
+struct Buf {
+    name: &'static str,
+    bytes: Vec<u8>,
+    check: Check,
+}
+
+fn input(name: &'static str, bytes: Vec<u8>) -> Buf {
+    Buf { name, bytes, check: Check::Input }
+}
+
+fn input_words(name: &'static str, w: &[u32]) -> Buf {
+    input(name, to_bytes(w))
+}
+
+/// An f32 output starting as `init` (poison, or the in/out operand), with the guard appended.
+fn output_f32(name: &'static str, init: Vec<u32>, want: Vec<Option<f64>>, tol: Tol) -> Buf {
+    assert_eq!(init.len(), want.len(), "{name}: init and want differ in length");
+    let mut w = init;
+    w.extend(std::iter::repeat_n(GUARD, GUARD_WORDS));
+    Buf { name, bytes: to_bytes(&w), check: Check::F32 { want, tol } }
+}
+
+fn output_u32(name: &'static str, init: Vec<u32>, want: Vec<Option<u32>>) -> Buf {
+    assert_eq!(init.len(), want.len(), "{name}: init and want differ in length");
+    let mut w = init;
+    w.extend(std::iter::repeat_n(GUARD, GUARD_WORDS));
+    Buf { name, bytes: to_bytes(&w), check: Check::U32 { want } }
+}
+
+/// An extra check on the read-back buffers (e.g. argmax consistent with the written logits).
+type PostCheck = Box<dyn Fn(&[Vec<u8>]) -> Result<String, String>>;
+
+/// One dispatch, ready to run: buffers in binding order, params, step, grid.
+struct Launch {
+    kernel: Kernel,
+    bufs: Vec<Buf>,
+    params: Vec<u8>,
+    step: Step,
+    grid: (u32, u32, u32),
+    post: Option<PostCheck>,
+}
+
+fn launch<P: bytemuck::Pod>(kernel: Kernel, bufs: Vec<Buf>, p: &P, step: Step, grid: (usize, usize)) -> Launch {
+    Launch { kernel, bufs, params: bytemuck::bytes_of(p).to_vec(), step, grid: (grid.0 as u32, grid.1 as u32, 1), post: None }
+}
+
+/// A test case: `name()` prints every parameter (with the seed, a repro), `build()` makes the launch.
+trait Case {
+    fn name(&self) -> String;
+    fn build(&self, rng: &mut Rng) -> Launch;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparison
+
+/// Compares `got` with the reference: non-finite values first, then NMSE (returned).
+fn compare(got: &[f32], want: &[f64], tol: Tol) -> Result<f64, String> {
+    for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+        assert!(!b.is_nan(), "reference is NaN at {i}: a bug in the test");
+        if a.is_nan() {
+            let what = if a.to_bits() == POISON { " (poison: never written)" } else { "" };
+            return Err(format!("element {i} is NaN{what}, reference {b:e}"));
+        }
+        if (a.is_infinite() || b.is_infinite()) && a as f64 != b {
+            return Err(format!("element {i} is {a:e}, reference {b:e}"));
+        }
+    }
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&a, &b) in got.iter().zip(want) {
+        if b.is_finite() {
+            num += (a as f64 - b).powi(2);
+            den += b * b;
+        }
+    }
+    let nmse = if den > 0.0 { num / den } else if num == 0.0 { 0.0 } else { f64::INFINITY };
+    match tol {
+        Tol::Exact => {
+            if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != (want[i] as f32).to_bits()) {
+                return Err(format!("element {i} is {:e}, reference {:e} (must be exact)", got[i], want[i]));
+            }
+        }
+        Tol::Nmse(max) => {
+            if nmse > max {
+                return Err(format!("NMSE = {nmse:.2e} > {max:.0e}"));
+            }
+        }
+    }
+    Ok(nmse)
+}
+
+/// Every word outside the compared region (`compared(i)` false, or past the end: the guard) must be
+/// as it was.
+fn untouched(name: &str, got: &[u32], init: &[u32], len: usize, compared: impl Fn(usize) -> bool) -> Result<(), String> {
+    for (i, (&g, &w)) in got.iter().zip(init).enumerate() {
+        if g != w && !(i < len && compared(i)) {
+            return Err(if i >= len {
+                format!("{name}: guard word {} past the end overwritten (0x{g:08x})", i - len)
+            } else {
+                format!("{name}: word {i} outside the compared region written (0x{w:08x} -> 0x{g:08x})")
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Runs one launch and checks every buffer. Ok: the report and the largest NMSE.
+fn run_case(h: &mut KernelHarness, l: &Launch) -> Result<(String, f64), String> {
+    let init: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+    let out = h.run(l.kernel, &init, &l.params, l.step, l.grid).map_err(|e| format!("dispatch failed: {e}"))?;
+    let mut parts = Vec::new();
+    let mut worst = 0.0f64;
+    for (b, got) in l.bufs.iter().zip(&out) {
+        match &b.check {
+            Check::Input => {
+                if *got != b.bytes {
+                    return Err(format!("{}: read-only input changed", b.name));
+                }
+            }
+            Check::F32 { want, tol } => {
+                let (g, w0) = (words(got), words(&b.bytes));
+                untouched(b.name, &g, &w0, want.len(), |i| want[i].is_some())?;
+                let (a, r): (Vec<f32>, Vec<f64>) =
+                    want.iter().enumerate().filter_map(|(i, w)| w.map(|w| (f32::from_bits(g[i]), w))).unzip();
+                let nmse = compare(&a, &r, *tol).map_err(|e| format!("{}: {e}", b.name))?;
+                worst = worst.max(nmse);
+                parts.push(match tol {
+                    Tol::Exact => format!("{} exact ({} values)", b.name, a.len()),
+                    Tol::Nmse(max) => format!("{} NMSE {nmse:.1e} <= {max:.0e}", b.name),
+                });
+            }
+            Check::U32 { want } => {
+                let (g, w0) = (words(got), words(&b.bytes));
+                untouched(b.name, &g, &w0, want.len(), |i| want[i].is_some())?;
+                for (i, w) in want.iter().enumerate() {
+                    if let Some(w) = w {
+                        if g[i] != *w {
+                            return Err(format!("{}[{i}] = {} (0x{:08x}), expected {w}", b.name, g[i], g[i]));
+                        }
+                    }
+                }
+                parts.push(format!("{} exact", b.name));
+            }
+        }
+    }
+    if let Some(post) = &l.post {
+        parts.push(post(&out)?);
+    }
+    Ok((parts.join(", "), worst))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weights as the loader sees them
+
+/// A weight matrix in one format: the loader's `Matrix` (the reference reads it with `row_f32`)
+/// and the bytes the GPU gets.
+struct Weights {
+    matrix: Matrix,
+    /// w, scales, biases (the last two empty for float formats).
+    bytes: [Vec<u8>; 3],
+    row_bytes: [usize; 3],
+}
+
+impl Weights {
+    fn new(fmt: Format, rows: usize, cols: usize, gs: usize, rng: &mut Rng) -> Weights {
+        let w = rng.vec(rows * cols);
+        match fmt {
+            Format::Q4 | Format::Q8 => {
+                let bits = if fmt == Format::Q4 { 4 } else { 8 };
+                let q = quant::quantize(&w, rows, cols, bits, gs);
+                let wb = to_bytes(&q.words);
+                let (sb, bb) = (bf16_bytes(&q.scales), bf16_bytes(&q.biases));
+                let wshape = vec![rows, cols * bits as usize / 32];
+                let gshape = vec![rows, cols / gs];
+                let st = store(&[("w", Dtype::U32, wshape, &wb), ("s", Dtype::BF16, gshape.clone(), &sb), ("b", Dtype::BF16, gshape, &bb)]);
+                let matrix =
+                    Matrix::Quant { w: st.get("w").unwrap(), scales: st.get("s").unwrap(), biases: st.get("b").unwrap(), layout: q.layout };
+                let g = 2 * cols / gs;
+                Weights { matrix, bytes: [wb, sb, bb], row_bytes: [cols * bits as usize / 8, g, g] }
+            }
+            Format::Bf16 | Format::F32 => {
+                let (dt, wb) = if fmt == Format::Bf16 {
+                    (Dtype::BF16, bf16_bytes(&w.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>()))
+                } else {
+                    (Dtype::F32, to_bytes(&bits(&w)))
+                };
+                let st = store(&[("w", dt, vec![rows, cols], &wb)]);
+                let matrix = Matrix::Float { t: st.get("w").unwrap(), rows, cols };
+                let esize = wb.len() / (rows * cols);
+                Weights { matrix, bytes: [wb, Vec::new(), Vec::new()], row_bytes: [esize * cols, 0, 0] }
+            }
+        }
+    }
+
+    /// The GPU buffers of rows [row0, row0 + n) (one part of a split matrix); the unused scales
+    /// and biases of float formats are one dummy word, as in the real program.
+    fn part(&self, row0: usize, n: usize) -> [Vec<u8>; 3] {
+        std::array::from_fn(|k| {
+            let rb = self.row_bytes[k];
+            if rb == 0 { vec![0; 4] } else { self.bytes[k][row0 * rb..(row0 + n) * rb].to_vec() }
+        })
+    }
+}
+
+/// An in-memory safetensors file (leaked: the loader's `FileBytes::Static`; a few MB per run).
+fn store(tensors: &[(&str, Dtype, Vec<usize>, &[u8])]) -> TensorStore {
+    let views: Vec<(String, TensorView)> =
+        tensors.iter().map(|(n, dt, shape, data)| (n.to_string(), TensorView::new(*dt, shape.clone(), data).unwrap())).collect();
+    let bytes = safetensors::serialize(views, None).unwrap();
+    let file = SafetensorsFile::from_bytes("kernels-test.safetensors".into(), FileBytes::Static(Box::leak(bytes.into_boxed_slice())))
+        .unwrap();
+    TensorStore::from_files(vec![file])
+}
+
+fn is_quant(fmt: Format) -> bool {
+    matches!(fmt, Format::Q4 | Format::Q8)
+}
+
+const EPS: f32 = 1e-6;
+
+// ---------------------------------------------------------------------------------------------
+// matmul
+
+/// `y[t, y_off + r] = W[r] · x[t]`; defaults: x_stride = cols, y_off = 0, y_stride = rows,
+/// count_sel 0 (count = tokens).
+#[derive(Clone, Copy)]
+struct MatmulCase {
+    fmt: Format,
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+    gs: usize,
+    x_pad: usize,
+    y_off: usize,
+    y_pad: usize,
+    /// Some(n): count_sel 1 (the LM head), count = step.n_out = n.
+    n_out: Option<usize>,
+}
+
+impl MatmulCase {
+    fn new(fmt: Format, rows: usize, cols: usize, tokens: usize, gs: usize) -> Self {
+        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None }
+    }
+}
+
+impl Case for MatmulCase {
+    fn name(&self) -> String {
+        let c = self;
+        let mut s = format!("matmul_{}(rows={},cols={},tokens={}", c.fmt.name(), c.rows, c.cols, c.tokens);
+        if is_quant(c.fmt) {
+            s += &format!(",gs={}", c.gs);
+        }
+        if c.x_pad > 0 {
+            s += &format!(",x_stride={}", c.cols + c.x_pad);
+        }
+        if c.y_off > 0 || c.y_pad > 0 {
+            s += &format!(",y_off={},y_stride={}", c.y_off, c.y_off + c.rows + c.y_pad);
+        }
+        if let Some(n) = c.n_out {
+            s += &format!(",count_sel=1,n_out={n}");
+        }
+        s + ")"
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out } = self;
+        let w = Weights::new(fmt, rows, cols, gs, rng);
+        let count = n_out.unwrap_or(tokens);
+        let (x_stride, y_stride) = (cols + x_pad, y_off + rows + y_pad);
+        let xs = rng.vec(count * cols);
+        // Padding and the rows past `count` are poison: the kernel must not read them.
+        let mut x = vec![POISON; tokens * x_stride];
+        for t in 0..count {
+            x[t * x_stride..t * x_stride + cols].copy_from_slice(&bits(&xs[t * cols..(t + 1) * cols]));
+        }
+        let y_ref = ops::matmul(&w.matrix, &xs, count);
+        let mut want = vec![None; tokens * y_stride];
+        for t in 0..count {
+            for r in 0..rows {
+                want[t * y_stride + y_off + r] = Some(y_ref[t * rows + r] as f64);
+            }
+        }
+        let [wb, sb, bb] = w.part(0, rows);
+        let bufs = vec![
+            input("w", wb),
+            input("scales", sb),
+            input("biases", bb),
+            input_words("x", &x),
+            output_f32("y", vec![POISON; tokens * y_stride], want, tol::DOT),
+        ];
+        let p = MatmulParams {
+            rows: rows as u32,
+            cols: cols as u32,
+            gs: gs as u32,
+            x_stride: x_stride as u32,
+            y_stride: y_stride as u32,
+            y_off: y_off as u32,
+            count_sel: n_out.is_some() as u32,
+            _pad: 0,
+        };
+        let n_out_step = n_out.unwrap_or(1);
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32 };
+        let grid = (rows.div_ceil(MATMUL_ROWS as usize), count.div_ceil(MATMUL_TOK as usize));
+        launch(Kernel::Matmul(fmt), bufs, &p, step, grid)
+    }
+}
+
+fn matmul_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for fmt in [Format::Q4, Format::Q8, Format::Bf16, Format::F32] {
+        // Awkward rows (partial row tiles) × tokens (partial token tiles); cols 320: 40 chunks of 8,
+        // so 24 of the 64 lanes idle, and 5 quantisation groups.
+        for rows in [1, 7, 63, 65, 257] {
+            for tokens in [1, 3, 8, 9, 17] {
+                v.push(Box::new(MatmulCase::new(fmt, rows, 320, tokens, 64)));
+            }
+        }
+        // Real widths: E2B hidden 1536, E4B hidden 2560, E2B MLP 6144 (the down projection's cols).
+        for (rows, cols, tokens) in [(9, 1536, 3), (5, 2560, 9), (3, 6144, 2)] {
+            v.push(Box::new(MatmulCase::new(fmt, rows, cols, tokens, 64)));
+        }
+        // Narrow rows (fewer chunks than lanes).
+        let narrow = if is_quant(fmt) { [64, 128] } else { [8, 24] };
+        for cols in narrow {
+            v.push(Box::new(MatmulCase::new(fmt, 7, cols, 3, 64)));
+        }
+        if is_quant(fmt) {
+            v.push(Box::new(MatmulCase::new(fmt, 65, 512, 9, 128)));
+        }
+        // A later part of a split matrix (y_off, wider y_stride) reading a strided x.
+        v.push(Box::new(MatmulCase { x_pad: 16, y_off: 70, y_pad: 13, ..MatmulCase::new(fmt, 63, 256, 9, 64) }));
+        // The LM head: count = n_out (count_sel 1).
+        for (tokens, n_out) in [(9, 1), (17, 9)] {
+            v.push(Box::new(MatmulCase { n_out: Some(n_out), ..MatmulCase::new(fmt, 65, 256, tokens, 64) }));
+        }
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// embed
+
+/// `out[t] = scale · E[ids[t]]` for ids in the part [row0, row0 + rows) of a `table`-row matrix.
+struct EmbedCase {
+    fmt: Format,
+    table: usize,
+    row0: usize,
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+    gs: usize,
+    scale: f32,
+}
+
+impl Case for EmbedCase {
+    fn name(&self) -> String {
+        let c = self;
+        let gs = if is_quant(c.fmt) { format!(",gs={}", c.gs) } else { String::new() };
+        format!(
+            "embed_{}(table={},part={}..{},cols={},tokens={}{gs},scale={})",
+            c.fmt.name(),
+            c.table,
+            c.row0,
+            c.row0 + c.rows,
+            c.cols,
+            c.tokens,
+            c.scale
+        )
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &EmbedCase { fmt, table, row0, rows, cols, tokens, gs, scale } = self;
+        let w = Weights::new(fmt, table, cols, gs, rng);
+        // The part's edges first (inside, then just outside), then random ids of the whole table.
+        let end = row0 + rows;
+        let mut ids: Vec<u32> = [Some(row0), Some(end - 1), row0.checked_sub(1), (end < table).then_some(end)]
+            .into_iter()
+            .flatten()
+            .map(|i| i as u32)
+            .collect();
+        while ids.len() < tokens {
+            ids.push(rng.below(table) as u32);
+        }
+        ids.truncate(tokens);
+        let mut want = vec![None; tokens * cols];
+        let mut row = vec![0.0f32; cols];
+        for (t, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            if (row0..end).contains(&id) {
+                w.matrix.row_f32(id, &mut row);
+                for c in 0..cols {
+                    want[t * cols + c] = Some((row[c] * scale) as f64);
+                }
+            }
+        }
+        let tol = if is_quant(fmt) { tol::DEQUANT } else { Tol::Exact };
+        let [wb, sb, bb] = w.part(row0, rows);
+        let bufs = vec![
+            input("w", wb),
+            input("scales", sb),
+            input("biases", bb),
+            input_words("ids", &ids),
+            output_f32("out", vec![POISON; tokens * cols], want, tol),
+        ];
+        let p = EmbedParams { rows: rows as u32, cols: cols as u32, gs: gs as u32, row0: row0 as u32, scale, _pad: [0; 3] };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        launch(Kernel::Embed(fmt), bufs, &p, step, ((cols / 8).div_ceil(64), tokens))
+    }
+}
+
+fn embed_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for fmt in [Format::Q4, Format::Q8, Format::Bf16, Format::F32] {
+        let gs = if is_quant(fmt) { 64 } else { 0 };
+        let narrow = if is_quant(fmt) { 256 } else { 24 };
+        let e = |table, row0, rows, cols, tokens, scale| EmbedCase { fmt, table, row0, rows, cols, tokens, gs, scale };
+        // A middle part of the table: ids below, inside and above it.
+        for tokens in [1, 3, 9, 17] {
+            v.push(Box::new(e(70, 16, 40, narrow, tokens, embed_scale(narrow))));
+        }
+        // Real widths: the whole table as one part (E2B 1536, E4B 2560), the first part of a split one.
+        v.push(Box::new(e(40, 0, 40, 1536, 3, embed_scale(1536))));
+        v.push(Box::new(e(40, 0, 25, 2560, 9, embed_scale(2560))));
+        // The PLE table of E2B: 35 layers × 256, scale √256.
+        v.push(Box::new(e(12, 4, 8, 35 * 256, 3, 16.0)));
+        if is_quant(fmt) {
+            v.push(Box::new(EmbedCase { gs: 128, ..e(20, 5, 10, 512, 9, embed_scale(512)) }));
+        }
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// rmsnorm
+
+/// `out[t, s] = ((mode 1 ? out : 0) + norm(x[t', s] · pre) · w) · post`; defaults: segs 1,
+/// pre = post = 1, weight at w_off 0, x_stride = out_stride = segs·n, x_row_sel = count_sel = 0.
+#[derive(Clone, Copy)]
+struct NormCase {
+    n: usize,
+    segs: usize,
+    tokens: usize,
+    mode: u32,
+    pre: f32,
+    post: f32,
+    weight: bool,
+    w_off: usize,
+    x_pad: usize,
+    out_pad: usize,
+    /// Some(n): x_row_sel 1 and count_sel 1 (the final norm of the LM head rows).
+    n_out: Option<usize>,
+}
+
+impl NormCase {
+    fn new(n: usize, tokens: usize, mode: u32) -> Self {
+        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None }
+    }
+}
+
+impl Case for NormCase {
+    fn name(&self) -> String {
+        let c = self;
+        let mut s = format!("rmsnorm(n={},segs={},tokens={},mode={}", c.n, c.segs, c.tokens, c.mode);
+        if c.pre != 1.0 || c.post != 1.0 {
+            s += &format!(",pre={},post={}", c.pre, c.post);
+        }
+        if !c.weight {
+            s += ",NO_WEIGHT";
+        } else if c.w_off > 0 {
+            s += &format!(",w_off={}", c.w_off);
+        }
+        if c.x_pad > 0 || c.out_pad > 0 {
+            s += &format!(",x_stride={},out_stride={}", c.segs * c.n + c.x_pad, c.segs * c.n + c.out_pad);
+        }
+        if let Some(n) = c.n_out {
+            s += &format!(",x_row_sel=1,count_sel=1,n_out={n}");
+        }
+        s + ")"
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out } = self;
+        let count = n_out.unwrap_or(tokens);
+        let out_row0 = tokens - n_out.unwrap_or(1);
+        let (x_stride, out_stride) = (segs * n + x_pad, segs * n + out_pad);
+        let mut x = vec![POISON; tokens * x_stride];
+        for t in 0..tokens {
+            x[t * x_stride..t * x_stride + segs * n].copy_from_slice(&bits(&rng.vec(segs * n)));
+        }
+        // Norm weights sit at w_off inside a larger buffer; everything else in it is poison.
+        let wv = rng.vec(n);
+        let mut wt = vec![POISON; w_off + n + 4];
+        if weight {
+            wt[w_off..w_off + n].copy_from_slice(&bits(&wv));
+        }
+        let mut out = vec![POISON; count * out_stride];
+        let mut want = vec![None; count * out_stride];
+        for t in 0..count {
+            let xr = if n_out.is_some() { out_row0 + t } else { t };
+            for s in 0..segs {
+                let xb = xr * x_stride + s * n;
+                let mut v: Vec<f32> = (0..n).map(|i| f32::from_bits(x[xb + i]) * pre).collect();
+                ops::rmsnorm(&mut v, weight.then_some(&wv[..]), EPS);
+                let ob = t * out_stride + s * n;
+                for i in 0..n {
+                    let mut y = v[i] as f64;
+                    if mode == 1 {
+                        let resid = rng.uniform();
+                        out[ob + i] = resid.to_bits();
+                        y += resid as f64;
+                    }
+                    want[ob + i] = Some(y * post as f64);
+                }
+            }
+        }
+        let bufs = vec![input_words("x", &x), input_words("wt", &wt), output_f32("out", out, want, tol::NORM)];
+        let p = NormParams {
+            n: n as u32,
+            segs: segs as u32,
+            x_stride: x_stride as u32,
+            x_row_sel: n_out.is_some() as u32,
+            out_stride: out_stride as u32,
+            w_off: if weight { w_off as u32 } else { NO_WEIGHT },
+            mode,
+            count_sel: n_out.is_some() as u32,
+            pre,
+            post,
+            eps: EPS,
+            _pad: 0,
+        };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32 };
+        launch(Kernel::RmsNorm, bufs, &p, step, (segs, count))
+    }
+}
+
+fn norm_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    // Input norms: real hidden sizes and awkward n (1 element, partial and exact 128-lane sweeps).
+    for n in [1536, 2560, 1, 7, 127, 128, 129, 255] {
+        for tokens in [1, 3, 9] {
+            v.push(Box::new(NormCase::new(n, tokens, 0)));
+        }
+    }
+    // Sandwich post-norms folded into the residual add, with and without the layer scalar.
+    for n in [1536, 129] {
+        for tokens in [1, 9] {
+            for post in [1.0, 0.37] {
+                v.push(Box::new(NormCase { post, ..NormCase::new(n, tokens, 1) }));
+            }
+        }
+    }
+    // The PLE projection norm of E2B: 35 segments of 256, pre = 1536^-½, post = 2^-½, added to out.
+    let ple = NormCase { segs: 35, pre: (1536f64).powf(-0.5) as f32, post: std::f32::consts::FRAC_1_SQRT_2, ..NormCase::new(256, 3, 1) };
+    v.push(Box::new(ple));
+    v.push(Box::new(NormCase { tokens: 1, ..ple }));
+    // The final norm: only the LM head rows (x_row_sel 1, count_sel 1).
+    for (tokens, n_out) in [(9, 1), (9, 3), (1, 1)] {
+        v.push(Box::new(NormCase { n_out: Some(n_out), ..NormCase::new(1536, tokens, 0) }));
+    }
+    // Scale-free norm, a weight at an offset, strided rows.
+    for mode in [0, 1] {
+        v.push(Box::new(NormCase { weight: false, ..NormCase::new(256, 3, mode) }));
+        v.push(Box::new(NormCase { w_off: 11, x_pad: 5, out_pad: 3, ..NormCase::new(129, 3, mode) }));
+    }
+    v.push(Box::new(NormCase { segs: 3, x_pad: 7, out_pad: 2, w_off: 4, ..NormCase::new(65, 9, 0) }));
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// head_norm_rope
+
+#[derive(Clone, Copy)]
+enum RopeKind {
+    Off,
+    /// All d/2 pairs rotate (sliding layers).
+    Default { theta: f64 },
+    /// Only int(partial · d/2) pairs rotate, the exponent still over d (full layers of Gemma 4).
+    Proportional { theta: f64, partial: f64 },
+}
+
+/// Per token t and head h: norm(src) · w, rope at pos0 + t, to dst (q layout, or the cache slot of
+/// the position when `slots` is Some: dst_mode 1). Defaults: src_stride = heads·d.
+#[derive(Clone, Copy)]
+struct HeadCase {
+    d: usize,
+    heads: usize,
+    tokens: usize,
+    pos0: usize,
+    rope: RopeKind,
+    weight: bool,
+    slots: Option<usize>,
+    src_pad: usize,
+}
+
+/// Offset of the norm weight in its buffer (the words before it are poison).
+const HEAD_W_OFF: usize = 5;
+
+impl HeadCase {
+    fn new(d: usize, heads: usize, tokens: usize, pos0: usize, rope: RopeKind) -> Self {
+        HeadCase { d, heads, tokens, pos0, rope, weight: true, slots: None, src_pad: 0 }
+    }
+    /// Where this rope's cos/sin sit in a token's table row and the row length: as in the real
+    /// program, sliding-layer ropes first and full-layer ropes after them (here the other layer
+    /// kind's section is a stand-in of poison, so reading the wrong one fails).
+    fn rope_layout(&self) -> (usize, usize) {
+        match self.rope {
+            RopeKind::Off => (0, self.d),
+            RopeKind::Default { .. } => (0, 3 * self.d),
+            RopeKind::Proportional { .. } => (self.d / 2, self.d / 2 + self.d),
+        }
+    }
+}
+
+impl Case for HeadCase {
+    fn name(&self) -> String {
+        let c = self;
+        let rope = match c.rope {
+            RopeKind::Off => "off".to_string(),
+            RopeKind::Default { theta } => format!("default(theta={theta})"),
+            RopeKind::Proportional { theta, partial } => format!("proportional(theta={theta},partial={partial})"),
+        };
+        let (off, stride) = c.rope_layout();
+        let mut s = format!("head_norm_rope(d={},heads={},tokens={},pos0={},rope={rope}", c.d, c.heads, c.tokens, c.pos0);
+        if !matches!(c.rope, RopeKind::Off) {
+            s += &format!(",rope_off={off},rope_stride={stride}");
+        }
+        s += if c.weight { ",w_off=5" } else { ",NO_WEIGHT" };
+        if c.src_pad > 0 {
+            s += &format!(",src_stride={}", c.heads * c.d + c.src_pad);
+        }
+        s += &match c.slots {
+            None => ",dst_mode=0".to_string(),
+            Some(n) => format!(",dst_mode=1,slots={n}"),
+        };
+        s + ")"
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &HeadCase { d, heads, tokens, pos0, rope, weight, slots, src_pad } = self;
+        let (half, row) = (d / 2, heads * d);
+        let src_stride = row + src_pad;
+        let mut src = vec![POISON; tokens * src_stride];
+        for t in 0..tokens {
+            src[t * src_stride..t * src_stride + row].copy_from_slice(&bits(&rng.vec(row)));
+        }
+        let wv = rng.vec(d);
+        let mut wt = vec![POISON; HEAD_W_OFF + d + 3];
+        if weight {
+            wt[HEAD_W_OFF..HEAD_W_OFF + d].copy_from_slice(&bits(&wv));
+        }
+        // The per-step rope table, built as the backend's write_rope does.
+        let inv_freq = match rope {
+            RopeKind::Off => None,
+            RopeKind::Default { theta } => Some(Rope { theta, rotated_pairs: half, head_dim: d }.inv_freq()),
+            RopeKind::Proportional { theta, partial } => {
+                Some(Rope { theta, rotated_pairs: (partial * d as f64 / 2.0) as usize, head_dim: d }.inv_freq())
+            }
+        };
+        let (rope_off, rope_stride) = self.rope_layout();
+        let mut table = vec![POISON; tokens * rope_stride];
+        let (mut cos, mut sin) = (vec![vec![0.0f32; half]; tokens], vec![vec![0.0f32; half]; tokens]);
+        if let Some(f) = &inv_freq {
+            for t in 0..tokens {
+                ops::rope_table(f, pos0 + t, &mut cos[t], &mut sin[t]);
+                let b = t * rope_stride + rope_off;
+                table[b..b + half].copy_from_slice(&bits(&cos[t]));
+                table[b + half..b + d].copy_from_slice(&bits(&sin[t]));
+            }
+        }
+        let dst_rows = slots.unwrap_or(tokens);
+        assert!(tokens <= dst_rows, "two tokens of one step would share a cache slot");
+        let mut want = vec![None; dst_rows * row];
+        for t in 0..tokens {
+            let dst_row = slots.map_or(t, |s| (pos0 + t) % s);
+            for h in 0..heads {
+                let sb = t * src_stride + h * d;
+                let mut v: Vec<f32> = src[sb..sb + d].iter().map(|&b| f32::from_bits(b)).collect();
+                ops::rmsnorm(&mut v, weight.then_some(&wv[..]), EPS);
+                if inv_freq.is_some() {
+                    ops::rope(&mut v, &cos[t], &sin[t]);
+                }
+                for i in 0..d {
+                    want[dst_row * row + h * d + i] = Some(v[i] as f64);
+                }
+            }
+        }
+        let bufs = vec![
+            input_words("src", &src),
+            input_words("wt", &wt),
+            input_words("rope", &table),
+            output_f32("dst", vec![POISON; dst_rows * row], want, tol::NORM),
+        ];
+        let p = HeadParams {
+            d: d as u32,
+            n_heads: heads as u32,
+            src_stride: src_stride as u32,
+            w_off: if weight { HEAD_W_OFF as u32 } else { NO_WEIGHT },
+            rope: inv_freq.is_some() as u32,
+            rope_off: rope_off as u32,
+            rope_stride: rope_stride as u32,
+            dst_mode: slots.is_some() as u32,
+            slots: slots.unwrap_or(0) as u32,
+            eps: EPS,
+            _pad: [0; 2],
+        };
+        let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1 };
+        launch(Kernel::HeadNormRope, bufs, &p, step, (heads, tokens))
+    }
+}
+
+fn head_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    let sliding = RopeKind::Default { theta: 10_000.0 };
+    let full = RopeKind::Proportional { theta: 1_000_000.0, partial: 0.25 };
+    // q heads: every head_dim with both ropes (E2B: sliding d 256, full d 512, 8 heads).
+    for d in [32, 64, 256, 512] {
+        for rope in [sliding, full] {
+            for (tokens, pos0) in [(3, 5), (9, 1000)] {
+                v.push(Box::new(HeadCase::new(d, 8, tokens, pos0, rope)));
+            }
+        }
+    }
+    // Token counts, large positions (angles from the host table), a strided source.
+    for tokens in [1, 17] {
+        v.push(Box::new(HeadCase::new(64, 3, tokens, 0, sliding)));
+    }
+    v.push(Box::new(HeadCase::new(256, 2, 3, 131_000, full)));
+    v.push(Box::new(HeadCase { src_pad: 24, ..HeadCase::new(64, 4, 3, 7, sliding) }));
+    v.push(Box::new(HeadCase::new(128, 2, 3, 7, RopeKind::Off)));
+    // K (norm + rope) and V (scale-free norm, no rope) into ring caches: slots wrap inside the step.
+    for (d, heads, rope) in [(256, 1, sliding), (512, 2, full), (32, 2, sliding)] {
+        for (tokens, pos0, slots) in [(5, 6, 8), (1, 37, 8), (9, 1000, 9)] {
+            v.push(Box::new(HeadCase { slots: Some(slots), ..HeadCase::new(d, heads, tokens, pos0, rope) }));
+            v.push(Box::new(HeadCase { slots: Some(slots), weight: false, ..HeadCase::new(d, heads, tokens, pos0, RopeKind::Off) }));
+        }
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention
+
+/// Token t (position pos0 + t) of every query head attends to positions [lo, pos0 + t] of its
+/// kv head, read from ring caches of `slots` slots; window 0 = full attention.
+#[derive(Clone, Copy)]
+struct AttnCase {
+    d: usize,
+    heads: usize,
+    kv_heads: usize,
+    tokens: usize,
+    pos0: usize,
+    window: usize,
+    slots: usize,
+}
+
+impl Case for AttnCase {
+    fn name(&self) -> String {
+        let c = self;
+        format!(
+            "attention(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={})",
+            c.d, c.heads, c.kv_heads, c.tokens, c.pos0, c.window, c.slots
+        )
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots } = self;
+        let lo = |p: usize| if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
+        // Every position the step reads must have its own slot.
+        assert!(pos0 + tokens - lo(pos0) <= slots, "{}: the ring is too small for this step", self.name());
+        let (qrow, kvrow) = (heads * d, kv_heads * d);
+        let q = rng.vec(tokens * qrow);
+        let kc = rng.vec(slots * kvrow);
+        let vc = rng.vec(slots * kvrow);
+        let group = heads / kv_heads;
+        let mut want = vec![None; tokens * qrow];
+        let mut o = vec![0.0f32; d];
+        for t in 0..tokens {
+            let p = pos0 + t;
+            for h in 0..heads {
+                let kvh = h / group;
+                ops::attend(
+                    &q[t * qrow + h * d..][..d],
+                    lo(p)..p + 1,
+                    |pos| &kc[(pos % slots) * kvrow + kvh * d..][..d],
+                    |pos| &vc[(pos % slots) * kvrow + kvh * d..][..d],
+                    &mut o,
+                );
+                for i in 0..d {
+                    want[t * qrow + h * d + i] = Some(o[i] as f64);
+                }
+            }
+        }
+        let bufs = vec![
+            input_words("q", &bits(&q)),
+            input_words("k cache", &bits(&kc)),
+            input_words("v cache", &bits(&vc)),
+            output_f32("o", vec![POISON; tokens * qrow], want, tol::ATTN),
+        ];
+        let p = AttnParams {
+            d: d as u32,
+            n_heads: heads as u32,
+            n_kv_heads: kv_heads as u32,
+            slots: slots as u32,
+            window: window as u32,
+            _pad: [0; 3],
+        };
+        let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1 };
+        launch(Kernel::Attention, bufs, &p, step, (heads, tokens))
+    }
+}
+
+fn attention_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots };
+    // Full attention: every head_dim × GQA group 1, 2, 4; 73 positions cross a 64-key tile.
+    for d in [32, 64, 256, 512] {
+        for (heads, kv) in [(4, 4), (4, 2), (8, 2)] {
+            v.push(Box::new(a(d, heads, kv, 3, 70, 0, 80)));
+        }
+    }
+    // The first chunk (causal inside the step), one key, token counts; E2B's 8:1 grouping.
+    for tokens in [1, 9, 17] {
+        v.push(Box::new(a(64, 8, 1, tokens, 0, 0, 17)));
+        v.push(Box::new(a(64, 8, 1, tokens, 59, 0, 80)));
+    }
+    // A long full-attention context at E2B's global head_dim.
+    v.push(Box::new(a(512, 8, 1, 2, 600, 0, 602)));
+    // Sliding window 16 (the fixtures'): before the window fills, crossing it, and with the
+    // ring wrapped many times (slots = window + tokens − 1, the fewest that work, and + 1).
+    for tokens in [1, 9, 17] {
+        for pos0 in [0, 10, 200] {
+            v.push(Box::new(a(32, 4, 1, tokens, pos0, 16, 16 + tokens - 1)));
+        }
+        v.push(Box::new(a(64, 4, 2, tokens, 75, 16, 16 + tokens)));
+    }
+    // E2B's sliding layers: window 512, d 256, 8:1, crossing the window and wrapped.
+    v.push(Box::new(a(256, 8, 1, 3, 510, 512, 515)));
+    v.push(Box::new(a(256, 8, 1, 3, 1000, 512, 515)));
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// gelu_mul
+
+/// `a[t, i] = gelu_tanh(a[t, i]) · b[t, b_off + i]`; defaults a_stride = b_stride = n, b_off 0.
+#[derive(Clone, Copy)]
+struct GeluCase {
+    n: usize,
+    tokens: usize,
+    a_pad: usize,
+    b_stride: usize,
+    b_off: usize,
+    /// a is uniform in [-range, range) (1 by the rule; 8 to reach tanh saturation).
+    range: f32,
+}
+
+impl GeluCase {
+    fn new(n: usize, tokens: usize) -> Self {
+        GeluCase { n, tokens, a_pad: 0, b_stride: n, b_off: 0, range: 1.0 }
+    }
+}
+
+impl Case for GeluCase {
+    fn name(&self) -> String {
+        let c = self;
+        let mut s = format!("gelu_mul(n={},tokens={}", c.n, c.tokens);
+        if c.a_pad > 0 {
+            s += &format!(",a_stride={}", c.n + c.a_pad);
+        }
+        if c.b_stride != c.n || c.b_off > 0 {
+            s += &format!(",b_stride={},b_off={}", c.b_stride, c.b_off);
+        }
+        if c.range != 1.0 {
+            s += &format!(",range={}", c.range);
+        }
+        s + ")"
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &GeluCase { n, tokens, a_pad, b_stride, b_off, range } = self;
+        let a_stride = n + a_pad;
+        let mut a = vec![POISON; tokens * a_stride];
+        let mut b = vec![POISON; tokens * b_stride];
+        let mut want = vec![None; tokens * a_stride];
+        for t in 0..tokens {
+            for i in 0..n {
+                let (x, y) = (rng.uniform() * range, rng.uniform());
+                a[t * a_stride + i] = x.to_bits();
+                b[t * b_stride + b_off + i] = y.to_bits();
+                want[t * a_stride + i] = Some(ops::gelu_tanh(x) as f64 * y as f64);
+            }
+        }
+        let bufs = vec![output_f32("a", a, want, tol::GELU), input_words("b", &b)];
+        let p = GeluParams { n: n as u32, a_stride: a_stride as u32, b_stride: b_stride as u32, b_off: b_off as u32 };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        launch(Kernel::GeluMul, bufs, &p, step, (n.div_ceil(64), tokens))
+    }
+}
+
+fn gelu_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    // MLP widths: E2B 6144 (and its double-wide 12288 layers), E4B 10240.
+    for (n, tokens) in [(6144, 3), (12288, 1), (10240, 2)] {
+        v.push(Box::new(GeluCase::new(n, tokens)));
+    }
+    for n in [1, 63, 64, 65, 257] {
+        for tokens in [1, 9, 17] {
+            v.push(Box::new(GeluCase::new(n, tokens)));
+        }
+    }
+    // The PLE gate: b is the layer's slice of the per-layer inputs (E2B: 35 layers × 256).
+    for layer in [0, 17, 34] {
+        v.push(Box::new(GeluCase { b_stride: 35 * 256, b_off: layer * 256, ..GeluCase::new(256, 3) }));
+    }
+    v.push(Box::new(GeluCase { a_pad: 5, b_stride: 80, b_off: 9, ..GeluCase::new(65, 3) }));
+    v.push(Box::new(GeluCase { range: 8.0, ..GeluCase::new(1000, 2) }));
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// softcap_argmax
+
+/// Per row: logits capped in place (cap > 0), best = the lowest index of the maximum. Every row
+/// gets a planted maximum of 1.5 (above the [-1, 1) inputs, so the reference index is
+/// unambiguous) at one index, or at several (`ties`: the lowest must win).
+#[derive(Clone, Copy)]
+struct ArgmaxCase {
+    vocab: usize,
+    rows: usize,
+    cap: f32,
+    ties: bool,
+    /// About 1/8 of the logits are −∞ (masked).
+    masked: bool,
+}
+
+impl Case for ArgmaxCase {
+    fn name(&self) -> String {
+        let c = self;
+        let mut s = format!("softcap_argmax(vocab={},n_out={},cap={}", c.vocab, c.rows, c.cap);
+        if c.ties {
+            s += ",ties";
+        }
+        if c.masked {
+            s += ",masked";
+        }
+        s + ")"
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &ArgmaxCase { vocab, rows, cap, ties, masked } = self;
+        let mut logits = rng.vec(rows * vocab);
+        if masked {
+            for v in logits.iter_mut() {
+                if rng.below(8) == 0 {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+        }
+        let mut best = Vec::with_capacity(rows);
+        for r in 0..rows {
+            let mut idx: Vec<usize> = Vec::new();
+            if r == 0 && ties && vocab > 256 {
+                // Index 255 (lane 255) ties with 256 (lane 0): the tree must still pick 255.
+                idx.extend([256, 255]);
+            }
+            let k = if ties { 4.min(vocab) } else { 1 };
+            while idx.len() < k {
+                let i = rng.below(vocab);
+                if !idx.contains(&i) {
+                    idx.push(i);
+                }
+            }
+            for &i in &idx {
+                logits[r * vocab + i] = 1.5;
+            }
+            best.push(Some(*idx.iter().min().unwrap() as u32));
+        }
+        let mut capped = logits.clone();
+        let tol = if cap > 0.0 {
+            for row in capped.chunks_mut(vocab) {
+                ops::softcap(row, cap);
+            }
+            tol::SOFTCAP
+        } else {
+            Tol::Exact // cap 0: the logits must come back as they were
+        };
+        let want = capped.iter().map(|&x| Some(x as f64)).collect();
+        let bufs = vec![output_f32("logits", bits(&logits), want, tol), output_u32("best", vec![POISON; rows], best)];
+        let p = ArgmaxParams { vocab: vocab as u32, cap, _pad: [0; 2] };
+        // The LM head rows are the last n_out of the step.
+        let step = Step { n_tokens: rows as u32 + 2, pos0: 0, n_out: rows as u32, out_row0: 2 };
+        let mut l = launch(Kernel::SoftcapArgmax, bufs, &p, step, (rows, 1));
+        // Whatever the capped values are, best must be the first maximum of what was written.
+        l.post = Some(Box::new(move |out: &[Vec<u8>]| {
+            let (lg, bs) = (words(&out[0]), words(&out[1]));
+            for r in 0..rows {
+                let row: Vec<f32> = lg[r * vocab..(r + 1) * vocab].iter().map(|&b| f32::from_bits(b)).collect();
+                let first = (0..vocab).fold(0, |bi, i| if row[i] > row[bi] { i } else { bi });
+                if bs[r] as usize != first {
+                    return Err(format!("best[{r}] = {} but the first maximum of the written logits is at {first}", bs[r]));
+                }
+            }
+            Ok("best = first max of written logits".into())
+        }));
+        l
+    }
+}
+
+fn argmax_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    let c = |vocab, rows, cap, ties, masked| ArgmaxCase { vocab, rows, cap, ties, masked };
+    for vocab in [1, 7, 255, 256, 257, 1000] {
+        for cap in [30.0, 0.0] {
+            v.push(Box::new(c(vocab, 3, cap, false, false)));
+            if vocab > 1 {
+                v.push(Box::new(c(vocab, 3, cap, true, false)));
+            }
+        }
+    }
+    for cap in [30.0, 0.0] {
+        v.push(Box::new(c(1000, 2, cap, true, true)));
+    }
+    // Gemma 4's vocabulary.
+    v.push(Box::new(c(262_144, 2, 30.0, true, false)));
+    v.push(Box::new(c(262_144, 1, 0.0, false, false)));
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// The runner
+
+fn all_cases() -> Vec<Box<dyn Case>> {
+    let mut v = matmul_cases();
+    v.extend(embed_cases());
+    v.extend(norm_cases());
+    v.extend(head_cases());
+    v.extend(attention_cases());
+    v.extend(gelu_cases());
+    v.extend(argmax_cases());
+    v
+}
+
+/// The case's seed: from its name (so a filtered re-run gets the same inputs), or KESTREL_SEED.
+fn seed_of(name: &str) -> u64 {
+    if let Some(s) = std::env::var("KESTREL_SEED").ok().and_then(|s| s.parse().ok()) {
+        return s;
+    }
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    h % 1_000_000
+}
+
+fn gpu_required() -> bool {
+    std::env::var("KESTREL_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// The harness, or None (printed as skipped) where there is no adapter and none is required.
+fn harness() -> Option<KernelHarness> {
+    match KernelHarness::new() {
+        Ok(h) => Some(h),
+        Err(e) if e.to_string().contains("no GPU adapter") && !gpu_required() => {
+            println!("skipped: no adapter ({e})");
+            eprintln!("skipped: no adapter ({e})");
+            None
+        }
+        Err(e) => panic!("kernel harness: {e}"),
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    passed: usize,
+    failed: usize,
+    worst: f64,
+}
+
+#[test]
+fn every_kernel_matches_the_cpu_reference() {
+    let Some(mut h) = harness() else { return };
+    println!("device: {}", h.gpu().describe());
+    let filter = std::env::var("KESTREL_KERNELS").unwrap_or_default();
+    let mut tally: BTreeMap<String, Tally> = BTreeMap::new();
+    let mut failures = Vec::new();
+    let start = std::time::Instant::now();
+    for case in all_cases() {
+        let name = case.name();
+        if !name.contains(&filter) {
+            continue;
+        }
+        let seed = seed_of(&name);
+        let l = case.build(&mut Rng(seed));
+        let t = tally.entry(l.kernel.label()).or_default();
+        let line = match run_case(&mut h, &l) {
+            Ok((report, worst)) => {
+                t.passed += 1;
+                t.worst = t.worst.max(worst);
+                format!("{name} seed={seed} [wgpu]: {report} OK")
+            }
+            Err(e) => {
+                t.failed += 1;
+                let line = format!("{name} seed={seed} [wgpu]: FAIL {e}");
+                failures.push(line.clone());
+                line
+            }
+        };
+        println!("{line}");
+    }
+    println!("\n{:<16} {:>6} {:>6}  worst NMSE   ({:.1} s)", "kernel", "passed", "failed", start.elapsed().as_secs_f64());
+    for (k, t) in &tally {
+        println!("{k:<16} {:>6} {:>6}  {:.1e}", t.passed, t.failed, t.worst);
+    }
+    assert!(!tally.is_empty(), "KESTREL_KERNELS={filter:?} matches no case");
+    assert!(failures.is_empty(), "{} kernel case(s) failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn harness_rejects_a_wrong_number_of_buffers() {
+    let Some(mut h) = harness() else { return };
+    let e = h.run(Kernel::GeluMul, &[vec![0; 4]], &[0; 16], Step::default(), (1, 1, 1)).unwrap_err();
+    assert!(e.to_string().contains("gelu_mul takes 2 storage buffers, got 1"), "{e}");
+}

@@ -1,0 +1,100 @@
+//! Snapshots of the greedy ids (and their text) each fixture model produces on each backend, so
+//! that any change in what Kestrel generates shows up in review as a diff of `snapshots/*.snap`.
+//!
+//! Before a snapshot is checked, the backends are checked against each other and against
+//! transformers: cpu and wgpu must give the same ids for the same model, and those ids must be
+//! the first 32 of the fixture reference for the 'chat' prompt (reference prompt 0). So a snapshot
+//! only ever records output that is already known to be right.
+//!
+//! Create or update with `INSTA_UPDATE=always cargo test --test snapshots`; CI runs with
+//! `INSTA_UPDATE=no`.
+
+mod common;
+
+use kestrel::backend::cpu::CpuBackend;
+use kestrel::backend::wgpu::WgpuOptions;
+use kestrel::backend::Backend;
+use kestrel::engine::{self, GenerateParams};
+use kestrel::model::Model;
+use kestrel::sampler::{Sampler, SamplerConfig};
+
+const NEW: usize = 32;
+const CTX: usize = 256;
+
+fn chat_prompt() -> Vec<u32> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixtures().join("prompts.json")).unwrap()).unwrap();
+    let p = v.as_array().unwrap().iter().find(|p| p["name"] == "chat").expect("prompts.json has 'chat'");
+    p["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// Greedy, EOS ignored, `NEW` tokens.
+fn generate(b: &mut dyn Backend, prompt: &[u32], model: &Model) -> Vec<u32> {
+    let params = GenerateParams { max_new: NEW, stop_ids: model.stop_ids.clone(), ignore_eos: true, chunk: 128 };
+    let mut sampler = Sampler::new(SamplerConfig::default());
+    let (ids, stats) = engine::generate(b, prompt, &params, &mut sampler, |_| Ok(())).unwrap();
+    assert_eq!(stats.generated_tokens, NEW);
+    ids
+}
+
+fn snapshot(name: &str, model: &Model, ids: &[u32]) {
+    let tok = model.tokenizer.as_ref().expect("fixture has a tokenizer");
+    let text = tok.decode(ids, true).unwrap();
+    let body = format!("ids: {ids:?}\ntext: {text:?}\n");
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings.set_description(format!("{} greedy ids for the 'chat' fixture prompt, EOS ignored", NEW));
+    settings.bind(|| insta::assert_snapshot!(name, body));
+}
+
+/// Runs `model` on cpu and (when an adapter exists) wgpu, checks both against each other and
+/// against `expected`, and snapshots each as `<backend>__<label>`.
+fn check(model: &Model, label: &str, expected: &[u32]) {
+    let prompt = chat_prompt();
+    let mut cpu = CpuBackend::new(model.cfg.clone(), model.weights.clone(), CTX);
+    let cpu_ids = generate(&mut cpu, &prompt, model);
+    assert_eq!(cpu_ids, expected, "cpu {label}: ids differ from the transformers reference");
+    let wgpu_ids = common::wgpu_backend(model, WgpuOptions { max_ctx: CTX, max_chunk: 128, max_binding: None })
+        .map(|mut b| generate(&mut b, &prompt, model));
+    if let Some(w) = &wgpu_ids {
+        assert_eq!(w, &cpu_ids, "{label}: wgpu and cpu ids differ");
+    }
+    snapshot(&format!("cpu__{label}"), model, &cpu_ids);
+    if let Some(w) = &wgpu_ids {
+        snapshot(&format!("wgpu__{label}"), model, w);
+    }
+}
+
+/// The first `NEW` ids transformers generated for the 'chat' prompt.
+fn reference(name: &str, reference: &str) -> Vec<u32> {
+    let refs = common::load_refs(name, reference);
+    assert_eq!(refs[0].prompt, chat_prompt(), "{name}/{reference}: prompt 0 is the 'chat' prompt");
+    refs[0].generated[..NEW].to_vec()
+}
+
+fn fixture(name: &str) {
+    for (form, r) in common::FORMS {
+        let model = common::open_model(name, form);
+        check(&model, &format!("{name}__{form}"), &reference(name, r));
+    }
+}
+
+#[test]
+fn tiny_e2b() {
+    fixture("tiny-e2b");
+}
+
+#[test]
+fn tiny_e4b() {
+    fixture("tiny-e4b");
+}
+
+#[test]
+fn embedded_default() {
+    let model = Model::embedded().unwrap();
+    let name = model.source.strip_prefix("embedded:").unwrap().to_string();
+    // The embedded model is the tiny-e2b fixture in MLX 4-bit form.
+    check(&model, &format!("embedded__{name}"), &reference("tiny-e2b", "dequant4bit_reference"));
+}
