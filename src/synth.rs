@@ -10,7 +10,7 @@
 //! bounded by one row whatever the model size. Quantised forms follow MLX: a matrix is quantised
 //! when its input width is a multiple of the group size, and kept bf16 otherwise.
 
-use std::io::{BufWriter, Write};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use half::bf16;
@@ -199,51 +199,91 @@ pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Resu
     let path = dir.join("model.safetensors");
     let tmp = dir.join("model.safetensors.partial");
     let file = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    let mut w = BufWriter::new(file);
     let io = |e| Error::io(&tmp, e);
-    w.write_all(&(htext.len() as u64).to_le_bytes()).map_err(io)?;
-    w.write_all(&htext).map_err(io)?;
-    let mut rng = Rng(opts.seed ^ 0x6b65_7374_7265_6c00);
-    let mut row = Vec::new();
+    let data_start = (8 + htext.len()) as u64;
+    file.write_all_at(&(htext.len() as u64).to_le_bytes(), 0).map_err(io)?;
+    file.write_all_at(&htext, 8).map_err(io)?;
+    file.set_len(data_start + off as u64).map_err(io)?;
+
+    // Every row is drawn from its own seed (tensor seed, row index), so rows are independent:
+    // threads fill disjoint blocks of rows with positioned writes, and the file is the same
+    // whatever the thread count. Memory: one block of rows per thread.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut master = Rng(opts.seed ^ 0x6b65_7374_7265_6c00);
+    let mut stored_iter = stored.iter().scan(0u64, |o, st| {
+        let at = *o;
+        *o += st.bytes as u64;
+        Some(data_start + at)
+    });
     for s in &specs {
         let (rows, cols) = if s.matrix { (s.shape[0], s.shape[1]) } else { (1, s.shape[0]) };
-        let draw = |rng: &mut Rng| -> f32 {
-            match s.init {
-                Init::Linear => rng.unit() * (3.0 / cols as f32).sqrt(),
-                Init::Std(sd) => rng.unit() * sd * 3f32.sqrt(),
-                Init::Range(lo, hi) => lo + (rng.unit() + 1.0) * 0.5 * (hi - lo),
-            }
+        let tensor_seed = master.next_u64();
+        let init = s.init;
+        let draw_row = move |r: usize, out: &mut Vec<f32>| {
+            let mut rr = Rng(tensor_seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            out.clear();
+            out.extend((0..cols).map(|_| match init {
+                Init::Linear => rr.unit() * (3.0 / cols as f32).sqrt(),
+                Init::Std(sd) => rr.unit() * sd * 3f32.sqrt(),
+                Init::Range(lo, hi) => lo + (rr.unit() + 1.0) * 0.5 * (hi - lo),
+            }));
         };
-        if quantised(s) {
-            let bits = opts.bits.expect("quantised implies bits");
-            // Three tensors in header order: all words, then all scales, then all biases. Each
-            // row is drawn once per pass from a per-row seed so the passes agree.
-            let row_seed = rng.next_u64();
-            let mut q_row = |r: usize| {
-                let mut rr = Rng(row_seed ^ (r as u64).wrapping_mul(0x9e37_79b9));
-                row.clear();
-                row.extend((0..cols).map(|_| draw(&mut rr)));
-                quant::quantize(&row, 1, cols, bits, opts.group_size)
-            };
-            for pass in 0..3 {
-                for r in 0..rows {
-                    let q = q_row(r);
-                    match pass {
-                        0 => w.write_all(bytemuck::cast_slice(&q.words)).map_err(io)?,
-                        1 => w.write_all(bytemuck::cast_slice(&q.scales)).map_err(io)?,
-                        _ => w.write_all(bytemuck::cast_slice(&q.biases)).map_err(io)?,
+        let q = quantised(s);
+        let bits = opts.bits.unwrap_or(16) as usize;
+        // Byte offsets of this tensor's stored parts (words, scales, biases; or the bf16 values).
+        let offs: Vec<u64> = (0..if q { 3 } else { 1 }).map(|_| stored_iter.next().expect("one stored entry per part")).collect();
+        let (wrow, grow) = (cols * bits / 8, 2 * (cols / opts.group_size.max(1)));
+        // Blocks of at most ~8 MB handed out through a counter: bounded memory, balanced threads.
+        let block = (8 << 20) / (wrow.max(cols * 2)).max(1);
+        let block = block.clamp(1, rows);
+        let n_blocks = rows.div_ceil(block);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|sc| -> Result<()> {
+            let mut handles = Vec::new();
+            for _ in 0..threads.min(n_blocks) {
+                let (file, offs, tmp, next) = (&file, &offs, &tmp, &next);
+                handles.push(sc.spawn(move || -> Result<()> {
+                    let mut row = Vec::new();
+                    let (mut wb, mut sb, mut bb) = (Vec::new(), Vec::new(), Vec::new());
+                    loop {
+                        let bi = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if bi >= n_blocks {
+                            return Ok(());
+                        }
+                        let (b0, b1) = (bi * block, ((bi + 1) * block).min(rows));
+                        wb.clear();
+                        sb.clear();
+                        bb.clear();
+                        for r in b0..b1 {
+                            draw_row(r, &mut row);
+                            if q {
+                                let qz = quant::quantize(&row, 1, cols, bits as u32, opts.group_size);
+                                wb.extend_from_slice(bytemuck::cast_slice(&qz.words));
+                                sb.extend_from_slice(bytemuck::cast_slice(&qz.scales));
+                                bb.extend_from_slice(bytemuck::cast_slice(&qz.biases));
+                            } else {
+                                wb.extend(row.iter().flat_map(|&v| bf16::from_f32(v).to_bits().to_le_bytes()));
+                            }
+                        }
+                        let e = |e| Error::io(tmp, e);
+                        if q {
+                            file.write_all_at(&wb, offs[0] + (b0 * wrow) as u64).map_err(e)?;
+                            file.write_all_at(&sb, offs[1] + (b0 * grow) as u64).map_err(e)?;
+                            file.write_all_at(&bb, offs[2] + (b0 * grow) as u64).map_err(e)?;
+                        } else {
+                            file.write_all_at(&wb, offs[0] + (b0 * cols * 2) as u64).map_err(e)?;
+                        }
                     }
-                }
+                }));
             }
-        } else {
-            for _ in 0..rows {
-                let vals: Vec<u16> = (0..cols).map(|_| bf16::from_f32(draw(&mut rng)).to_bits()).collect();
-                w.write_all(bytemuck::cast_slice(&vals)).map_err(io)?;
+            for h in handles {
+                h.join().map_err(|_| Error::Invalid("synth worker panicked".into()))??;
             }
-        }
+            Ok(())
+        })?;
     }
-    w.flush().map_err(io)?;
-    drop(w);
+    file.sync_all().map_err(io)?;
+    drop(file);
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
     let cfg_path = dir.join("config.json");
     let pretty = serde_json::to_string_pretty(&cfg_json).map_err(|e| Error::Invalid(e.to_string()))?;

@@ -366,18 +366,20 @@ struct MatmulCase {
     y_pad: usize,
     /// Some(n): count_sel 1 (the LM head), count = step.n_out = n.
     n_out: Option<usize>,
+    /// Token tile of the pipeline variant (`TOK` in matmul.wgsl): 1 (decode) or 8 (chunks).
+    tile: usize,
 }
 
 impl MatmulCase {
     fn new(fmt: Format, rows: usize, cols: usize, tokens: usize, gs: usize) -> Self {
-        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None }
+        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8 }
     }
 }
 
 impl Case for MatmulCase {
     fn name(&self) -> String {
         let c = self;
-        let mut s = format!("matmul_{}(rows={},cols={},tokens={}", c.fmt.name(), c.rows, c.cols, c.tokens);
+        let mut s = format!("matmul_{}_t{}(rows={},cols={},tokens={}", c.fmt.name(), c.tile, c.rows, c.cols, c.tokens);
         if is_quant(c.fmt) {
             s += &format!(",gs={}", c.gs);
         }
@@ -394,7 +396,7 @@ impl Case for MatmulCase {
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out } = self;
+        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out, tile } = self;
         let w = Weights::new(fmt, rows, cols, gs, rng);
         let count = n_out.unwrap_or(tokens);
         let (x_stride, y_stride) = (cols + x_pad, y_off + rows + y_pad);
@@ -431,8 +433,15 @@ impl Case for MatmulCase {
         };
         let n_out_step = n_out.unwrap_or(1);
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32 };
-        let grid = (rows.div_ceil(MATMUL_ROWS as usize), count.div_ceil(MATMUL_TOK as usize));
-        launch(Kernel::Matmul(fmt), bufs, &p, step, grid)
+        let grid = (rows.div_ceil(MATMUL_ROWS as usize), count.div_ceil(tile));
+        let mut l = launch(Kernel::Matmul(fmt, tile as u32), bufs, &p, step, grid);
+        if rows == 257 {
+            // Fold x into x·z as the backend does past 65535 workgroups (here past 16): the
+            // 65 row blocks become 17 × 4 (3 blocks past the end that must write nothing).
+            let (x, z) = fold_grid(l.grid.0, 16);
+            l.grid = (x, l.grid.1, z);
+        }
+        l
     }
 }
 
@@ -444,6 +453,10 @@ fn matmul_cases() -> Vec<Box<dyn Case>> {
         for rows in [1, 7, 63, 65, 257] {
             for tokens in [1, 3, 8, 9, 17] {
                 v.push(Box::new(MatmulCase::new(fmt, rows, 320, tokens, 64)));
+                // The decode variant (one token per workgroup), as the backend runs M = 1.
+                if tokens <= 3 {
+                    v.push(Box::new(MatmulCase { tile: 1, ..MatmulCase::new(fmt, rows, 320, tokens, 64) }));
+                }
             }
         }
         // Real widths: E2B hidden 1536, E4B hidden 2560, E2B MLP 6144 (the down projection's cols).

@@ -3,7 +3,8 @@
 //
 // Bindings: w, scales, biases: one row-range part of the table, format prepended (`load8`);
 //   ids: u32[n_tokens]; out: f32[n_tokens, cols]; p: EmbedParams; step: Step.
-// Launch: 64 threads, one 8-value chunk each; grid = (ceil(ceil(cols / 8) / 64), n_tokens).
+// Launch: 64 threads, one 8-value chunk each; grid = (ceil(ceil(cols / 8) / 64), n_tokens),
+//   x folded into x·z by the host past 65535 workgroups (as in matmul).
 // Rows whose length is not a multiple of 8 (float tables only) go element by element. The scale is f32(√hidden) (or √ple_dim), computed on the host.
 
 struct EmbedParams {
@@ -33,9 +34,10 @@ struct Step {
 @group(0) @binding(6) var<uniform> step: Step;
 
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let t = gid.y;
-    let c8 = gid.x;
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = wid.y;
+    let c8 = (wid.x + wid.z * nwg.x) * 64u + lid.x;
     if (t >= step.n_tokens || c8 * 8u >= p.cols) { return; }
     let id = ids[t];
     if (id < p.row0 || id >= p.row0 + p.rows) { return; }

@@ -7,16 +7,20 @@
 //   (`load8` yields 8 consecutive values of a row); x: f32[count, x_stride];
 //   y: f32[count, y_stride]; p: MatmulParams; step: Step.
 // Launch: 64 threads; workgroup (i, j) owns rows [ROWS*i, ROWS*i+ROWS) × tokens [TOK*j, TOK*j+TOK).
-//   grid = (ceil(rows / ROWS), ceil(count / TOK)).
+//   grid = (ceil(rows / ROWS), ceil(count / TOK)); when ceil(rows / ROWS) exceeds the 65535
+//   workgroups a dimension allows (the LM head: 262144 rows), the host folds it into x·z and
+//   i = wid.x + wid.z · num_workgroups.x (blocks past the end find no rows).
 // Each thread walks the 8-value chunks c8 = lid, lid+64, … of its rows, so one weight load serves
 // TOK tokens; partial sums are then added in thread order (deterministic).
 // When cols % 8 != 0 (float formats only: quantised rows are whole groups) every column goes
 // through the element path `load1` instead, so rows of any length work.
 // Host guarantees: for quantised formats cols % gs == 0.
 
+// TOK is substituted by the host: 1 for decode steps (no wasted multiply-adds on absent tokens),
+// 8 for prefill chunks. A token's arithmetic is the same sequence of operations in both.
 const WG: u32 = 64u;
 const ROWS: u32 = 4u;
-const TOK: u32 = 8u;
+const TOK: u32 = {{TOK}}u;
 
 struct MatmulParams {
     rows: u32,      // rows of this weight part
@@ -44,24 +48,30 @@ struct Step {
 @group(0) @binding(5) var<uniform> p: MatmulParams;
 @group(0) @binding(6) var<uniform> step: Step;
 
-var<workgroup> partial: array<f32, 2048>; // [ROWS * TOK][WG]
+var<workgroup> partial: array<f32, ROWS * TOK * WG>; // [ROWS * TOK][WG]
 
 @compute @workgroup_size(64)
-fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
     let lid = lid3.x;
     let count = select(step.n_tokens, step.n_out, p.count_sel == 1u);
-    let r0 = wid.x * ROWS;
+    let r0 = (wid.x + wid.z * nwg.x) * ROWS;
     let t0 = wid.y * TOK;
-    var acc: array<f32, 32>; // [ROWS][TOK]
+    // Loops have constant trip counts and out-of-range rows/tokens are clamped (computed, never
+    // stored) so the driver unrolls them and keeps `acc` in registers: a dynamically indexed
+    // array would live in slow local memory.
+    var acc: array<f32, ROWS * TOK>; // [ROWS][TOK]
     for (var i = 0u; i < ROWS * TOK; i++) { acc[i] = 0.0; }
+    var rows: array<u32, ROWS>;
+    for (var r = 0u; r < ROWS; r++) { rows[r] = min(r0 + r, p.rows - 1u); }
+    var xrow: array<u32, TOK>;
+    for (var t = 0u; t < TOK; t++) { xrow[t] = min(t0 + t, count - 1u) * p.x_stride; }
     let n8 = select(0u, p.cols / 8u, p.cols % 8u == 0u);
     for (var c8 = lid; c8 < n8; c8 += WG) {
         for (var r = 0u; r < ROWS; r++) {
-            if (r0 + r >= p.rows) { break; }
-            let wv = load8(r0 + r, c8, p.cols, p.gs);
+            let wv = load8(rows[r], c8, p.cols, p.gs);
             for (var t = 0u; t < TOK; t++) {
-                if (t0 + t >= count) { break; }
-                let xb = (t0 + t) * p.x_stride + c8 * 8u;
+                let xb = xrow[t] + c8 * 8u;
                 var s = 0.0;
                 for (var j = 0u; j < 8u; j++) { s += wv[j] * x[xb + j]; }
                 acc[r * TOK + t] += s;
@@ -70,11 +80,9 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     }
     for (var c = n8 * 8u + lid; c < p.cols; c += WG) {
         for (var r = 0u; r < ROWS; r++) {
-            if (r0 + r >= p.rows) { break; }
-            let wv = load1(r0 + r, c, p.cols, p.gs);
+            let wv = load1(rows[r], c, p.cols, p.gs);
             for (var t = 0u; t < TOK; t++) {
-                if (t0 + t >= count) { break; }
-                acc[r * TOK + t] += wv * x[(t0 + t) * p.x_stride + c];
+                acc[r * TOK + t] += wv * x[xrow[t] + c];
             }
         }
     }

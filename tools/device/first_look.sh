@@ -15,11 +15,15 @@ for form in hf mlx-4bit; do
     $K generate --model tests/fixtures/$m/$form --prompt-ids $LONG --max-new 48 --ignore-eos --json > "$OUT/$m-$form.json" 2>>"$OUT/stderr.txt"
   done
 done
-# Full-size synthetic models.
-P=$(python3 -c "print(','.join(str(2+i*37%1000) for i in range(512)))")
+# Full-size synthetic models: prefill of 512 tokens (pp512) and decode of 128 (tg128).
+P512=$(python3 -c "print(','.join(str(2+i*37%1000) for i in range(512)))")
+P16=$(python3 -c "print(','.join(str(2+i*37%1000) for i in range(16)))")
 for arch in e2b e4b; do
-  /usr/bin/time -v $K synth --arch $arch --quant 4bit /tmp/$arch 2>&1 | grep -E "wrote|Maximum resident|Elapsed" | tee -a "$OUT/summary.txt"
-  $K generate --model /tmp/$arch --prompt-ids ${P:0:400} --max-new 128 --ignore-eos --json 2>>"$OUT/summary.txt" | python3 -c "import json,sys; d=json.load(sys.stdin); print('$arch', json.dumps(d['stats']))" | tee -a "$OUT/summary.txt"
-  $K generate --model /tmp/$arch --prompt-ids $P --max-new 16 --ignore-eos --json 2>>"$OUT/summary.txt" | python3 -c "import json,sys; d=json.load(sys.stdin); print('$arch pp512', json.dumps(d['stats']))" | tee -a "$OUT/summary.txt"
+  /usr/bin/time -v $K synth --arch $arch --quant 4bit /tmp/$arch 2>&1 | grep -E "wrote|Maximum resident" | tee -a "$OUT/summary.txt"
+  for run in "pp512 $P512 1" "tg128 $P16 128"; do
+    set -- $run
+    $K generate --model /tmp/$arch --prompt-ids $2 --max-new $3 --ignore-eos --json 2>>"$OUT/stderr.txt" \
+      | python3 -c "import json,sys; d=json.load(sys.stdin); print('$arch $1', json.dumps(d['stats']))" | tee -a "$OUT/summary.txt"
+  done
   rm -rf /tmp/$arch
 done

@@ -42,7 +42,8 @@ impl Format {
 /// The kernels of the forward pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kernel {
-    Matmul(Format),
+    /// `tokens`: tokens per workgroup tile (`TOK` in matmul.wgsl): 1 for decode, 8 for chunks.
+    Matmul(Format, u32),
     Embed(Format),
     RmsNorm,
     HeadNormRope,
@@ -54,7 +55,7 @@ pub enum Kernel {
 impl Kernel {
     pub fn label(self) -> String {
         match self {
-            Kernel::Matmul(f) => format!("matmul_{}", f.name()),
+            Kernel::Matmul(f, tok) => format!("matmul_{}_t{tok}", f.name()),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm => "rmsnorm".into(),
             Kernel::HeadNormRope => "head_norm_rope".into(),
@@ -66,7 +67,9 @@ impl Kernel {
 
     fn source(self) -> String {
         match self {
-            Kernel::Matmul(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/matmul.wgsl")),
+            Kernel::Matmul(f, tok) => {
+                format!("{}\n{}", f.source(), include_str!("../../../wgsl/matmul.wgsl").replace("{{TOK}}", &tok.to_string()))
+            }
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => include_str!("../../../wgsl/rmsnorm.wgsl").into(),
             Kernel::HeadNormRope => include_str!("../../../wgsl/head_norm_rope.wgsl").into(),
@@ -78,7 +81,7 @@ impl Kernel {
 }
 
 /// How a kernel binds one resource (the WGSL `var<...>` it declares).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Bind {
     Read,
     ReadWrite,
@@ -91,7 +94,7 @@ impl Kernel {
     pub fn bindings(self) -> &'static [Bind] {
         use Bind::*;
         match self {
-            Kernel::Matmul(_) | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::Matmul(..) | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::RmsNorm => &[Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::HeadNormRope | Kernel::Attention => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
@@ -100,7 +103,20 @@ impl Kernel {
     }
 }
 
-/// Rows and tokens one `matmul` workgroup covers (`ROWS`, `TOK` in matmul.wgsl).
+/// Splits a 1-D workgroup count `x` into `(x', z)` with `x' ≤ max` and `x'·z ≥ x`, for kernels
+/// that linearise `wid.x + wid.z · num_workgroups.x` (matmul, embed). WebGPU caps each grid
+/// dimension at 65535 workgroups; the E2B LM head alone needs 65536.
+pub fn fold_grid(x: u32, max: u32) -> (u32, u32) {
+    if x <= max {
+        (x, 1)
+    } else {
+        let z = x.div_ceil(max);
+        (x.div_ceil(z), z)
+    }
+}
+
+/// Rows one `matmul` workgroup covers (`ROWS` in matmul.wgsl), and the token tile of the
+/// prefill variant (the decode variant has a tile of 1).
 pub const MATMUL_ROWS: u32 = 4;
 pub const MATMUL_TOK: u32 = 8;
 /// Sentinel for "no norm weight" (`NO_WEIGHT` in the WGSL).
@@ -205,6 +221,9 @@ pub struct ArgmaxParams {
 #[derive(Default)]
 pub struct Pipelines {
     cache: HashMap<Kernel, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>,
+    /// One layout per binding signature, so one bind group serves every variant of a kernel
+    /// (the decode and prefill matmuls share theirs).
+    layouts: HashMap<&'static [Bind], wgpu::BindGroupLayout>,
 }
 
 impl Pipelines {
@@ -232,7 +251,11 @@ impl Pipelines {
                     count: None,
                 })
                 .collect();
-            let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&label), entries: &entries });
+            let bgl = self
+                .layouts
+                .entry(k.bindings())
+                .or_insert_with(|| device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&label), entries: &entries }))
+                .clone();
             let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
                 label: Some(&label),
                 bind_group_layouts: &[Some(&bgl)],

@@ -78,6 +78,8 @@ enum GridY {
 /// A dispatch of the recorded program.
 struct Dispatch {
     pipeline: wgpu::ComputePipeline,
+    /// The variant for steps where the grid's count is 1 (decode): same bindings, no token tile.
+    single: Option<wgpu::ComputePipeline>,
     bind_group: wgpu::BindGroup,
     /// Grid x (fixed), or, when `x_from_out`, one per output row.
     x: u32,
@@ -94,6 +96,7 @@ enum Res {
 
 struct Spec {
     kernel: Kernel,
+    single: Option<Kernel>,
     res: Vec<Res>,
     param_off: u64,
     param_len: u64,
@@ -118,6 +121,8 @@ pub struct WgpuBackend {
     logits_read: wgpu::Buffer,
     /// Rows of logits one step can produce (bounded by the binding limit).
     logit_rows: usize,
+    /// Workgroups one grid dimension allows.
+    max_groups: u32,
     inv_freq: [Vec<f32>; 2],
     rope_stride: usize,
     rope_host: Vec<f32>,
@@ -190,6 +195,9 @@ impl WgpuBackend {
         self.gpu.queue.write_buffer(&self.ids_buf, 0, bytemuck::cast_slice(tokens));
         self.write_rope(pos0, n);
 
+        // Validation errors (a bug, or a device limit the recording missed) become an Err here
+        // instead of wgpu's default panic.
+        let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
@@ -205,9 +213,18 @@ impl WgpuBackend {
                 if x == 0 || y == 0 {
                     continue;
                 }
-                pass.set_pipeline(&d.pipeline);
+                let (x, z) = fold_grid(x, self.max_groups);
+                let count = match d.y {
+                    GridY::Out | GridY::OutTiles(_) => n_out,
+                    _ => n,
+                };
+                let (pipeline, y) = match &d.single {
+                    Some(p) if count == 1 => (p, 1),
+                    _ => (&d.pipeline, y),
+                };
+                pass.set_pipeline(pipeline);
                 pass.set_bind_group(0, &d.bind_group, &[]);
-                pass.dispatch_workgroups(x, y, 1);
+                pass.dispatch_workgroups(x, y, z);
             }
         }
         let want_logits = readback != Readback::Argmax && n_out > 0;
@@ -218,6 +235,9 @@ impl WgpuBackend {
             }
         }
         self.gpu.queue.submit([enc.finish()]);
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("step rejected by the device: {e}")));
+        }
         let mut out = StepOutput::default();
         if n_out == 0 {
             // Wait so errors surface in this step, not the next.
@@ -389,7 +409,7 @@ impl<'a> Builder<'a> {
 
     fn spec<T: bytemuck::Pod>(&mut self, kernel: Kernel, res: Vec<Res>, p: &T, x: u32, y: GridY) {
         let (param_off, param_len) = self.push_params(p);
-        self.specs.push(Spec { kernel, res, param_off, param_len, x, x_from_out: false, y });
+        self.specs.push(Spec { kernel, single: None, res, param_off, param_len, x, x_from_out: false, y });
     }
 
     /// `y[t, r] = W x[t]` over all parts of `m`.
@@ -415,7 +435,10 @@ impl<'a> Builder<'a> {
                 Res::Step,
             ];
             let gy = if on_out { GridY::OutTiles(MATMUL_TOK) } else { GridY::TokenTiles(MATMUL_TOK) };
-            self.spec(Kernel::Matmul(m.format), res, &p, (part.rows as u32).div_ceil(MATMUL_ROWS), gy);
+            self.spec(Kernel::Matmul(m.format, MATMUL_TOK), res, &p, (part.rows as u32).div_ceil(MATMUL_ROWS), gy);
+            if let Some(s) = self.specs.last_mut() {
+                s.single = Some(Kernel::Matmul(m.format, 1));
+            }
         }
     }
 
@@ -645,6 +668,7 @@ impl<'a> Builder<'a> {
         let (param_off, param_len) = self.push_params(&ArgmaxParams { vocab: vocab as u32, cap, _pad: [0; 2] });
         self.specs.push(Spec {
             kernel: Kernel::SoftcapArgmax,
+            single: None,
             res: vec![Res::Buf(logits.clone()), Res::Buf(best.clone()), Res::Params, Res::Step],
             param_off,
             param_len,
@@ -666,6 +690,10 @@ impl<'a> Builder<'a> {
         let specs = std::mem::take(&mut self.specs);
         for s in specs {
             let (pipeline, layout) = self.pipelines.get(&self.gpu.device, s.kernel)?.clone();
+            let single = match s.single {
+                Some(k) => Some(self.pipelines.get(&self.gpu.device, k)?.0.clone()),
+                None => None,
+            };
             let entries: Vec<wgpu::BindGroupEntry> = s
                 .res
                 .iter()
@@ -689,7 +717,7 @@ impl<'a> Builder<'a> {
             if let Some(e) = pollster::block_on(scope.pop()) {
                 return Err(Error::Gpu(format!("binding {label}: {e}")));
             }
-            program.push(Dispatch { pipeline, bind_group, x: s.x, x_from_out: s.x_from_out, y: s.y });
+            program.push(Dispatch { pipeline, single, bind_group, x: s.x, x_from_out: s.x_from_out, y: s.y });
         }
 
         let best_read = self.gpu.staging("argmax readback", (4 * logit_rows) as u64);
@@ -707,6 +735,7 @@ impl<'a> Builder<'a> {
             best_read,
             logits_read,
             logit_rows,
+            max_groups: self.gpu.limits.max_compute_workgroups_per_dimension,
             inv_freq: [t.rope_sliding.inv_freq(), t.rope_full.inv_freq()],
             rope_stride,
             rope_host: Vec::new(),
