@@ -1,6 +1,7 @@
 //! The `kestrel` command line: clap definitions (the flag and `--json` contract) and dispatch
 //! to one file per subcommand. Everything is validated before a device is opened.
 
+mod bench;
 mod generate;
 mod synth;
 
@@ -22,8 +23,25 @@ pub struct Cli {
 pub enum Command {
     /// Generate text from a prompt (streams text to stdout, stats to stderr).
     Generate(GenerateArgs),
+    /// Measure prefill and decode throughput, bandwidth and per-kernel GPU time.
+    Bench(BenchArgs),
     /// Write a synthetic checkpoint (random weights of realistic magnitude) of a real architecture.
     Synth(SynthArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt tokens to prefill (pp).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Tokens to decode (tg).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: usize,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -138,5 +156,6 @@ pub fn run() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

@@ -35,9 +35,12 @@ impl Gpu {
         })?;
         let info = adapter.get_info();
         let limits = adapter.limits();
+        // Timestamps inside passes let `kestrel bench` time each kernel; optional everywhere.
+        let profiling = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        let features = adapter.features() & profiling;
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("kestrel"),
-            required_features: wgpu::Features::empty(),
+            required_features: features,
             required_limits: limits.clone(),
             ..Default::default()
         }))
@@ -45,6 +48,33 @@ impl Gpu {
         let adapter_max = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
         let max_binding = max_binding_override.map_or(adapter_max, |m| m.min(adapter_max));
         Ok(Gpu { device, queue, info, limits, adapter_max_binding: adapter_max, max_binding })
+    }
+
+    /// True when kernels can be timed with timestamps inside a compute pass.
+    pub fn can_profile(&self) -> bool {
+        self.device.features().contains(wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES)
+    }
+
+    /// Device-to-device copy bandwidth in GB/s (bytes read + bytes written per second), the
+    /// roofline `kestrel bench` compares against: `iters` copies of a `bytes`-sized buffer,
+    /// after one warm-up copy, timed on the host around submit-and-wait.
+    pub fn copy_bandwidth(&self, bytes: u64, iters: u32) -> Result<f64> {
+        let bytes = bytes.min(self.limits.max_buffer_size).next_multiple_of(4);
+        let a = self.storage("bandwidth src", bytes);
+        let b = self.storage("bandwidth dst", bytes);
+        let run = |n: u32| -> Result<std::time::Duration> {
+            let t0 = std::time::Instant::now();
+            let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bandwidth") });
+            for _ in 0..n {
+                enc.copy_buffer_to_buffer(&a, 0, &b, 0, Some(bytes));
+            }
+            self.queue.submit([enc.finish()]);
+            self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+            Ok(t0.elapsed())
+        };
+        run(1)?;
+        let t = run(iters)?;
+        Ok(2.0 * bytes as f64 * iters as f64 / t.as_secs_f64() / 1e9)
     }
 
     pub fn describe(&self) -> String {

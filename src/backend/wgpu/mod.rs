@@ -77,6 +77,8 @@ enum GridY {
 
 /// A dispatch of the recorded program.
 struct Dispatch {
+    /// Kernel name, for profiles.
+    label: String,
     pipeline: wgpu::ComputePipeline,
     /// The variant for steps where the grid's count is 1 (decode): same bindings, no token tile.
     single: Option<wgpu::ComputePipeline>,
@@ -105,6 +107,22 @@ struct Spec {
     y: GridY,
 }
 
+/// GPU time of one kernel over a profiled step.
+#[derive(Debug, Clone)]
+pub struct KernelTime {
+    pub kernel: String,
+    pub dispatches: usize,
+    pub micros: f64,
+}
+
+/// Timestamp queries around every dispatch of one step (`kestrel bench`).
+struct Profiler {
+    queries: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    read: wgpu::Buffer,
+    capacity: u32,
+}
+
 /// The portable GPU backend.
 pub struct WgpuBackend {
     gpu: Gpu,
@@ -127,6 +145,12 @@ pub struct WgpuBackend {
     rope_stride: usize,
     rope_host: Vec<f32>,
     read_scratch: Vec<u8>,
+    profiler: Option<Profiler>,
+    /// Executed dispatch indices and timestamps of the last profiled step.
+    profile: Vec<KernelTime>,
+    /// Weight bytes one decode step reads: every matrix but the per-layer embedding table, of
+    /// which a step reads one row.
+    decode_bytes: u64,
     weight_bytes: u64,
     state_bytes: u64,
 }
@@ -157,6 +181,69 @@ impl WgpuBackend {
 
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
+    }
+
+    /// Weight bytes one decode step reads (what bounds decode speed).
+    pub fn decode_bytes(&self) -> u64 {
+        self.decode_bytes
+    }
+
+    /// Times every dispatch of the following steps (timestamps inside the pass) until turned
+    /// off; read the result of the last step with [`WgpuBackend::last_profile`].
+    pub fn set_profiling(&mut self, on: bool) -> Result<()> {
+        if !on {
+            self.profiler = None;
+            return Ok(());
+        }
+        if !self.gpu.can_profile() {
+            return Err(Error::Gpu("this adapter has no timestamp queries inside passes: per-kernel times are unavailable".into()));
+        }
+        let capacity = (self.program.len() as u32 + 1).min(wgpu::QUERY_SET_MAX_QUERIES);
+        if (self.program.len() as u32 + 1) > capacity {
+            return Err(Error::Gpu(format!("{} dispatches per step exceed the {capacity} timestamps of a query set", self.program.len())));
+        }
+        let dev = &self.gpu.device;
+        let queries = dev.create_query_set(&wgpu::QuerySetDescriptor { label: Some("kernel timestamps"), ty: wgpu::QueryType::Timestamp, count: capacity });
+        let size = 8 * capacity as u64;
+        let resolve = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("timestamp resolve"),
+            size,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let read = self.gpu.staging("timestamp readback", size);
+        self.profiler = Some(Profiler { queries, resolve, read, capacity });
+        Ok(())
+    }
+
+    /// Per-kernel GPU time of the last profiled step, largest first.
+    pub fn last_profile(&self) -> &[KernelTime] {
+        &self.profile
+    }
+
+    fn collect_profile(&mut self, executed: &[usize]) -> Result<()> {
+        let p = self.profiler.as_ref().expect("called with a profiler");
+        let n = executed.len() + 1;
+        debug_assert!(n as u32 <= p.capacity);
+        let mut bytes = Vec::new();
+        self.gpu.read(&p.read, 8 * n as u64, &mut bytes)?;
+        let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
+        let ns_per_tick = self.gpu.queue.get_timestamp_period() as f64;
+        let mut by_kernel: Vec<KernelTime> = Vec::new();
+        for (k, &di) in executed.iter().enumerate() {
+            let us = ticks[k + 1].saturating_sub(ticks[k]) as f64 * ns_per_tick / 1e3;
+            let label = &self.program[di].label;
+            match by_kernel.iter_mut().find(|t| &t.kernel == label) {
+                Some(t) => {
+                    t.micros += us;
+                    t.dispatches += 1;
+                }
+                None => by_kernel.push(KernelTime { kernel: label.clone(), dispatches: 1, micros: us }),
+            }
+        }
+        by_kernel.sort_by(|a, b| b.micros.total_cmp(&a.micros));
+        self.profile = by_kernel;
+        Ok(())
     }
 
     fn write_rope(&mut self, pos0: usize, n: usize) {
@@ -199,9 +286,13 @@ impl WgpuBackend {
         // instead of wgpu's default panic.
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
+        let mut executed: Vec<usize> = Vec::new();
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
-            for d in &self.program {
+            if let Some(p) = &self.profiler {
+                pass.write_timestamp(&p.queries, 0);
+            }
+            for (di, d) in self.program.iter().enumerate() {
                 let y = match d.y {
                     GridY::One => 1,
                     GridY::Tokens => n as u32,
@@ -225,7 +316,16 @@ impl WgpuBackend {
                 pass.set_pipeline(pipeline);
                 pass.set_bind_group(0, &d.bind_group, &[]);
                 pass.dispatch_workgroups(x, y, z);
+                if let Some(p) = &self.profiler {
+                    executed.push(di);
+                    pass.write_timestamp(&p.queries, executed.len() as u32);
+                }
             }
+        }
+        if let Some(p) = &self.profiler {
+            let n = executed.len() as u32 + 1;
+            enc.resolve_query_set(&p.queries, 0..n, &p.resolve, 0);
+            enc.copy_buffer_to_buffer(&p.resolve, 0, &p.read, 0, Some(8 * n as u64));
         }
         let want_logits = readback != Readback::Argmax && n_out > 0;
         if n_out > 0 {
@@ -237,6 +337,9 @@ impl WgpuBackend {
         self.gpu.queue.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("step rejected by the device: {e}")));
+        }
+        if self.profiler.is_some() {
+            self.collect_profile(&executed)?;
         }
         let mut out = StepOutput::default();
         if n_out == 0 {
@@ -301,6 +404,8 @@ struct Builder<'a> {
     dummy: wgpu::Buffer,
     step_buf: wgpu::Buffer,
     weight_bytes: u64,
+    /// Bytes of tables only gathered from (the PLE embedding), not streamed each step.
+    gather_only_bytes: u64,
     state_bytes: u64,
 }
 
@@ -323,6 +428,7 @@ impl<'a> Builder<'a> {
             dummy,
             step_buf,
             weight_bytes: 0,
+            gather_only_bytes: 0,
             state_bytes: 0,
         };
         b.record(w)
@@ -524,7 +630,12 @@ impl<'a> Builder<'a> {
         // ---- weights
         let embed = self.upload_matrix(&w.embed)?;
         let ple_w = match &w.ple {
-            Some(p) => Some((self.upload_matrix(&p.embed)?, self.upload_matrix(&p.model_projection)?)),
+            Some(p) => {
+                let before = self.weight_bytes;
+                let table = self.upload_matrix(&p.embed)?;
+                self.gather_only_bytes += self.weight_bytes - before;
+                Some((table, self.upload_matrix(&p.model_projection)?))
+            }
             None => None,
         };
         struct GpuLayer {
@@ -717,7 +828,7 @@ impl<'a> Builder<'a> {
             if let Some(e) = pollster::block_on(scope.pop()) {
                 return Err(Error::Gpu(format!("binding {label}: {e}")));
             }
-            program.push(Dispatch { pipeline, single, bind_group, x: s.x, x_from_out: s.x_from_out, y: s.y });
+            program.push(Dispatch { label: s.kernel.label(), pipeline, single, bind_group, x: s.x, x_from_out: s.x_from_out, y: s.y });
         }
 
         let best_read = self.gpu.staging("argmax readback", (4 * logit_rows) as u64);
@@ -740,6 +851,9 @@ impl<'a> Builder<'a> {
             rope_stride,
             rope_host: Vec::new(),
             read_scratch: Vec::new(),
+            profiler: None,
+            profile: Vec::new(),
+            decode_bytes: self.weight_bytes - self.gather_only_bytes,
             weight_bytes: self.weight_bytes,
             state_bytes: self.state_bytes,
             gpu: self.gpu,

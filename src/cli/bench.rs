@@ -1,0 +1,112 @@
+//! `kestrel bench`: prefill (pp) and decode (tg) throughput in the style of llama-bench, with
+//! the bytes a decode step reads, the bandwidth that implies, the device's own copy bandwidth
+//! as the roofline, and per-kernel GPU time from timestamp queries.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use serde_json::json;
+
+use super::generate::load_model;
+use super::BenchArgs;
+use crate::backend::wgpu::{WgpuBackend, WgpuOptions};
+use crate::backend::{Backend, BackendKind, Readback};
+
+/// Deterministic prompt ids (no tokenizer needed): spread over the vocabulary, never special.
+fn ids(n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|i| (1000 + i * 7919) as u32 % vocab.max(2) as u32).collect()
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if args.model.backend != BackendKind::Wgpu {
+        bail!("kestrel bench measures the wgpu backend (--backend wgpu)");
+    }
+    if args.n_prompt == 0 && args.n_gen == 0 {
+        bail!("nothing to measure: -p and -n are both 0");
+    }
+    let model = load_model(&args.model)?;
+    let max_pos = model.cfg.text.max_position_embeddings;
+    let ctx = args.model.ctx_for(max_pos).max(args.n_prompt + args.n_gen + 1).min(max_pos);
+    let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.model.chunk, max_binding: None };
+    let mut b = WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?;
+    let vocab = model.cfg.text.vocab_size;
+
+    // Warm-up: compile pipelines, touch every buffer once.
+    b.prefill(&ids(2, vocab), 0, Readback::Argmax)?;
+
+    // pp: the prompt in chunks, as `generate` runs it.
+    let mut pp = None;
+    if args.n_prompt > 0 {
+        b.reset();
+        let prompt = ids(args.n_prompt, vocab);
+        let t0 = Instant::now();
+        let mut pos = 0;
+        for piece in prompt.chunks(args.model.chunk) {
+            b.prefill(piece, pos, Readback::Argmax)?;
+            pos += piece.len();
+        }
+        pp = Some(args.n_prompt as f64 / t0.elapsed().as_secs_f64());
+    }
+
+    // tg: greedy decode of n tokens after a one-token context (llama-bench's tg).
+    let mut tg = None;
+    let mut profile = Vec::new();
+    if args.n_gen > 0 {
+        b.reset();
+        let mut tok = b.prefill(&ids(1, vocab), 0, Readback::Argmax)?.argmax[0];
+        let t0 = Instant::now();
+        for i in 0..args.n_gen {
+            tok = b.decode(tok, 1 + i, Readback::Argmax)?.argmax[0];
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        tg = Some((args.n_gen as f64 / secs, secs / args.n_gen as f64));
+        if b.gpu().can_profile() {
+            b.set_profiling(true)?;
+            b.decode(tok, 1 + args.n_gen, Readback::Argmax)?;
+            profile = b.last_profile().to_vec();
+            b.set_profiling(false)?;
+        }
+    }
+
+    let copy_gbs = b.gpu().copy_bandwidth(1 << 30, 10)?;
+    let bytes = b.decode_bytes() as f64;
+    let gbs = tg.map(|(_, s)| bytes / s / 1e9);
+    let gpu_us: f64 = profile.iter().map(|k| k.micros).sum();
+
+    if args.json {
+        let obj = json!({
+            "model": model.source,
+            "device": b.device_info(),
+            "backend": "wgpu",
+            "pp": pp.map(|t| json!({"tokens": args.n_prompt, "tok_s": t})),
+            "tg": tg.map(|(t, s)| json!({
+                "tokens": args.n_gen, "tok_s": t, "ms_per_token": s * 1e3,
+                "bytes_per_token": bytes, "gb_s": bytes / s / 1e9,
+                "roofline_gb_s": copy_gbs, "roofline_fraction": bytes / s / 1e9 / copy_gbs,
+                "gpu_us_per_token": if profile.is_empty() { None } else { Some(gpu_us) },
+            })),
+            "kernels": profile.iter().map(|k| json!({"kernel": k.kernel, "dispatches": k.dispatches, "us": k.micros})).collect::<Vec<_>>(),
+        });
+        println!("{obj}");
+    } else {
+        println!("model: {}   device: {}", model.source, b.device_info());
+        println!("| test | tok/s | ms/token | GB/token | GB/s | roofline (copy) GB/s | % of roofline |");
+        println!("|---|---|---|---|---|---|---|");
+        if let Some(t) = pp {
+            println!("| pp{} | {t:.1} | {:.3} | | | | |", args.n_prompt, 1e3 / t);
+        }
+        if let (Some((t, s)), Some(g)) = (tg, gbs) {
+            println!("| tg{} | {t:.1} | {:.3} | {:.3} | {g:.1} | {copy_gbs:.1} | {:.1} % |", args.n_gen, s * 1e3, bytes / 1e9, 100.0 * g / copy_gbs);
+        }
+        if !profile.is_empty() {
+            println!("\nGPU time of one decode step: {gpu_us:.1} µs over {} dispatches", profile.iter().map(|k| k.dispatches).sum::<usize>());
+            println!("| kernel | dispatches | µs | % |");
+            println!("|---|---|---|---|");
+            for k in &profile {
+                println!("| {} | {} | {:.1} | {:.1} |", k.kernel, k.dispatches, k.micros, 100.0 * k.micros / gpu_us);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
