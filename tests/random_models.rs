@@ -35,10 +35,12 @@ fn config(case: usize) -> serde_json::Value {
             "use_double_wide_mlp": true, "max_position_embeddings": 512, "rope_parameters": rope,
             "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true
         }),
-        // E4B-like: GQA 6:2, no PLE, no sharing, window larger than the prompt, 64-multiple dims.
+        // E4B-like: GQA 6:2, no PLE, no sharing, window larger than the prompt, 64-multiple dims;
+        // K-as-V on the full layer with its own KV head count (26B-style attention, dense MLP).
         1 => json!({
             "vocab_size": 256, "hidden_size": 128, "intermediate_size": 192, "num_hidden_layers": 4,
             "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 32, "global_head_dim": 64,
+            "attention_k_eq_v": true, "num_global_key_value_heads": 1,
             "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
             "sliding_window": 64, "final_logit_softcapping": null, "rms_norm_eps": 1e-6,
             "num_kv_shared_layers": 0, "max_position_embeddings": 256, "rope_parameters": rope,
