@@ -81,7 +81,7 @@ fn cpu_reference_matches_transformers() {
 fn wgpu_matches_transformers() {
     for chunk in [128, 7] {
         run_all(
-            &["tiny-e2b", "tiny-e4b"],
+            &["tiny-e2b", "tiny-e4b", "tiny-moe"],
             &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: chunk, max_binding: None }).map(|b| Box::new(b) as Box<dyn Backend>),
             chunk,
             "wgpu",

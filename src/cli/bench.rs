@@ -19,7 +19,7 @@ fn ids(n: usize, vocab: usize) -> Vec<u32> {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    if args.model.backend.is_some_and(|b| b != BackendKind::Wgpu) {
+    if args.model.backend != BackendKind::Wgpu {
         bail!("kestrel bench measures the wgpu backend (--backend wgpu)");
     }
     if args.n_prompt == 0 && args.n_gen == 0 {

@@ -34,15 +34,7 @@ pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn B
     if args.chunk == 0 || args.chunk > 1024 {
         bail!("--chunk {} is out of range: use 1..=1024", args.chunk);
     }
-    let kind = match args.backend {
-        Some(k) => k,
-        None if model.cfg.text.enable_moe_block => {
-            eprintln!("warning: the wgpu backend does not run MoE blocks yet; using the CPU reference backend (slow). Pass --backend to choose.");
-            BackendKind::Cpu
-        }
-        None => BackendKind::Wgpu,
-    };
-    Ok(match kind {
+    Ok(match args.backend {
         BackendKind::Cpu => Box::new(CpuBackend::new(model.cfg.clone(), model.weights.clone(), ctx)),
         BackendKind::Wgpu => {
             let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.chunk, max_binding: None };

@@ -68,9 +68,8 @@ pub struct ModelArgs {
     pub model: Option<PathBuf>,
 
     /// Backend: `wgpu` (GPU through Vulkan/Metal/DX12) or `cpu` (the f32 reference, slow).
-    /// [default: wgpu; models the GPU path cannot run yet (MoE) fall back to cpu with a warning]
-    #[arg(long, value_parser = parse_backend)]
-    pub backend: Option<BackendKind>,
+    #[arg(long, default_value = "wgpu", value_parser = parse_backend)]
+    pub backend: BackendKind,
 
     /// Context length (prompt + generated tokens) the KV cache holds [default: 4096, or the
     /// model's max_position_embeddings if smaller].

@@ -50,6 +50,12 @@ pub enum Kernel {
     Attention,
     GeluMul,
     SoftcapArgmax,
+    /// MoE: softmax, top-k and weights of the router logits.
+    RouterTopk,
+    /// MoE: gathered mat-vec of each token's routed experts.
+    MoeMatmul(Format),
+    /// MoE: weighted sum of the routed experts' outputs.
+    MoeCombine,
 }
 
 impl Kernel {
@@ -62,6 +68,9 @@ impl Kernel {
             Kernel::Attention => "attention".into(),
             Kernel::GeluMul => "gelu_mul".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
+            Kernel::RouterTopk => "router_topk".into(),
+            Kernel::MoeMatmul(f) => format!("moe_matmul_{}", f.name()),
+            Kernel::MoeCombine => "moe_combine".into(),
         }
     }
 
@@ -76,6 +85,9 @@ impl Kernel {
             Kernel::Attention => include_str!("../../../wgsl/attention.wgsl").into(),
             Kernel::GeluMul => include_str!("../../../wgsl/gelu_mul.wgsl").into(),
             Kernel::SoftcapArgmax => include_str!("../../../wgsl/softcap_argmax.wgsl").into(),
+            Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
+            Kernel::MoeMatmul(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
+            Kernel::MoeCombine => include_str!("../../../wgsl/moe_combine.wgsl").into(),
         }
     }
 }
@@ -99,6 +111,9 @@ impl Kernel {
             Kernel::HeadNormRope | Kernel::Attention => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::MoeMatmul(_) => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::MoeCombine => &[Read, Read, ReadWrite, Uniform, Uniform],
         }
     }
 }
@@ -214,6 +229,37 @@ pub struct GeluParams {
 pub struct ArgmaxParams {
     pub vocab: u32,
     pub cap: f32,
+    pub _pad: [u32; 2],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct RouterParams {
+    pub n_experts: u32,
+    pub top_k: u32,
+    pub _pad: [u32; 2],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct MoeMatmulParams {
+    pub rows: u32,
+    pub cols: u32,
+    pub gs: u32,
+    pub expert_stride: u32,
+    pub row_off: u32,
+    pub top_k: u32,
+    pub x_tok_stride: u32,
+    pub x_slot_stride: u32,
+    pub y_stride: u32,
+    pub _pad: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct CombineParams {
+    pub n: u32,
+    pub top_k: u32,
     pub _pad: [u32; 2],
 }
 

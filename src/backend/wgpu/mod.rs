@@ -7,8 +7,9 @@
 //! the rope table, encodes the program into ONE compute pass, submits once, and reads back the
 //! argmax (and logits when asked). Nothing is allocated in the decode loop.
 //!
-//! Activations are f32 (the reference path). Not yet here: MoE blocks (26B-A4B) and the
-//! speculative verify/commit steps.
+//! Activations are f32 (the reference path). MoE layers (26B-A4B) run with every expert
+//! resident: router top-k on the GPU, then gathered expert mat-vecs. Not yet here: expert
+//! streaming through the LFU slot cache, and the speculative verify/commit steps.
 
 pub mod context;
 pub mod harness;
@@ -21,7 +22,7 @@ use crate::backend::{Backend, MemoryUse, Readback, StepOutput};
 use crate::config::{AttnKind, Config, KvSource};
 use crate::error::{Error, Result};
 use crate::kv::KvLayout;
-use crate::loader::{Matrix, ModelWeights};
+use crate::loader::{ExpertGateUp, Matrix, ModelWeights};
 use crate::quant::DType;
 pub use context::Gpu;
 use kernels::*;
@@ -73,6 +74,8 @@ enum GridY {
     Out,
     /// `ceil(n_out / k)`.
     OutTiles(u32),
+    /// `k` (routed slots), with the tokens along z.
+    Slots(u32),
 }
 
 /// A dispatch of the recorded program.
@@ -83,9 +86,11 @@ struct Dispatch {
     /// The variant for steps where the grid's count is 1 (decode): same bindings, no token tile.
     single: Option<wgpu::ComputePipeline>,
     bind_group: wgpu::BindGroup,
-    /// Grid x (fixed), or, when `x_from_out`, one per output row.
+    /// Grid x (fixed), or, when `x_from_out`, one per output row, or when `x_from_tokens`,
+    /// one per token.
     x: u32,
     x_from_out: bool,
+    x_from_tokens: bool,
     y: GridY,
 }
 
@@ -104,6 +109,7 @@ struct Spec {
     param_len: u64,
     x: u32,
     x_from_out: bool,
+    x_from_tokens: bool,
     y: GridY,
 }
 
@@ -163,10 +169,8 @@ impl WgpuBackend {
     }
 
     pub fn with_gpu(gpu: Gpu, cfg: Config, w: Arc<ModelWeights>, opts: WgpuOptions) -> Result<Self> {
-        if cfg.text.enable_moe_block {
-            return Err(Error::Invalid(
-                "this model has MoE blocks (26B-A4B): the wgpu backend does not run them yet; use --backend cpu".into(),
-            ));
+        if cfg.text.enable_moe_block && cfg.text.num_experts > 256 {
+            return Err(Error::Invalid(format!("{} experts: the router kernel handles at most 256", cfg.text.num_experts)));
         }
         if cfg.assistant.is_some() {
             return Err(Error::Invalid("this is a gemma4_assistant drafter: pass it as --draft, not --model".into()));
@@ -293,14 +297,25 @@ impl WgpuBackend {
                 pass.write_timestamp(&p.queries, 0);
             }
             for (di, d) in self.program.iter().enumerate() {
+                let mut z_tokens = false;
                 let y = match d.y {
+                    GridY::Slots(k) => {
+                        z_tokens = true;
+                        k
+                    }
                     GridY::One => 1,
                     GridY::Tokens => n as u32,
                     GridY::TokenTiles(k) => (n as u32).div_ceil(k),
                     GridY::Out => n_out as u32,
                     GridY::OutTiles(k) => (n_out as u32).div_ceil(k),
                 };
-                let x = if d.x_from_out { n_out as u32 } else { d.x };
+                let x = if d.x_from_out {
+                    n_out as u32
+                } else if d.x_from_tokens {
+                    n as u32
+                } else {
+                    d.x
+                };
                 if x == 0 || y == 0 {
                     continue;
                 }
@@ -313,6 +328,7 @@ impl WgpuBackend {
                     Some(p) if count == 1 => (p, 1),
                     _ => (&d.pipeline, y),
                 };
+                let z = if z_tokens { n as u32 } else { z };
                 pass.set_pipeline(pipeline);
                 pass.set_bind_group(0, &d.bind_group, &[]);
                 pass.dispatch_workgroups(x, y, z);
@@ -515,7 +531,7 @@ impl<'a> Builder<'a> {
 
     fn spec<T: bytemuck::Pod>(&mut self, kernel: Kernel, res: Vec<Res>, p: &T, x: u32, y: GridY) {
         let (param_off, param_len) = self.push_params(p);
-        self.specs.push(Spec { kernel, single: None, res, param_off, param_len, x, x_from_out: false, y });
+        self.specs.push(Spec { kernel, single: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y });
     }
 
     /// `y[t, r] = W x[t]` over all parts of `m`.
@@ -546,6 +562,37 @@ impl<'a> Builder<'a> {
                 s.single = Some(Kernel::Matmul(m.format, 1));
             }
         }
+    }
+
+    /// Routed-expert mat-vec: `y[t, j, r] = W[idx[t,j] · stride + off + r] · x[t, j]`.
+    #[allow(clippy::too_many_arguments)]
+    fn moe_matmul(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, idx: &wgpu::Buffer, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize) {
+        // Expert stacks are indexed across the whole matrix: one part (checked at upload).
+        debug_assert_eq!(m.parts.len(), 1, "expert stack split across bindings");
+        let part = &m.parts[0];
+        let p = MoeMatmulParams {
+            rows: rows as u32,
+            cols: m.cols as u32,
+            gs: m.gs as u32,
+            expert_stride: expert_stride as u32,
+            row_off: row_off as u32,
+            top_k: top_k as u32,
+            x_tok_stride: x_tok_stride as u32,
+            x_slot_stride: x_slot_stride as u32,
+            y_stride: rows as u32,
+            _pad: [0; 3],
+        };
+        let res = vec![
+            Res::Buf(part.w.clone()),
+            Res::Buf(part.scales.clone()),
+            Res::Buf(part.biases.clone()),
+            Res::Buf(idx.clone()),
+            Res::Buf(x.clone()),
+            Res::Buf(y.clone()),
+            Res::Params,
+            Res::Step,
+        ];
+        self.spec(Kernel::MoeMatmul(m.format), res, &p, (rows as u32).div_ceil(MATMUL_ROWS), GridY::Slots(top_k as u32));
     }
 
     fn embed(&mut self, m: &GpuMatrix, ids: &wgpu::Buffer, out: &wgpu::Buffer, scale: f32) {
@@ -608,6 +655,8 @@ impl<'a> Builder<'a> {
             q: u32,
             k: u32,
             ple_post: u32,
+            /// MoE: router scale, pre_feedforward_layernorm_2, post_feedforward_layernorm_1/2.
+            moe: Option<[u32; 4]>,
         }
         let layer_norms: Vec<LayerNorms> = w
             .layers
@@ -620,6 +669,9 @@ impl<'a> Builder<'a> {
                 q: add_norm(&lw.q_norm),
                 k: lw.k_norm.as_ref().map_or(NO_WEIGHT, |k| add_norm(k)),
                 ple_post: lw.ple.as_ref().map_or(NO_WEIGHT, |p| add_norm(&p.post_norm)),
+                moe: lw.moe.as_ref().map(|m| {
+                    [add_norm(&m.router_scale), add_norm(&m.pre_norm_2), add_norm(&m.post_norm_1), add_norm(&m.post_norm_2)]
+                }),
             })
             .collect();
         let final_norm = add_norm(&w.final_norm);
@@ -647,6 +699,17 @@ impl<'a> Builder<'a> {
             up: GpuMatrix,
             down: GpuMatrix,
             ple: Option<(GpuMatrix, GpuMatrix)>,
+            moe: Option<GpuMoe>,
+        }
+        /// Routed experts, every expert resident (stacked along rows).
+        struct GpuMoe {
+            router: GpuMatrix,
+            per_expert_scale: wgpu::Buffer,
+            /// (matrix, expert_stride, row_off) of the gate and up projections.
+            gate: (GpuMatrix, usize, usize),
+            up: Option<GpuMatrix>,
+            up_off: usize,
+            down: GpuMatrix,
         }
         let mut layers = Vec::with_capacity(w.layers.len());
         for lw in &w.layers {
@@ -660,6 +723,33 @@ impl<'a> Builder<'a> {
                 down: self.upload_matrix(&lw.down_proj)?,
                 ple: match &lw.ple {
                     Some(p) => Some((self.upload_matrix(&p.input_gate)?, self.upload_matrix(&p.projection)?)),
+                    None => None,
+                },
+                moe: match &lw.moe {
+                    Some(m) => {
+                        let iw = t.moe_intermediate_size;
+                        for em in [Some(&m.down), match &m.gate_up { ExpertGateUp::Fused(gu) => Some(gu), ExpertGateUp::Split { gate, .. } => Some(gate) }] .into_iter().flatten() {
+                            let widest = (em.nbytes() / em.rows().max(1)) as u64;
+                            if em.rows() as u64 * widest > self.gpu.max_binding {
+                                return Err(Error::Gpu(format!(
+                                    "{}: the resident expert stack ({} MiB) exceeds one binding ({} MiB); expert streaming is needed",
+                                    em.name(), (em.nbytes() >> 20), self.gpu.max_binding >> 20
+                                )));
+                            }
+                        }
+                        let (gate, up, up_off) = match &m.gate_up {
+                            ExpertGateUp::Fused(gu) => ((self.upload_matrix(gu)?, 2 * iw, 0), None, iw),
+                            ExpertGateUp::Split { gate, up } => ((self.upload_matrix(gate)?, iw, 0), Some(self.upload_matrix(up)?), 0),
+                        };
+                        Some(GpuMoe {
+                            router: self.upload_matrix(&m.router_proj)?,
+                            per_expert_scale: self.gpu.upload("per_expert_scale", bytemuck::cast_slice(&m.per_expert_scale)),
+                            gate,
+                            up,
+                            up_off,
+                            down: self.upload_matrix(&m.down)?,
+                        })
+                    }
                     None => None,
                 },
             });
@@ -683,6 +773,20 @@ impl<'a> Builder<'a> {
         let xf = self.act("final hidden", logit_rows * h)?;
         let logits = self.act("logits", logit_rows * vocab)?;
         let best = self.act("argmax", logit_rows)?;
+        let (ne, tk, iw) = (t.num_experts, t.top_k_experts, t.moe_intermediate_size);
+        let moe_bufs = if t.enable_moe_block {
+            Some((
+                self.act("moe dense out", c * h)?,
+                self.act("router logits", c * ne)?,
+                self.act("router idx", c * tk)?,
+                self.act("router weights", c * tk)?,
+                self.act("expert gate", c * tk * iw)?,
+                self.act("expert up", c * tk * iw)?,
+                self.act("expert out", c * tk * h)?,
+            ))
+        } else {
+            None
+        };
         let ple_bufs = if ple_w.is_some() {
             Some((self.act("ple inputs", c * nl * pd)?, self.act("ple context", c * nl * pd)?, self.act("ple gate", c * pd)?))
         } else {
@@ -760,8 +864,38 @@ impl<'a> Builder<'a> {
             self.matmul(&gl.up, &xn, h, &u, l.mlp_width, false);
             self.gelu_mul(&g, &u, GeluParams { n: l.mlp_width as u32, a_stride: l.mlp_width as u32, b_stride: l.mlp_width as u32, b_off: 0 });
             self.matmul(&gl.down, &g, l.mlp_width, &o, h, false);
+            let mut ff_out = &o;
+            if let (Some(moe), Some((m1, logits_r, idx, wts, eg, eu, eo)), Some([rs, pre2, post1, post2])) = (&gl.moe, &moe_bufs, ln.moe) {
+                // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h)))
+                self.norm(&o, &norm_buf, m1, plain(h, post1, 0, 1.0));
+                // router on norm(h) · scale · H^-½
+                self.norm(&x, &norm_buf, &xn, plain(h, rs, 0, (h as f64).powf(-0.5) as f32));
+                self.matmul(&moe.router, &xn, h, logits_r, ne, false);
+                let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
+                self.spec(Kernel::RouterTopk, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
+                // The router spec's grid is (n_tokens, 1): x follows the tokens.
+                if let Some(sp) = self.specs.last_mut() {
+                    sp.x = 0;
+                    sp.x_from_tokens = true;
+                    sp.y = GridY::One;
+                }
+                self.norm(&x, &norm_buf, &xn, plain(h, pre2, 0, 1.0));
+                let (gm, gstride, goff) = &moe.gate;
+                self.moe_matmul(gm, *gstride, *goff, iw, idx, &xn, h, 0, eg, tk);
+                let (um, ustride, uoff) = match &moe.up {
+                    Some(u) => (u, iw, 0),
+                    None => (gm, *gstride, moe.up_off),
+                };
+                self.moe_matmul(um, ustride, uoff, iw, idx, &xn, h, 0, eu, tk);
+                self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0 });
+                self.moe_matmul(&moe.down, h, 0, h, idx, eg, tk * iw, iw, eo, tk);
+                let res = vec![Res::Buf(wts.clone()), Res::Buf(eo.clone()), Res::Buf(o.clone()), Res::Params, Res::Step];
+                self.spec(Kernel::MoeCombine, res, &CombineParams { n: h as u32, top_k: tk as u32, _pad: [0; 2] }, (h as u32).div_ceil(64), GridY::Tokens);
+                self.norm(&o, &norm_buf, m1, plain(h, post2, 1, 1.0));
+                ff_out = m1;
+            }
             let post_ff_scale = if gl.ple.is_some() { 1.0 } else { lw.layer_scalar };
-            self.norm(&o, &norm_buf, &x, plain(h, ln.post_ff, 1, post_ff_scale));
+            self.norm(ff_out, &norm_buf, &x, plain(h, ln.post_ff, 1, post_ff_scale));
 
             // per-layer input, then the layer scalar
             if let (Some((gate, proj)), Some((ple_all, _, ple_g))) = (&gl.ple, &ple_bufs) {
@@ -785,6 +919,7 @@ impl<'a> Builder<'a> {
             param_len,
             x: 0,
             x_from_out: true,
+            x_from_tokens: false,
             y: GridY::One,
         });
 
@@ -828,7 +963,7 @@ impl<'a> Builder<'a> {
             if let Some(e) = pollster::block_on(scope.pop()) {
                 return Err(Error::Gpu(format!("binding {label}: {e}")));
             }
-            program.push(Dispatch { label: s.kernel.label(), pipeline, single, bind_group, x: s.x, x_from_out: s.x_from_out, y: s.y });
+            program.push(Dispatch { label: s.kernel.label(), pipeline, single, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y });
         }
 
         let best_read = self.gpu.staging("argmax readback", (4 * logit_rows) as u64);

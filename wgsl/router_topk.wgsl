@@ -1,0 +1,82 @@
+// router_topk: for each token t < step.n_tokens, over the n_experts router logits s[t, :]:
+//   p = softmax(s) (f32), pick the top_k experts (largest p, ties → lower index), renormalise
+//   their p to sum 1, and multiply by per_expert_scale[e]:
+//   idx[t, j] = e_j, weight[t, j] = p_j / Σ p · per_expert_scale[e_j]   for j < top_k, j in
+//   descending order of p (the order the combine adds them in).
+// Softmax over all experts then renormalising the top k equals softmax over the top-k logits
+// (spec §2.2); the max-subtracted exponentials are enough, the full normaliser cancels.
+//
+// Bindings: logits: f32[n_tokens, n_experts]; scale: f32[n_experts] (per_expert_scale);
+//   idx: u32[n_tokens, top_k]; weight: f32[n_tokens, top_k]; p: RouterParams; step: Step.
+// Launch: 256 threads per token (one expert each; host guarantees n_experts ≤ 256);
+//   grid = (n_tokens, 1).
+
+const WG: u32 = 256u;
+const NEG: f32 = -3.0e38;
+
+struct RouterParams {
+    n_experts: u32,
+    top_k: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    n_out: u32,
+    out_row0: u32,
+}
+
+@group(0) @binding(0) var<storage, read> logits: array<f32>;
+@group(0) @binding(1) var<storage, read> scale: array<f32>;
+@group(0) @binding(2) var<storage, read_write> idx: array<u32>;
+@group(0) @binding(3) var<storage, read_write> weight: array<f32>;
+@group(0) @binding(4) var<uniform> p: RouterParams;
+@group(0) @binding(5) var<uniform> step: Step;
+
+var<workgroup> bv: array<f32, WG>;
+var<workgroup> bi: array<u32, WG>;
+var<workgroup> chosen: array<u32, WG>;
+var<workgroup> mx: f32;
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let lid = lid3.x;
+    let t = wid.x;
+    if (t >= step.n_tokens) { return; }
+    let e = lid;
+    var s = NEG;
+    if (e < p.n_experts) { s = logits[t * p.n_experts + e]; }
+    // k rounds of a (value, lower index) argmax over the experts not yet chosen.
+    var mine = s;
+    for (var j = 0u; j < p.top_k; j++) {
+        bv[lid] = mine;
+        bi[lid] = select(0xffffffffu, e, e < p.n_experts);
+        workgroupBarrier();
+        for (var st = WG / 2u; st > 0u; st >>= 1u) {
+            if (lid < st) {
+                let ov = bv[lid + st];
+                let oi = bi[lid + st];
+                if (ov > bv[lid] || (ov == bv[lid] && oi < bi[lid])) { bv[lid] = ov; bi[lid] = oi; }
+            }
+            workgroupBarrier();
+        }
+        if (lid == 0u) {
+            chosen[j] = bi[0];
+            if (j == 0u) { mx = bv[0]; }
+        }
+        workgroupBarrier();
+        if (e == chosen[j]) { mine = NEG; }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        var z = 0.0;
+        for (var j = 0u; j < p.top_k; j++) { z += exp(logits[t * p.n_experts + chosen[j]] - mx); }
+        for (var j = 0u; j < p.top_k; j++) {
+            let c = chosen[j];
+            idx[t * p.top_k + j] = c;
+            weight[t * p.top_k + j] = exp(logits[t * p.n_experts + c] - mx) / z * scale[c];
+        }
+    }
+}
