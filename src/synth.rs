@@ -32,8 +32,20 @@ pub fn preset(arch: &str) -> Result<Value> {
     let (hidden, inter, layers, kv, period, shared, double) = match arch {
         "e2b" => (1536, 6144, 35, 1, 5, 20, true),
         "e4b" => (2560, 10240, 42, 2, 6, 18, false),
-        "26b-a4b" => return Err(Error::Invalid("synth --arch 26b-a4b: MoE checkpoints are not written yet (see the MoE issue)".into())),
-        other => return Err(Error::Invalid(format!("unknown --arch `{other}`: choose e2b or e4b"))),
+        "26b-a4b" => {
+            return Ok(json!({
+                "vocab_size": 262144, "hidden_size": 2816, "intermediate_size": 2112, "num_hidden_layers": 30,
+                "num_attention_heads": 16, "num_key_value_heads": 8, "num_global_key_value_heads": 2,
+                "attention_k_eq_v": true, "head_dim": 256, "global_head_dim": 512,
+                "layer_types": pattern(30, 6), "sliding_window": 1024, "final_logit_softcapping": 30.0,
+                "rms_norm_eps": 1e-6, "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 0,
+                "enable_moe_block": true, "num_experts": 128, "top_k_experts": 8, "moe_intermediate_size": 704,
+                "max_position_embeddings": 262144, "rope_parameters": rope,
+                "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true,
+                "bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0
+            }))
+        }
+        other => return Err(Error::Invalid(format!("unknown --arch `{other}`: choose e2b, e4b or 26b-a4b"))),
     };
     Ok(json!({
         "vocab_size": 262144, "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
@@ -72,6 +84,12 @@ struct Spec {
     shape: Vec<usize>,
     init: Init,
     matrix: bool,
+    /// Experts stacked in this matrix (stored as `[lead, rows / lead, cols]`); 1 otherwise.
+    lead: usize,
+    /// Quantisation bits overriding the model's (MLX puts the router at 8 bits).
+    bits: Option<u32>,
+    /// Stored under its own name, without `.weight` (HF's expert stacks).
+    bare: bool,
 }
 
 /// splitmix64: tiny, seedable and good enough for weights.
@@ -91,11 +109,13 @@ impl Rng {
     }
 }
 
-fn specs(cfg: &Config) -> Vec<Spec> {
+fn specs(cfg: &Config, quantised_experts: bool) -> Vec<Spec> {
     let t = &cfg.text;
     let h = t.hidden_size;
     let mut v = Vec::new();
-    let mut mat = |name: String, rows: usize, cols: usize, init: Init| v.push(Spec { name, shape: vec![rows, cols], init, matrix: true });
+    let mut mat = |name: String, rows: usize, cols: usize, init: Init| {
+        v.push(Spec { name, shape: vec![rows, cols], init, matrix: true, lead: 1, bits: None, bare: false })
+    };
     mat("embed_tokens".into(), t.vocab_size, h, Init::Std(4.0 / (h as f32).sqrt()));
     if cfg.has_ple() {
         let lp = t.num_hidden_layers * t.hidden_size_per_layer_input;
@@ -121,7 +141,29 @@ fn specs(cfg: &Config) -> Vec<Spec> {
             mat(format!("{p}per_layer_projection"), h, pd, Init::Linear);
         }
     }
-    let mut vec_ = |name: String, n: usize, init: Init| v.push(Spec { name, shape: vec![n], init, matrix: false });
+    if t.enable_moe_block {
+        let (e, iw) = (t.num_experts, t.moe_intermediate_size);
+        for l in &cfg.layers {
+            let p = format!("layers.{}.", l.index);
+            v.push(Spec { name: format!("{p}router.proj"), shape: vec![e, h], init: Init::Linear, matrix: true, lead: 1, bits: Some(8), bare: false });
+            let expert = |name: String, out: usize, cols: usize, bare: bool| Spec {
+                name, shape: vec![e * out, cols], init: Init::Linear, matrix: true, lead: e, bits: None, bare,
+            };
+            if quantised_experts {
+                // MLX form: gate and up split, [E, out, in] each.
+                v.push(expert(format!("{p}experts.switch_glu.gate_proj"), iw, h, false));
+                v.push(expert(format!("{p}experts.switch_glu.up_proj"), iw, h, false));
+                v.push(expert(format!("{p}experts.switch_glu.down_proj"), h, iw, false));
+            } else {
+                // HF form: gate and up fused along rows, no `.weight` suffix.
+                v.push(expert(format!("{p}experts.gate_up_proj"), 2 * iw, h, true));
+                v.push(expert(format!("{p}experts.down_proj"), h, iw, true));
+            }
+        }
+    }
+    let mut vec_ = |name: String, n: usize, init: Init| {
+        v.push(Spec { name, shape: vec![n], init, matrix: false, lead: 1, bits: None, bare: false })
+    };
     let norm = Init::Range(0.6, 1.4);
     vec_("norm.weight".into(), h, norm);
     if cfg.has_ple() {
@@ -140,6 +182,13 @@ fn specs(cfg: &Config) -> Vec<Spec> {
         if cfg.has_ple() {
             vec_(format!("{p}post_per_layer_input_norm.weight"), h, norm);
         }
+        if t.enable_moe_block {
+            vec_(format!("{p}router.scale"), h, Init::Range(0.5, 1.5));
+            vec_(format!("{p}router.per_expert_scale"), t.num_experts, Init::Range(0.5, 1.5));
+            for n in ["pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"] {
+                vec_(format!("{p}{n}.weight"), h, norm);
+            }
+        }
     }
     v
 }
@@ -152,39 +201,52 @@ struct Stored {
     bytes: usize,
 }
 
-/// Writes a synthetic model for `text_config` (a `gemma4_text` config object) into `dir`.
-/// Dense models only for now (MoE and drafters come with their issues).
+/// Writes a synthetic model for `text_config` (a `gemma4_text` config object) into `dir`:
+/// dense or MoE (MLX form: split experts and 8-bit routers; bf16: HF's fused gate_up).
+/// Drafters are not written yet.
 pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Result<()> {
     let mut cfg_json = text_config.clone();
     let obj = cfg_json.as_object_mut().ok_or_else(|| Error::Invalid("text config must be a JSON object".into()))?;
     obj.insert("model_type".into(), json!("gemma4_text"));
+    let moe = obj.get("enable_moe_block").and_then(|v| v.as_bool()).unwrap_or(false);
+    let n_layers = obj.get("num_hidden_layers").and_then(|v| v.as_u64()).unwrap_or(0);
     if let Some(bits) = opts.bits {
-        let q = json!({"group_size": opts.group_size, "bits": bits, "mode": "affine"});
+        let mut q = json!({"group_size": opts.group_size, "bits": bits, "mode": "affine"});
+        if moe {
+            // mlx_lm's quant predicate: routers at 8 bits.
+            for i in 0..n_layers {
+                q[format!("model.layers.{i}.router.proj")] = json!({"group_size": opts.group_size, "bits": 8});
+            }
+        }
         obj.insert("quantization".into(), q.clone());
         obj.insert("quantization_config".into(), q);
     }
     let cfg = Config::from_json_str(&cfg_json.to_string(), &dir.join("config.json"))?;
-    if cfg.text.enable_moe_block {
-        return Err(Error::Invalid("synth: MoE models are not supported yet".into()));
-    }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let specs = specs(&cfg);
+    let specs = specs(&cfg, opts.bits.is_some());
 
     // Layout first (the header needs every offset), then the data in the same order.
     let quantised = |s: &Spec| s.matrix && opts.bits.is_some() && s.shape[1] % opts.group_size == 0;
+    let spec_bits = |s: &Spec| s.bits.or(opts.bits).unwrap_or(16) as usize;
+    // `[lead, rows / lead, last]`, or `[rows, last]` when nothing is stacked.
+    let shape = |s: &Spec, rows: usize, last: usize| -> Vec<usize> {
+        if s.lead > 1 { vec![s.lead, rows / s.lead, last] } else { vec![rows, last] }
+    };
     let mut stored = Vec::new();
     for s in &specs {
         let (rows, cols) = if s.matrix { (s.shape[0], s.shape[1]) } else { (1, s.shape[0]) };
         if quantised(s) {
-            let bits = opts.bits.expect("quantised implies bits") as usize;
-            stored.push(Stored { name: format!("model.{}.weight", s.name), dtype: "U32", shape: vec![rows, cols * bits / 32], bytes: rows * cols * bits / 8 });
+            let bits = spec_bits(s);
+            stored.push(Stored { name: format!("model.{}.weight", s.name), dtype: "U32", shape: shape(s, rows, cols * bits / 32), bytes: rows * cols * bits / 8 });
             for part in ["scales", "biases"] {
                 let g = cols / opts.group_size;
-                stored.push(Stored { name: format!("model.{}.{part}", s.name), dtype: "BF16", shape: vec![rows, g], bytes: rows * g * 2 });
+                stored.push(Stored { name: format!("model.{}.{part}", s.name), dtype: "BF16", shape: shape(s, rows, g), bytes: rows * g * 2 });
             }
+        } else if s.matrix {
+            let name = if s.bare { format!("model.{}", s.name) } else { format!("model.{}.weight", s.name) };
+            stored.push(Stored { name, dtype: "BF16", shape: shape(s, rows, cols), bytes: rows * cols * 2 });
         } else {
-            let name = if s.matrix { format!("model.{}.weight", s.name) } else { format!("model.{}", s.name) };
-            stored.push(Stored { name, dtype: "BF16", shape: s.shape.clone(), bytes: rows * cols * 2 });
+            stored.push(Stored { name: format!("model.{}", s.name), dtype: "BF16", shape: s.shape.clone(), bytes: rows * cols * 2 });
         }
     }
     let mut header = serde_json::Map::new();
@@ -229,7 +291,7 @@ pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Resu
             }));
         };
         let q = quantised(s);
-        let bits = opts.bits.unwrap_or(16) as usize;
+        let bits = spec_bits(s);
         // Byte offsets of this tensor's stored parts (words, scales, biases; or the bf16 values).
         let offs: Vec<u64> = (0..if q { 3 } else { 1 }).map(|_| stored_iter.next().expect("one stored entry per part")).collect();
         let (wrow, grow) = (cols * bits / 8, 2 * (cols / opts.group_size.max(1)));

@@ -57,7 +57,7 @@ enum Tol {
 /// Every threshold with its argument. ε = 2^-24 (f32 unit roundoff); the reference is f64.
 mod tol {
     use super::Tol;
-    /// matmul: f32 dot products of K ≤ 10^4 terms: relative error ~ √K·ε ≈ 6e-6 → NMSE ~ 4e-11; 25× headroom.
+    /// matmul, moe_matmul, moe_combine (K = top_k ≤ 8): f32 dot products of K ≤ 10^4 terms: relative error ~ √K·ε ≈ 6e-6 → NMSE ~ 4e-11; 25× headroom.
     pub const DOT: Tol = Tol::Nmse(1e-9);
     /// rmsnorm, head_norm_rope: one f32 sum of n ≤ 10^4 squares (as DOT) plus ≤ 5 roundings per element → NMSE ≲ 4e-11.
     pub const NORM: Tol = Tol::Nmse(1e-9);
@@ -69,6 +69,8 @@ mod tol {
     pub const GELU: Tol = Tol::Nmse(1e-9);
     /// softcap: cap·tanh_stable(x/cap): 1−e cancels for small x/cap leaving e's ≤ 3 ulp(1) error, × cap/2 = 15 → ≤ 6e-6 absolute vs RMS 0.58 → NMSE ≤ 1e-10.
     pub const SOFTCAP: Tol = Tol::Nmse(1e-8);
+    /// router_topk: w = e^x/Σ_k e^x · scale, x = s − max ≤ 0; the weights carrying the NMSE have |x| ≲ 4 (others < e^-4 of the top), so WGSL exp's ≤ (3+2|x|) ulp ≤ 1.3e-6 in numerator and Σ, + ≤ k+3 roundings → ≲ 3.5e-6 relative → NMSE ≲ 1.2e-11; ~100× headroom.
+    pub const ROUTER: Tol = Tol::Nmse(1e-9);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1171,6 +1173,326 @@ fn argmax_cases() -> Vec<Box<dyn Case>> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// router_topk
+
+/// Per token: softmax of `n_experts` logits, the `top_k` largest (ties → lower index) in
+/// descending order, renormalised and × per_expert_scale. Logits are uniform in
+/// [-range, range); `ties` > 0 plants 1.5·range (above the rest) at that many experts per token
+/// (top_k + 1 straddles the cut; n_experts = every logit equal).
+#[derive(Clone, Copy)]
+struct RouterCase {
+    n_experts: usize,
+    top_k: usize,
+    tokens: usize,
+    range: f32,
+    ties: usize,
+    /// per_expert_scale all 1 (else uniform in [0.5, 1.5)).
+    unit_scale: bool,
+}
+
+impl RouterCase {
+    fn new(n_experts: usize, top_k: usize, tokens: usize) -> Self {
+        RouterCase { n_experts, top_k, tokens, range: 1.0, ties: 0, unit_scale: false }
+    }
+}
+
+impl Case for RouterCase {
+    fn name(&self) -> String {
+        let c = self;
+        let mut s = format!("router_topk(n_experts={},top_k={},tokens={}", c.n_experts, c.top_k, c.tokens);
+        if c.range != 1.0 {
+            s += &format!(",range={}", c.range);
+        }
+        if c.ties > 0 {
+            s += &format!(",ties={}", c.ties);
+        }
+        s += if c.unit_scale { ",scale=1" } else { ",scale=rand" };
+        s + ")"
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &RouterCase { n_experts: n, top_k: k, tokens, range, ties, unit_scale } = self;
+        assert!(k <= n && ties <= n && n <= 256, "{}: impossible case", self.name());
+        let mut logits: Vec<f32> = rng.vec(tokens * n).iter().map(|&v| v * range).collect();
+        for t in 0..tokens {
+            // The edges and the middle of the 256-lane tree first (n/2 − 1 and n/2 meet late in
+            // the reduction), then random experts.
+            let mut tied: Vec<usize> = Vec::new();
+            for i in [n - 1, n / 2, (n / 2).saturating_sub(1), 0] {
+                if tied.len() < ties && !tied.contains(&i) {
+                    tied.push(i);
+                }
+            }
+            while tied.len() < ties {
+                let i = rng.below(n);
+                if !tied.contains(&i) {
+                    tied.push(i);
+                }
+            }
+            for &i in &tied {
+                logits[t * n + i] = 1.5 * range;
+            }
+        }
+        let scale: Vec<f32> = (0..n).map(|_| if unit_scale { 1.0 } else { 1.0 + 0.5 * rng.uniform() }).collect();
+        // As moe_forward: p in f64, a stable sort (ties keep the lower index first), top k.
+        let (mut want_idx, mut want_w) = (Vec::new(), Vec::new());
+        for t in 0..tokens {
+            let s = &logits[t * n..(t + 1) * n];
+            let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let p: Vec<f64> = s.iter().map(|&v| (v as f64 - m).exp()).collect();
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by(|&a, &b| p[b].partial_cmp(&p[a]).unwrap());
+            let z: f64 = order[..k].iter().map(|&e| p[e]).sum();
+            for &e in &order[..k] {
+                want_idx.push(Some(e as u32));
+                want_w.push(Some(p[e] / z * scale[e] as f64));
+            }
+        }
+        let bufs = vec![
+            input_words("logits", &bits(&logits)),
+            input_words("scale", &bits(&scale)),
+            output_u32("idx", vec![POISON; tokens * k], want_idx),
+            output_f32("weight", vec![POISON; tokens * k], want_w, tol::ROUTER),
+        ];
+        let p = RouterParams { n_experts: n as u32, top_k: k as u32, _pad: [0; 2] };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        launch(Kernel::RouterTopk, bufs, &p, step, (tokens, 1))
+    }
+}
+
+fn router_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    // 26B-A4B: 128 experts, top 8.
+    for n in [1, 3, 16, 128, 256] {
+        for k in [1, 2, 4, 8] {
+            if k > n {
+                continue;
+            }
+            for tokens in [1, 3, 9] {
+                v.push(Box::new(RouterCase::new(n, k, tokens)));
+            }
+            // Ties across the cut (top_k + 1 equal maxima) and with unit scales.
+            if k < n {
+                v.push(Box::new(RouterCase { ties: k + 1, ..RouterCase::new(n, k, 3) }));
+                v.push(Box::new(RouterCase { ties: k + 1, unit_scale: true, ..RouterCase::new(n, k, 1) }));
+            }
+        }
+    }
+    // Every logit equal: the lowest k indices, weights scale/k.
+    for (n, k) in [(16, 4), (128, 8), (256, 4)] {
+        v.push(Box::new(RouterCase { ties: n, ..RouterCase::new(n, k, 3) }));
+    }
+    v.push(Box::new(RouterCase { ties: 2, ..RouterCase::new(16, 4, 9) }));
+    // Wide logits (router scores of a trained model reach ±10s).
+    for (n, k) in [(128, 8), (256, 1)] {
+        v.push(Box::new(RouterCase { range: 16.0, ..RouterCase::new(n, k, 3) }));
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// moe_matmul
+
+/// `y[t, j, r] = W[idx[t, j] · expert_stride + row_off + r] · x[t · x_tok_stride + j · x_slot_stride]`
+/// over an expert stack of `experts · expert_stride` rows; y_stride = rows + y_pad.
+#[derive(Clone, Copy)]
+struct MoeMatmulCase {
+    fmt: Format,
+    experts: usize,
+    top_k: usize,
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+    gs: usize,
+    /// Split gate/up/down: rows; HF's fused gate_up: 2·rows.
+    expert_stride: usize,
+    /// Fused gate_up: 0 (gate) or rows (up).
+    row_off: usize,
+    /// false: gate/up (x shared by the slots: x_slot_stride 0, x_tok_stride cols);
+    /// true: down (each slot's own activation: x_slot_stride cols, x_tok_stride top_k·cols).
+    per_slot: bool,
+    y_pad: usize,
+}
+
+impl MoeMatmulCase {
+    /// Split layout, gate/up input mode.
+    fn new(fmt: Format, experts: usize, top_k: usize, rows: usize, cols: usize, tokens: usize) -> Self {
+        let gs = if is_quant(fmt) { 64 } else { 0 };
+        MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride: rows, row_off: 0, per_slot: false, y_pad: 0 }
+    }
+    /// The up half of a fused gate_up.
+    fn fused_up(self) -> Self {
+        MoeMatmulCase { expert_stride: 2 * self.rows, row_off: self.rows, ..self }
+    }
+    fn x_strides(&self) -> (usize, usize) {
+        if self.per_slot { (self.top_k * self.cols, self.cols) } else { (self.cols, 0) }
+    }
+}
+
+impl Case for MoeMatmulCase {
+    fn name(&self) -> String {
+        let c = self;
+        let (xt, xs) = c.x_strides();
+        let mut s = format!("moe_matmul_{}(experts={},top_k={},rows={},cols={},tokens={}", c.fmt.name(), c.experts, c.top_k, c.rows, c.cols, c.tokens);
+        if is_quant(c.fmt) {
+            s += &format!(",gs={}", c.gs);
+        }
+        s += &format!(",expert_stride={},row_off={},x_tok_stride={xt},x_slot_stride={xs}", c.expert_stride, c.row_off);
+        if c.y_pad > 0 {
+            s += &format!(",y_stride={}", c.rows + c.y_pad);
+        }
+        s + ")"
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride, row_off, y_pad, .. } = self;
+        let w = Weights::new(fmt, experts * expert_stride, cols, gs, rng);
+        // Distinct experts per token where top_k ≤ experts (as a router gives); slot 0 of every
+        // token after the first repeats the previous token's last expert; the last expert is used.
+        let mut idx: Vec<u32> = Vec::with_capacity(tokens * top_k);
+        for t in 0..tokens {
+            let mut set = vec![if t == 0 { experts - 1 } else { idx[t * top_k - 1] as usize }];
+            while set.len() < top_k {
+                let e = rng.below(experts);
+                if top_k > experts || !set.contains(&e) {
+                    set.push(e);
+                }
+            }
+            idx.extend(set.iter().map(|&e| e as u32));
+        }
+        let (x_tok, x_slot) = self.x_strides();
+        let x = rng.vec(tokens * x_tok);
+        let y_stride = rows + y_pad;
+        let mut want = vec![None; tokens * top_k * y_stride];
+        let mut row = vec![0.0f32; cols];
+        for t in 0..tokens {
+            for j in 0..top_k {
+                let e = idx[t * top_k + j] as usize;
+                let xs = &x[t * x_tok + j * x_slot..][..cols];
+                for r in 0..rows {
+                    w.matrix.row_f32(e * expert_stride + row_off + r, &mut row);
+                    let s: f64 = row.iter().zip(xs).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    want[(t * top_k + j) * y_stride + r] = Some(s);
+                }
+            }
+        }
+        let [wb, sb, bb] = w.part(0, experts * expert_stride);
+        let bufs = vec![
+            input("w", wb),
+            input("scales", sb),
+            input("biases", bb),
+            input_words("idx", &idx),
+            input_words("x", &bits(&x)),
+            output_f32("y", vec![POISON; tokens * top_k * y_stride], want, tol::DOT),
+        ];
+        let p = MoeMatmulParams {
+            rows: rows as u32,
+            cols: cols as u32,
+            gs: gs as u32,
+            expert_stride: expert_stride as u32,
+            row_off: row_off as u32,
+            top_k: top_k as u32,
+            x_tok_stride: x_tok as u32,
+            x_slot_stride: x_slot as u32,
+            y_stride: y_stride as u32,
+            _pad: [0; 3],
+        };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        // GridY::Slots: (ceil(rows / 4), top_k, n_tokens).
+        let mut l = launch(Kernel::MoeMatmul(fmt), bufs, &p, step, (rows.div_ceil(MATMUL_ROWS as usize), top_k));
+        l.grid.2 = tokens as u32;
+        l
+    }
+}
+
+fn moe_matmul_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for fmt in [Format::Q4, Format::Q8, Format::Bf16, Format::F32] {
+        // Partial row tiles (1, 7, 65) and exact ones (64); cols 64: one quantisation group and
+        // 8 of 64 lanes busy; 320: 5 groups, 40 chunks. Both input modes, split and fused up.
+        for experts in [2, 16] {
+            for top_k in [1, 4] {
+                for rows in [1, 7, 64, 65] {
+                    for cols in [64, 320] {
+                        for tokens in [1, 3] {
+                            for per_slot in [false, true] {
+                                let c = MoeMatmulCase { per_slot, ..MoeMatmulCase::new(fmt, experts, top_k, rows, cols, tokens) };
+                                v.push(Box::new(c));
+                                v.push(Box::new(c.fused_up()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // 26B-A4B widths (hidden 2816, expert width 704: 88 chunks, more than the 64 lanes), top 8:
+        // the fused gate_up's gate and up halves, then down.
+        let g = MoeMatmulCase::new(fmt, 9, 8, 9, 2816, 3);
+        v.push(Box::new(MoeMatmulCase { expert_stride: 18, ..g }));
+        v.push(Box::new(g.fused_up()));
+        v.push(Box::new(MoeMatmulCase { per_slot: true, ..MoeMatmulCase::new(fmt, 9, 8, 9, 704, 3) }));
+        // A y row wider than rows: the padding must stay untouched.
+        v.push(Box::new(MoeMatmulCase { y_pad: 5, ..MoeMatmulCase::new(fmt, 16, 4, 7, 320, 3).fused_up() }));
+        if is_quant(fmt) {
+            v.push(Box::new(MoeMatmulCase { gs: 128, per_slot: true, ..MoeMatmulCase::new(fmt, 4, 4, 65, 512, 3) }));
+        }
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// moe_combine
+
+/// `out[t, r] = Σ_j weight[t, j] · src[t, j, r]` over the token's top_k slots.
+#[derive(Clone, Copy)]
+struct CombineCase {
+    n: usize,
+    top_k: usize,
+    tokens: usize,
+}
+
+impl Case for CombineCase {
+    fn name(&self) -> String {
+        format!("moe_combine(n={},top_k={},tokens={})", self.n, self.top_k, self.tokens)
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &CombineCase { n, top_k, tokens } = self;
+        let wt = rng.vec(tokens * top_k);
+        let src = rng.vec(tokens * top_k * n);
+        let mut want = vec![None; tokens * n];
+        for t in 0..tokens {
+            for r in 0..n {
+                // f64, in slot order.
+                let mut s = 0.0f64;
+                for j in 0..top_k {
+                    s += wt[t * top_k + j] as f64 * src[(t * top_k + j) * n + r] as f64;
+                }
+                want[t * n + r] = Some(s);
+            }
+        }
+        let bufs = vec![input_words("weight", &bits(&wt)), input_words("src", &bits(&src)), output_f32("out", vec![POISON; tokens * n], want, tol::DOT)];
+        let p = CombineParams { n: n as u32, top_k: top_k as u32, _pad: [0; 2] };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        launch(Kernel::MoeCombine, bufs, &p, step, (n.div_ceil(64), tokens))
+    }
+}
+
+fn combine_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for n in [1, 64, 130] {
+        for top_k in [1, 4, 8] {
+            for tokens in [1, 5] {
+                v.push(Box::new(CombineCase { n, top_k, tokens }));
+            }
+        }
+    }
+    // 26B-A4B: hidden 2816, top 8.
+    v.push(Box::new(CombineCase { n: 2816, top_k: 8, tokens: 3 }));
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
 // The runner
 
 fn all_cases() -> Vec<Box<dyn Case>> {
@@ -1181,6 +1503,9 @@ fn all_cases() -> Vec<Box<dyn Case>> {
     v.extend(attention_cases());
     v.extend(gelu_cases());
     v.extend(argmax_cases());
+    v.extend(router_cases());
+    v.extend(moe_matmul_cases());
+    v.extend(combine_cases());
     v
 }
 

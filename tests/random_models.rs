@@ -46,6 +46,18 @@ fn config(case: usize) -> serde_json::Value {
             "num_kv_shared_layers": 0, "max_position_embeddings": 256, "rope_parameters": rope,
             "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true
         }),
+        // MoE (26B-style): 6 experts, top-3, K-as-V full layer; HF fused gate_up in bf16, MLX
+        // split experts and an 8-bit router in the quantised forms.
+        3 => json!({
+            "vocab_size": 320, "hidden_size": 128, "intermediate_size": 96, "num_hidden_layers": 3,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_global_key_value_heads": 1,
+            "attention_k_eq_v": true, "head_dim": 32, "global_head_dim": 64,
+            "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+            "sliding_window": 6, "final_logit_softcapping": 30.0, "rms_norm_eps": 1e-6,
+            "enable_moe_block": true, "num_experts": 6, "top_k_experts": 3, "moe_intermediate_size": 64,
+            "max_position_embeddings": 256, "rope_parameters": rope,
+            "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true
+        }),
         // Full attention only, window 1 on the (unused) sliding rope, KV sharing of full layers.
         _ => json!({
             "vocab_size": 384, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
@@ -94,7 +106,7 @@ fn check(model: &Model, label: &str) {
 
 #[test]
 fn random_shapes_wgpu_matches_cpu() {
-    for case in 0..3 {
+    for case in 0..4 {
         for bits in [None, Some(4), Some(8)] {
             let dir = std::env::temp_dir().join(format!("kestrel-synth-{}-{case}-{bits:?}", std::process::id()));
             write_model(&dir, &config(case), &SynthOptions { bits, group_size: 64, seed: case as u64 }).unwrap();

@@ -46,7 +46,7 @@ pub struct BenchArgs {
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// Architecture: e2b or e4b.
+    /// Architecture: e2b, e4b or 26b-a4b.
     #[arg(long)]
     pub arch: String,
     /// Weight format: 4bit, 8bit (MLX affine, group 64) or bf16.

@@ -469,6 +469,25 @@ impl<'a> Builder<'a> {
     }
 
     fn upload_matrix(&mut self, m: &Matrix) -> Result<GpuMatrix> {
+        self.upload_matrix_parts(m, self.gpu.max_binding)
+    }
+
+    /// Uploads a matrix that kernels index as a whole (an expert stack): one part, or an error
+    /// when it exceeds the adapter's binding limit.
+    fn upload_matrix_whole(&mut self, m: &Matrix) -> Result<GpuMatrix> {
+        let g = self.upload_matrix_parts(m, self.gpu.adapter_max_binding)?;
+        if g.parts.len() != 1 {
+            return Err(Error::Gpu(format!(
+                "{}: the resident expert stack ({} MiB) exceeds one binding ({} MiB); expert streaming is needed",
+                m.name(),
+                m.nbytes() >> 20,
+                self.gpu.adapter_max_binding >> 20
+            )));
+        }
+        Ok(g)
+    }
+
+    fn upload_matrix_parts(&mut self, m: &Matrix, max_part: u64) -> Result<GpuMatrix> {
         let (rows, cols) = (m.rows(), m.cols());
         // Bytes per row of each buffer of a part, and the format.
         let (format, gs, row_bytes): (Format, usize, [usize; 3]) = match m {
@@ -483,7 +502,7 @@ impl<'a> Builder<'a> {
             }
         };
         let widest = *row_bytes.iter().max().expect("three entries") as u64;
-        let per_part = (self.gpu.max_binding / widest) as usize;
+        let per_part = (max_part / widest) as usize;
         if per_part == 0 {
             return Err(Error::Gpu(format!("{}: one row ({widest} bytes) exceeds the binding limit", m.name())));
         }
@@ -728,18 +747,9 @@ impl<'a> Builder<'a> {
                 moe: match &lw.moe {
                     Some(m) => {
                         let iw = t.moe_intermediate_size;
-                        for em in [Some(&m.down), match &m.gate_up { ExpertGateUp::Fused(gu) => Some(gu), ExpertGateUp::Split { gate, .. } => Some(gate) }] .into_iter().flatten() {
-                            let widest = (em.nbytes() / em.rows().max(1)) as u64;
-                            if em.rows() as u64 * widest > self.gpu.max_binding {
-                                return Err(Error::Gpu(format!(
-                                    "{}: the resident expert stack ({} MiB) exceeds one binding ({} MiB); expert streaming is needed",
-                                    em.name(), (em.nbytes() >> 20), self.gpu.max_binding >> 20
-                                )));
-                            }
-                        }
                         let (gate, up, up_off) = match &m.gate_up {
-                            ExpertGateUp::Fused(gu) => ((self.upload_matrix(gu)?, 2 * iw, 0), None, iw),
-                            ExpertGateUp::Split { gate, up } => ((self.upload_matrix(gate)?, iw, 0), Some(self.upload_matrix(up)?), 0),
+                            ExpertGateUp::Fused(gu) => ((self.upload_matrix_whole(gu)?, 2 * iw, 0), None, iw),
+                            ExpertGateUp::Split { gate, up } => ((self.upload_matrix_whole(gate)?, iw, 0), Some(self.upload_matrix_whole(up)?), 0),
                         };
                         Some(GpuMoe {
                             router: self.upload_matrix(&m.router_proj)?,
@@ -747,7 +757,7 @@ impl<'a> Builder<'a> {
                             gate,
                             up,
                             up_off,
-                            down: self.upload_matrix(&m.down)?,
+                            down: self.upload_matrix_whole(&m.down)?,
                         })
                     }
                     None => None,
