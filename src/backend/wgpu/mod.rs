@@ -154,8 +154,9 @@ pub struct WgpuBackend {
     profiler: Option<Profiler>,
     /// Executed dispatch indices and timestamps of the last profiled step.
     profile: Vec<KernelTime>,
-    /// Weight bytes one decode step reads: every matrix but the per-layer embedding table, of
-    /// which a step reads one row.
+    /// Weight bytes one decode step reads: every matrix but the per-layer embedding table (one
+    /// row of it is gathered), and of the routed experts only the top_k / num_experts a token
+    /// picks.
     decode_bytes: u64,
     weight_bytes: u64,
     state_bytes: u64,
@@ -422,6 +423,8 @@ struct Builder<'a> {
     weight_bytes: u64,
     /// Bytes of tables only gathered from (the PLE embedding), not streamed each step.
     gather_only_bytes: u64,
+    /// Bytes of routed-expert stacks, of which a token reads top_k / num_experts.
+    expert_bytes: u64,
     state_bytes: u64,
 }
 
@@ -445,6 +448,7 @@ impl<'a> Builder<'a> {
             step_buf,
             weight_bytes: 0,
             gather_only_bytes: 0,
+            expert_bytes: 0,
             state_bytes: 0,
         };
         b.record(w)
@@ -475,7 +479,9 @@ impl<'a> Builder<'a> {
     /// Uploads a matrix that kernels index as a whole (an expert stack): one part, or an error
     /// when it exceeds the adapter's binding limit.
     fn upload_matrix_whole(&mut self, m: &Matrix) -> Result<GpuMatrix> {
+        let before = self.weight_bytes;
         let g = self.upload_matrix_parts(m, self.gpu.adapter_max_binding)?;
+        self.expert_bytes += self.weight_bytes - before;
         if g.parts.len() != 1 {
             return Err(Error::Gpu(format!(
                 "{}: the resident expert stack ({} MiB) exceeds one binding ({} MiB); expert streaming is needed",
@@ -998,7 +1004,8 @@ impl<'a> Builder<'a> {
             read_scratch: Vec::new(),
             profiler: None,
             profile: Vec::new(),
-            decode_bytes: self.weight_bytes - self.gather_only_bytes,
+            decode_bytes: self.weight_bytes - self.gather_only_bytes - self.expert_bytes
+                + if t.num_experts > 0 { self.expert_bytes * t.top_k_experts as u64 / t.num_experts as u64 } else { 0 },
             weight_bytes: self.weight_bytes,
             state_bytes: self.state_bytes,
             gpu: self.gpu,
