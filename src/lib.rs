@@ -24,6 +24,7 @@ pub mod loader;
 pub mod model;
 pub mod quant;
 pub mod sampler;
+pub mod streamer;
 pub mod synth;
 pub mod tokenizer;
 

@@ -948,7 +948,8 @@ impl Case for AttnCase {
             n_kv_heads: kv_heads as u32,
             slots: slots as u32,
             window: window as u32,
-            _pad: [0; 3],
+            n_splits: 1,
+            _pad: [0; 2],
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1 };
         launch(Kernel::Attention, bufs, &p, step, (heads, tokens))

@@ -48,6 +48,9 @@ pub enum Kernel {
     RmsNorm,
     HeadNormRope,
     Attention,
+    /// Decode attention over key splits, then the merge of the splits.
+    AttentionSplit,
+    AttentionCombine,
     GeluMul,
     SoftcapArgmax,
     /// MoE: softmax, top-k and weights of the router logits.
@@ -66,6 +69,8 @@ impl Kernel {
             Kernel::RmsNorm => "rmsnorm".into(),
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::Attention => "attention".into(),
+            Kernel::AttentionSplit => "attention_split".into(),
+            Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::GeluMul => "gelu_mul".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
             Kernel::RouterTopk => "router_topk".into(),
@@ -83,6 +88,8 @@ impl Kernel {
             Kernel::RmsNorm => include_str!("../../../wgsl/rmsnorm.wgsl").into(),
             Kernel::HeadNormRope => include_str!("../../../wgsl/head_norm_rope.wgsl").into(),
             Kernel::Attention => include_str!("../../../wgsl/attention.wgsl").into(),
+            Kernel::AttentionSplit => include_str!("../../../wgsl/attention_split.wgsl").into(),
+            Kernel::AttentionCombine => include_str!("../../../wgsl/attention_combine.wgsl").into(),
             Kernel::GeluMul => include_str!("../../../wgsl/gelu_mul.wgsl").into(),
             Kernel::SoftcapArgmax => include_str!("../../../wgsl/softcap_argmax.wgsl").into(),
             Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
@@ -108,7 +115,8 @@ impl Kernel {
         match self {
             Kernel::Matmul(..) | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::RmsNorm => &[Read, Read, ReadWrite, Uniform, Uniform],
-            Kernel::HeadNormRope | Kernel::Attention => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::HeadNormRope | Kernel::Attention | Kernel::AttentionSplit => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::AttentionCombine => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
@@ -212,8 +220,14 @@ pub struct AttnParams {
     pub n_kv_heads: u32,
     pub slots: u32,
     pub window: u32,
-    pub _pad: [u32; 3],
+    /// Key splits of attention_split / attention_combine (unused by attention).
+    pub n_splits: u32,
+    pub _pad: [u32; 2],
 }
+
+/// Key splits per (head, token) of the decode attention: enough workgroups to fill a GPU at
+/// 8–16 heads; at most 64 (attention_combine reads them in one pass).
+pub const ATTN_SPLITS: u32 = 32;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]

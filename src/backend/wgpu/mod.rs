@@ -82,6 +82,7 @@ enum GridY {
 struct Dispatch {
     /// Kernel name, for profiles.
     label: String,
+    only: Only,
     pipeline: wgpu::ComputePipeline,
     /// The variant for steps where the grid's count is 1 (decode): same bindings, no token tile.
     single: Option<wgpu::ComputePipeline>,
@@ -101,7 +102,18 @@ enum Res {
     Step,
 }
 
+/// Which steps run a dispatch.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Only {
+    Always,
+    /// Steps of one token (decode).
+    Single,
+    /// Steps of several tokens (prefill chunks).
+    Multi,
+}
+
 struct Spec {
+    only: Only,
     kernel: Kernel,
     single: Option<Kernel>,
     res: Vec<Res>,
@@ -298,6 +310,10 @@ impl WgpuBackend {
                 pass.write_timestamp(&p.queries, 0);
             }
             for (di, d) in self.program.iter().enumerate() {
+                match (d.only, n) {
+                    (Only::Single, 2..) | (Only::Multi, 1) => continue,
+                    _ => {}
+                }
                 let mut z_tokens = false;
                 let y = match d.y {
                     GridY::Slots(k) => {
@@ -556,7 +572,7 @@ impl<'a> Builder<'a> {
 
     fn spec<T: bytemuck::Pod>(&mut self, kernel: Kernel, res: Vec<Res>, p: &T, x: u32, y: GridY) {
         let (param_off, param_len) = self.push_params(p);
-        self.specs.push(Spec { kernel, single: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y });
+        self.specs.push(Spec { only: Only::Always, kernel, single: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y });
     }
 
     /// `y[t, r] = W x[t]` over all parts of `m`.
@@ -784,6 +800,9 @@ impl<'a> Builder<'a> {
         let ktmp = self.act("k", c * kv_max.max(1))?;
         let vtmp = self.act("v", c * kv_max.max(1))?;
         let o = self.act("o", c * h)?;
+        let heads_max = cfg.layers.iter().map(|l| l.n_heads).max().unwrap_or(0);
+        let d_max = cfg.layers.iter().map(|l| l.head_dim).max().unwrap_or(0);
+        let attn_part = self.act("attention splits", heads_max * ATTN_SPLITS as usize * (d_max + 2))?;
         let g = self.act("ffn gate", c * mlp_max)?;
         let u = self.act("ffn up", c * mlp_max)?;
         let xf = self.act("final hidden", logit_rows * h)?;
@@ -867,10 +886,20 @@ impl<'a> Builder<'a> {
             });
             let ap = AttnParams {
                 d: d as u32, n_heads: l.n_heads as u32, n_kv_heads: l.n_kv_heads as u32, slots,
-                window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 }, _pad: [0; 3],
+                window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
+                n_splits: ATTN_SPLITS, _pad: [0; 2],
             };
+            // Prefill: one workgroup per (head, token) already fills the GPU.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
             self.spec(Kernel::Attention, res, &ap, l.n_heads as u32, GridY::Tokens);
+            self.specs.last_mut().expect("just pushed").only = Only::Multi;
+            // Decode: the keys split over ATTN_SPLITS workgroups per head, then merged.
+            let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(attn_part.clone()), Res::Params, Res::Step];
+            self.spec(Kernel::AttentionSplit, res, &ap, l.n_heads as u32, GridY::Slots(ATTN_SPLITS));
+            self.specs.last_mut().expect("just pushed").only = Only::Single;
+            let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
+            self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
+            self.specs.last_mut().expect("just pushed").only = Only::Single;
             self.matmul(&gl.o, &att, l.q_dim(), &o, h, false);
             self.norm(&o, &norm_buf, &x, plain(h, ln.post_attn, 1, 1.0));
 
@@ -928,6 +957,7 @@ impl<'a> Builder<'a> {
         let cap = t.final_logit_softcapping.unwrap_or(0.0);
         let (param_off, param_len) = self.push_params(&ArgmaxParams { vocab: vocab as u32, cap, _pad: [0; 2] });
         self.specs.push(Spec {
+            only: Only::Always,
             kernel: Kernel::SoftcapArgmax,
             single: None,
             res: vec![Res::Buf(logits.clone()), Res::Buf(best.clone()), Res::Params, Res::Step],
@@ -979,7 +1009,7 @@ impl<'a> Builder<'a> {
             if let Some(e) = pollster::block_on(scope.pop()) {
                 return Err(Error::Gpu(format!("binding {label}: {e}")));
             }
-            program.push(Dispatch { label: s.kernel.label(), pipeline, single, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y });
+            program.push(Dispatch { label: s.kernel.label(), only: s.only, pipeline, single, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y });
         }
 
         let best_read = self.gpu.staging("argmax readback", (4 * logit_rows) as u64);
