@@ -435,7 +435,7 @@ impl Case for MatmulCase {
         };
         let n_out_step = n_out.unwrap_or(1);
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32 };
-        let grid = (rows.div_ceil(MATMUL_ROWS as usize), count.div_ceil(tile));
+        let grid = (rows.div_ceil(matmul_rows(tile as u32) as usize), count.div_ceil(tile));
         let mut l = launch(Kernel::Matmul(fmt, tile as u32), bufs, &p, step, grid);
         if rows == 257 {
             // Fold x into x·z as the backend does past 65535 workgroups (here past 16): the

@@ -14,12 +14,7 @@
 // Bindings: q: f32[n_tokens, n_heads * d]; kc, vc: f32[slots, n_kv_heads * d];
 //   part: f32[n_tokens, n_heads, n_splits, d + 2] (m, l, acc); p: AttnParams; step: Step.
 // Launch: 64 threads per (head, split, token); grid = (n_heads, n_splits, n_tokens).
-// Keys go in tiles of 64 (one per thread) with an online softmax: m (running max) and l (running
-// sum) are computed identically by every thread from the shared tile, each thread owns the
-// output dims i ≡ lid (mod 64). Host guarantees d ≤ 1024 (16 dims per thread).
-
-const WG: u32 = 64u;
-const NEG: f32 = -3.0e38;
+// The key loop is attend_keys (attention_tile.wgsl, prepended by the host).
 
 struct AttnParams {
     d: u32,
@@ -32,12 +27,6 @@ struct AttnParams {
     _pad2: u32,
 }
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    n_out: u32,
-    out_row0: u32,
-}
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> kc: array<f32>;
@@ -45,9 +34,6 @@ struct Step {
 @group(0) @binding(3) var<storage, read_write> part: array<f32>;
 @group(0) @binding(4) var<uniform> p: AttnParams;
 @group(0) @binding(5) var<uniform> step: Step;
-
-var<workgroup> qs: array<f32, 1024>;
-var<workgroup> probs: array<f32, WG>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -57,62 +43,20 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let t = wid.z;
     if (t >= step.n_tokens) { return; }
     let d = p.d;
-    let kvh = h / (p.n_heads / p.n_kv_heads);
-    let kv_stride = p.n_kv_heads * d;
     let qb = t * p.n_heads * d + h * d;
     for (var i = lid; i < d; i += WG) { qs[i] = q[qb + i]; }
     workgroupBarrier();
-
     let pos = step.pos0 + t;
     var lo = 0u;
     if (p.window > 0u && pos + 1u > p.window) { lo = pos + 1u - p.window; }
     let chunk = (pos + 1u - lo + p.n_splits - 1u) / p.n_splits;
     let start = lo + sp * chunk;
-    let end = min(start + chunk, pos + 1u); // exclusive
-
-    var m = NEG;
-    var l = 0.0;
-    var acc: array<f32, 16>;
-    for (var k = 0u; k < 16u; k++) { acc[k] = 0.0; }
-
-    for (var base = start; base < end; base += WG) {
-        let kp = base + lid;
-        var s = NEG;
-        if (kp < end) {
-            let kb = (kp % p.slots) * kv_stride + kvh * d;
-            s = 0.0;
-            for (var i = 0u; i < d; i++) { s += qs[i] * kc[kb + i]; }
-        }
-        probs[lid] = s;
-        workgroupBarrier();
-        var tmax = NEG;
-        for (var j = 0u; j < WG; j++) { tmax = max(tmax, probs[j]); }
-        let new_m = max(m, tmax);
-        workgroupBarrier();
-        probs[lid] = select(0.0, exp(s - new_m), kp < end);
-        workgroupBarrier();
-        var tsum = 0.0;
-        for (var j = 0u; j < WG; j++) { tsum += probs[j]; }
-        let corr = exp(m - new_m);
-        l = l * corr + tsum;
-        let n_valid = min(WG, end - base);
-        for (var k = 0u; k < 16u; k++) {
-            let i = k * WG + lid;
-            if (i < d) {
-                var a = acc[k] * corr;
-                for (var j = 0u; j < n_valid; j++) {
-                    a += probs[j] * vc[((base + j) % p.slots) * kv_stride + kvh * d + i];
-                }
-                acc[k] = a;
-            }
-        }
-        m = new_m;
-        workgroupBarrier();
-    }
+    let end = min(start + chunk, pos + 1u); // exclusive; empty when start > pos
+    let ml = attend_keys(h / (p.n_heads / p.n_kv_heads), d, start, max(start, end), lid);
     let pb = ((t * p.n_heads + h) * p.n_splits + sp) * (d + 2u);
     if (lid == 0u) {
-        part[pb] = m;
-        part[pb + 1u] = l;
+        part[pb] = ml.x;
+        part[pb + 1u] = ml.y;
     }
     for (var k = 0u; k < 16u; k++) {
         let i = k * WG + lid;

@@ -14,12 +14,6 @@ struct GeluParams {
     b_off: u32,
 }
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    n_out: u32,
-    out_row0: u32,
-}
 
 @group(0) @binding(0) var<storage, read_write> a: array<f32>;
 @group(0) @binding(1) var<storage, read> b: array<f32>;

@@ -16,10 +16,13 @@
 // through the element path `load1` instead, so rows of any length work.
 // Host guarantees: for quantised formats cols % gs == 0.
 
-// TOK is substituted by the host: 1 for decode steps (no wasted multiply-adds on absent tokens),
-// 8 for prefill chunks. A token's arithmetic is the same sequence of operations in both.
+// TOK and ROWS are substituted by the host (`matmul_rows`): decode steps use TOK = 1 (no wasted
+// multiply-adds on absent tokens) and ROWS = 1 (the most workgroups: on the H200 a decode step
+// is short of parallelism, ROWS 16 measured 2.4x slower and ROWS 1 1.3x faster than 4), prefill
+// chunks TOK = 8, ROWS = 4 (each weight load serves 8 tokens). A token's arithmetic is the same
+// sequence of operations in both.
 const WG: u32 = 64u;
-const ROWS: u32 = 4u;
+const ROWS: u32 = {{ROWS}}u;
 const TOK: u32 = {{TOK}}u;
 
 struct MatmulParams {
@@ -33,12 +36,6 @@ struct MatmulParams {
     _pad: u32,
 }
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    n_out: u32,
-    out_row0: u32,
-}
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> scales: array<u32>;

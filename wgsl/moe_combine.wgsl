@@ -12,12 +12,6 @@ struct CombineParams {
     _pad1: u32,
 }
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    n_out: u32,
-    out_row0: u32,
-}
 
 @group(0) @binding(0) var<storage, read> weight: array<f32>;
 @group(0) @binding(1) var<storage, read> src: array<f32>;

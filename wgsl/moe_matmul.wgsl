@@ -30,12 +30,6 @@ struct MoeMatmulParams {
     _pad2: u32,
 }
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    n_out: u32,
-    out_row0: u32,
-}
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> scales: array<u32>;

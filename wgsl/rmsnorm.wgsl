@@ -29,12 +29,6 @@ struct NormParams {
     _pad: u32,
 }
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    n_out: u32,
-    out_row0: u32,
-}
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> wt: array<f32>;

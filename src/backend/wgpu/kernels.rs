@@ -79,16 +79,25 @@ impl Kernel {
         }
     }
 
+    /// The WGSL of this kernel: the shared prelude (`common.wgsl`), then for weight-reading
+    /// kernels the format's `load8`/`load1`, for attention the shared key loop, then the kernel.
     fn source(self) -> String {
+        format!("{}\n{}", include_str!("../../../wgsl/common.wgsl"), self.body())
+    }
+
+    fn body(self) -> String {
+        let tile = include_str!("../../../wgsl/attention_tile.wgsl");
         match self {
             Kernel::Matmul(f, tok) => {
-                format!("{}\n{}", f.source(), include_str!("../../../wgsl/matmul.wgsl").replace("{{TOK}}", &tok.to_string()))
+                let src = include_str!("../../../wgsl/matmul.wgsl");
+                let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
+                format!("{}\n{src}", f.source())
             }
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => include_str!("../../../wgsl/rmsnorm.wgsl").into(),
             Kernel::HeadNormRope => include_str!("../../../wgsl/head_norm_rope.wgsl").into(),
-            Kernel::Attention => include_str!("../../../wgsl/attention.wgsl").into(),
-            Kernel::AttentionSplit => include_str!("../../../wgsl/attention_split.wgsl").into(),
+            Kernel::Attention => format!("{}\n{tile}", include_str!("../../../wgsl/attention.wgsl")),
+            Kernel::AttentionSplit => format!("{}\n{tile}", include_str!("../../../wgsl/attention_split.wgsl")),
             Kernel::AttentionCombine => include_str!("../../../wgsl/attention_combine.wgsl").into(),
             Kernel::GeluMul => include_str!("../../../wgsl/gelu_mul.wgsl").into(),
             Kernel::SoftcapArgmax => include_str!("../../../wgsl/softcap_argmax.wgsl").into(),
@@ -138,10 +147,21 @@ pub fn fold_grid(x: u32, max: u32) -> (u32, u32) {
     }
 }
 
-/// Rows one `matmul` workgroup covers (`ROWS` in matmul.wgsl), and the token tile of the
-/// prefill variant (the decode variant has a tile of 1).
+/// Rows one `moe_matmul` workgroup covers (`ROWS` in moe_matmul.wgsl), and the token tile of
+/// the prefill `matmul` variant (the decode variant has a tile of 1).
 pub const MATMUL_ROWS: u32 = 4;
 pub const MATMUL_TOK: u32 = 8;
+
+/// Rows one `matmul` workgroup covers for a token tile of `tok` (`ROWS` in matmul.wgsl): one
+/// row per workgroup for the decode mat-vec (most workgroups; measured fastest on the H200, see
+/// PERF_NOTES.md), four when 8 tokens share each weight load.
+pub const fn matmul_rows(tok: u32) -> u32 {
+    if tok == 1 {
+        1
+    } else {
+        4
+    }
+}
 /// Sentinel for "no norm weight" (`NO_WEIGHT` in the WGSL).
 pub const NO_WEIGHT: u32 = u32::MAX;
 

@@ -84,8 +84,9 @@ struct Dispatch {
     label: String,
     only: Only,
     pipeline: wgpu::ComputePipeline,
-    /// The variant for steps where the grid's count is 1 (decode): same bindings, no token tile.
-    single: Option<wgpu::ComputePipeline>,
+    /// The variant for steps where the grid's count is 1 (decode): same bindings, no token
+    /// tile, and its own grid x.
+    single: Option<(wgpu::ComputePipeline, u32)>,
     bind_group: wgpu::BindGroup,
     /// Grid x (fixed), or, when `x_from_out`, one per output row, or when `x_from_tokens`,
     /// one per token.
@@ -115,7 +116,8 @@ enum Only {
 struct Spec {
     only: Only,
     kernel: Kernel,
-    single: Option<Kernel>,
+    /// The decode variant and its grid x.
+    single: Option<(Kernel, u32)>,
     res: Vec<Res>,
     param_off: u64,
     param_len: u64,
@@ -341,9 +343,12 @@ impl WgpuBackend {
                     GridY::Out | GridY::OutTiles(_) => n_out,
                     _ => n,
                 };
-                let (pipeline, y) = match &d.single {
-                    Some(p) if count == 1 => (p, 1),
-                    _ => (&d.pipeline, y),
+                let (pipeline, x, y, z) = match &d.single {
+                    Some((p, sx)) if count == 1 => {
+                        let (sx, sz) = fold_grid(*sx, self.max_groups);
+                        (p, sx, 1, sz)
+                    }
+                    _ => (&d.pipeline, x, y, z),
                 };
                 let z = if z_tokens { n as u32 } else { z };
                 pass.set_pipeline(pipeline);
@@ -598,10 +603,8 @@ impl<'a> Builder<'a> {
                 Res::Step,
             ];
             let gy = if on_out { GridY::OutTiles(MATMUL_TOK) } else { GridY::TokenTiles(MATMUL_TOK) };
-            self.spec(Kernel::Matmul(m.format, MATMUL_TOK), res, &p, (part.rows as u32).div_ceil(MATMUL_ROWS), gy);
-            if let Some(s) = self.specs.last_mut() {
-                s.single = Some(Kernel::Matmul(m.format, 1));
-            }
+            self.spec(Kernel::Matmul(m.format, MATMUL_TOK), res, &p, (part.rows as u32).div_ceil(matmul_rows(MATMUL_TOK)), gy);
+            self.specs.last_mut().expect("just pushed").single = Some((Kernel::Matmul(m.format, 1), (part.rows as u32).div_ceil(matmul_rows(1))));
         }
     }
 
@@ -983,7 +986,7 @@ impl<'a> Builder<'a> {
         for s in specs {
             let (pipeline, layout) = self.pipelines.get(&self.gpu.device, s.kernel)?.clone();
             let single = match s.single {
-                Some(k) => Some(self.pipelines.get(&self.gpu.device, k)?.0.clone()),
+                Some((k, x)) => Some((self.pipelines.get(&self.gpu.device, k)?.0.clone(), x)),
                 None => None,
             };
             let entries: Vec<wgpu::BindGroupEntry> = s

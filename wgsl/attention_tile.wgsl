@@ -1,0 +1,59 @@
+// attention_tile: the online-softmax loop shared by attention.wgsl (prefill) and
+// attention_split.wgsl (decode). Prepended after the kernel's bindings are known by name:
+// the kernel declares `kc`, `vc` (the K/V cache bindings) and `p` (AttnParams with `slots`).
+//
+// attend_keys(kvh, d, start, end, lid): over cached positions [start, end) of KV head kvh, with
+// the query already in `qs`, keys in tiles of 64 (one per thread): m (running max) and l
+// (running sum) are computed identically by every thread from the shared tile; thread lid owns
+// the output dims i ≡ lid (mod 64) in `acc` (unnormalised). Returns (m, l). Must be called by
+// every thread of the workgroup (it has barriers). Host guarantees d ≤ 1024.
+
+const WG: u32 = 64u;
+const NEG: f32 = -3.0e38;
+
+var<workgroup> qs: array<f32, 1024>;
+var<workgroup> probs: array<f32, WG>;
+var<private> acc: array<f32, 16>;
+
+fn attend_keys(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f32> {
+    let kv_stride = p.n_kv_heads * d;
+    var m = NEG;
+    var l = 0.0;
+    for (var k = 0u; k < 16u; k++) { acc[k] = 0.0; }
+    for (var base = start; base < end; base += WG) {
+        let kp = base + lid;
+        var s = NEG;
+        if (kp < end) {
+            let kb = (kp % p.slots) * kv_stride + kvh * d;
+            s = 0.0;
+            for (var i = 0u; i < d; i++) { s += qs[i] * kc[kb + i]; }
+        }
+        probs[lid] = s;
+        workgroupBarrier();
+        var tmax = NEG;
+        for (var j = 0u; j < WG; j++) { tmax = max(tmax, probs[j]); }
+        let new_m = max(m, tmax);
+        workgroupBarrier();
+        probs[lid] = select(0.0, exp(s - new_m), kp < end);
+        workgroupBarrier();
+        var tsum = 0.0;
+        for (var j = 0u; j < WG; j++) { tsum += probs[j]; }
+        let corr = exp(m - new_m);
+        l = l * corr + tsum;
+        let n_valid = min(WG, end - base);
+        // Constant trip count (unrolled, `acc` stays in registers); lanes past d idle.
+        for (var k = 0u; k < 16u; k++) {
+            let i = k * WG + lid;
+            if (i < d) {
+                var a = acc[k] * corr;
+                for (var j = 0u; j < n_valid; j++) {
+                    a += probs[j] * vc[((base + j) % p.slots) * kv_stride + kvh * d + i];
+                }
+                acc[k] = a;
+            }
+        }
+        m = new_m;
+        workgroupBarrier();
+    }
+    return vec2<f32>(m, l);
+}
