@@ -9,16 +9,6 @@
 // Launch: 64 threads per (head, token); grid = (n_heads, n_tokens).
 // The key loop is attend_keys (attention_tile.wgsl, prepended by the host).
 
-struct AttnParams {
-    d: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    slots: u32,
-    window: u32, // 0: full attention
-    n_splits: u32, // unused here (attention_split.wgsl)
-    _pad1: u32,
-    _pad2: u32,
-}
 
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;

@@ -10,16 +10,6 @@
 const WG: u32 = 64u;
 const NEG: f32 = -3.0e38;
 
-struct AttnParams {
-    d: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    slots: u32,
-    window: u32,
-    n_splits: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
 
 
 @group(0) @binding(0) var<storage, read> part: array<f32>;

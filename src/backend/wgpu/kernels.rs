@@ -87,6 +87,7 @@ impl Kernel {
 
     fn body(self) -> String {
         let tile = include_str!("../../../wgsl/attention_tile.wgsl");
+        let params = include_str!("../../../wgsl/attention_params.wgsl");
         match self {
             Kernel::Matmul(f, tok) => {
                 let src = include_str!("../../../wgsl/matmul.wgsl");
@@ -96,9 +97,9 @@ impl Kernel {
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => include_str!("../../../wgsl/rmsnorm.wgsl").into(),
             Kernel::HeadNormRope => include_str!("../../../wgsl/head_norm_rope.wgsl").into(),
-            Kernel::Attention => format!("{}\n{tile}", include_str!("../../../wgsl/attention.wgsl")),
-            Kernel::AttentionSplit => format!("{}\n{tile}", include_str!("../../../wgsl/attention_split.wgsl")),
-            Kernel::AttentionCombine => include_str!("../../../wgsl/attention_combine.wgsl").into(),
+            Kernel::Attention => format!("{params}\n{}\n{tile}", include_str!("../../../wgsl/attention.wgsl")),
+            Kernel::AttentionSplit => format!("{params}\n{}\n{tile}", include_str!("../../../wgsl/attention_split.wgsl")),
+            Kernel::AttentionCombine => format!("{params}\n{}", include_str!("../../../wgsl/attention_combine.wgsl")),
             Kernel::GeluMul => include_str!("../../../wgsl/gelu_mul.wgsl").into(),
             Kernel::SoftcapArgmax => include_str!("../../../wgsl/softcap_argmax.wgsl").into(),
             Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
