@@ -26,12 +26,8 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     if (t >= step.n_tokens) { return; }
     let d = p.d;
     let qb = t * p.n_heads * d + h * d;
-    for (var i = lid; i < d; i += WG) { qs[i] = q[qb + i]; }
-    workgroupBarrier();
-    let pos = step.pos0 + t;
-    var lo = 0u;
-    if (p.window > 0u && pos + 1u > p.window) { lo = pos + 1u - p.window; }
-    let ml = attend_keys(h / (p.n_heads / p.n_kv_heads), d, lo, pos + 1u, lid);
+    let lo = load_query(t, h, lid);
+    let ml = attend_keys(h / (p.n_heads / p.n_kv_heads), d, lo, step.pos0 + t + 1u, lid);
     for (var k = 0u; k < 16u; k++) {
         if (k * WG + lid < d) { o[qb + k * WG + lid] = acc[k] / ml.y; }
     }

@@ -33,12 +33,8 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let t = wid.z;
     if (t >= step.n_tokens) { return; }
     let d = p.d;
-    let qb = t * p.n_heads * d + h * d;
-    for (var i = lid; i < d; i += WG) { qs[i] = q[qb + i]; }
-    workgroupBarrier();
+    let lo = load_query(t, h, lid);
     let pos = step.pos0 + t;
-    var lo = 0u;
-    if (p.window > 0u && pos + 1u > p.window) { lo = pos + 1u - p.window; }
     let chunk = (pos + 1u - lo + p.n_splits - 1u) / p.n_splits;
     let start = lo + sp * chunk;
     let end = min(start + chunk, pos + 1u); // exclusive; empty when start > pos

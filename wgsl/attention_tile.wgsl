@@ -15,6 +15,15 @@ var<workgroup> qs: array<f32, 1024>;
 var<workgroup> probs: array<f32, WG>;
 var<private> acc: array<f32, 16>;
 
+fn load_query(t: u32, h: u32, lid: u32) -> u32 {
+    let qb = t * p.n_heads * p.d + h * p.d;
+    for (var i = lid; i < p.d; i += WG) { qs[i] = q[qb + i]; }
+    workgroupBarrier();
+    let pos = step.pos0 + t;
+    if (p.window > 0u && pos + 1u > p.window) { return pos + 1u - p.window; }
+    return 0u;
+}
+
 fn attend_keys(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f32> {
     let kv_stride = p.n_kv_heads * d;
     var m = NEG;
