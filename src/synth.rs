@@ -92,19 +92,19 @@ struct Spec {
     bare: bool,
 }
 
-/// splitmix64: tiny, seedable and good enough for weights.
-struct Rng(u64);
+/// splitmix64: tiny, seedable and good enough for weights (and for the tests' random inputs).
+pub struct SplitMix64(pub u64);
 
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
+impl SplitMix64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
+    /// Uniform in [-1, 1), a multiple of 2^-23 (an exact f32).
+    pub fn uniform(&mut self) -> f32 {
         (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 }
@@ -271,7 +271,7 @@ pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Resu
     // threads fill disjoint blocks of rows with positioned writes, and the file is the same
     // whatever the thread count. Memory: one block of rows per thread.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut master = Rng(opts.seed ^ 0x6b65_7374_7265_6c00);
+    let mut master = SplitMix64(opts.seed ^ 0x6b65_7374_7265_6c00);
     let mut stored_iter = stored.iter().scan(0u64, |o, st| {
         let at = *o;
         *o += st.bytes as u64;
@@ -282,12 +282,12 @@ pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Resu
         let tensor_seed = master.next_u64();
         let init = s.init;
         let draw_row = move |r: usize, out: &mut Vec<f32>| {
-            let mut rr = Rng(tensor_seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut rr = SplitMix64(tensor_seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             out.clear();
             out.extend((0..cols).map(|_| match init {
-                Init::Linear => rr.unit() * (3.0 / cols as f32).sqrt(),
-                Init::Std(sd) => rr.unit() * sd * 3f32.sqrt(),
-                Init::Range(lo, hi) => lo + (rr.unit() + 1.0) * 0.5 * (hi - lo),
+                Init::Linear => rr.uniform() * (3.0 / cols as f32).sqrt(),
+                Init::Std(sd) => rr.uniform() * sd * 3f32.sqrt(),
+                Init::Range(lo, hi) => lo + (rr.uniform() + 1.0) * 0.5 * (hi - lo),
             }));
         };
         let q = quantised(s);

@@ -76,20 +76,16 @@ mod tol {
 // ---------------------------------------------------------------------------------------------
 // Random inputs, poison and guards
 
-/// splitmix64: tiny, deterministic, no dependency.
-struct Rng(u64);
+/// The crate's splitmix64 (kestrel::synth), with the helpers the cases need.
+struct Rng(kestrel::synth::SplitMix64);
 
 impl Rng {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in [-1, 1), a multiple of 2^-23 (an exact f32).
     fn uniform(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 * (2.0 / 16_777_216.0) - 1.0
+        self.0.uniform()
     }
     fn vec(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.uniform()).collect()
@@ -1557,7 +1553,7 @@ fn every_kernel_matches_the_cpu_reference() {
             continue;
         }
         let seed = seed_of(&name);
-        let l = case.build(&mut Rng(seed));
+        let l = case.build(&mut Rng(kestrel::synth::SplitMix64(seed)));
         let t = tally.entry(l.kernel.label()).or_default();
         let line = match run_case(&mut h, &l) {
             Ok((report, worst)) => {

@@ -10,7 +10,7 @@
 
 pub mod safetensors;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::config::{Config, ModelKind};
 use crate::error::{Error, Result};
@@ -447,9 +447,4 @@ pub fn stop_ids(dir: Option<&Path>, gen_config_json: Option<&str>, cfg: &Config)
         ids.push(50);
     }
     ids
-}
-
-/// The files of a model directory this crate reads.
-pub fn model_paths(dir: &Path) -> (PathBuf, PathBuf) {
-    (dir.join("config.json"), dir.join("tokenizer.json"))
 }

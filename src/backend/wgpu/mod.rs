@@ -166,7 +166,7 @@ pub struct WgpuBackend {
     rope_host: Vec<f32>,
     read_scratch: Vec<u8>,
     profiler: Option<Profiler>,
-    /// Executed dispatch indices and timestamps of the last profiled step.
+    /// Per-kernel GPU time of the last profiled step.
     profile: Vec<KernelTime>,
     /// Weight bytes one decode step reads: every matrix but the per-layer embedding table (one
     /// row of it is gathered), and of the routed experts only the top_k / num_experts a token
@@ -350,6 +350,9 @@ impl WgpuBackend {
                     }
                     _ => (&d.pipeline, x, y, z),
                 };
+                // Slot grids put the tokens on z, so their x must not need folding (rows ≤
+                // 4 · 65535 for the expert and attention kernels that use them).
+                debug_assert!(!z_tokens || z == 1, "slot grid with a folded x");
                 let z = if z_tokens { n as u32 } else { z };
                 pass.set_pipeline(pipeline);
                 pass.set_bind_group(0, &d.bind_group, &[]);
