@@ -30,6 +30,8 @@ pub struct GenStats {
     pub decode_time: Duration,
     /// Why generation ended: `stop` (a stop id) or `length` (max_new reached).
     pub finish_reason: &'static str,
+    /// Expert streaming over this generation (MoE installations with a bounded slot cache).
+    pub experts: Option<crate::streamer::StreamStats>,
 }
 
 impl GenStats {
@@ -79,6 +81,7 @@ pub fn generate(
         return Ok((out, stats));
     }
     backend.reset();
+    let streamed_before = backend.stream_stats();
     let greedy = sampler.config().is_greedy();
     let last_readback = if greedy { Readback::Argmax } else { Readback::LastLogits };
     let mut history: Vec<u32> = prompt.to_vec();
@@ -117,6 +120,11 @@ pub fn generate(
     }
     stats.decode_time = t1.elapsed();
     stats.generated_tokens = out.len();
+    // Streaming figures of this generation only (the backend's counters are cumulative).
+    stats.experts = match (backend.stream_stats(), streamed_before) {
+        (Some(now), Some(before)) => Some(now.since(&before)),
+        (now, _) => now,
+    };
     Ok((out, stats))
 }
 

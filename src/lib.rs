@@ -10,6 +10,8 @@
 //!   WGSL kernels).
 //! - [`sampler`]: greedy / temperature / top-k / top-p / repetition penalty, seeded.
 //! - [`engine`]: the generation loop shared by every backend: chunked prefill, decode, stop ids, stats.
+//! - [`install`], [`streamer`]: the installed layout (per-layer expert files) and the MoE expert
+//!   streamer (a bounded per-layer LFU slot cache fed by positional reads).
 //! - [`cli`]: the `kestrel` command line.
 
 pub mod backend;
@@ -19,6 +21,7 @@ pub mod config;
 pub mod embedded;
 pub mod engine;
 pub mod error;
+pub mod install;
 pub mod kv;
 pub mod loader;
 pub mod model;

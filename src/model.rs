@@ -7,6 +7,8 @@ use std::sync::Arc;
 use crate::chat::ChatTemplate;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::install::format::{Check, Installation, COMMON, LAYOUT};
+use crate::streamer::ExpertFiles;
 use crate::loader::{self, FileBytes, ModelWeights, SafetensorsFile, TensorStore};
 use crate::tokenizer::Tokenizer;
 
@@ -23,8 +25,16 @@ pub struct Model {
 }
 
 impl Model {
-    /// Opens a model directory (config.json, safetensors, optional tokenizer and template).
+    /// Opens a model directory (config.json, safetensors, optional tokenizer and template), or
+    /// an installation (`kestrel install`), hashing its common files now and its expert files
+    /// on first use.
     pub fn open(dir: &Path) -> Result<Self> {
+        Self::open_with(dir, false)
+    }
+
+    /// Like [`open`](Self::open); `trust_manifest` skips hashing an installation's large files
+    /// (sizes and the small files the manifest binds are still checked).
+    pub fn open_with(dir: &Path, trust_manifest: bool) -> Result<Self> {
         if !dir.exists() {
             return Err(Error::Invalid(format!("{}: does not exist (--model expects a model directory holding config.json and *.safetensors)", dir.display())));
         }
@@ -32,8 +42,25 @@ impl Model {
             return Err(Error::Invalid(format!("{}: not a directory (--model expects a model directory holding config.json and *.safetensors)", dir.display())));
         }
         let cfg = Config::from_file(&dir.join("config.json"))?;
-        let store = TensorStore::open_dir(dir)?;
-        let weights = Arc::new(ModelWeights::load(&store, &cfg)?);
+        let weights = if Installation::is_installation(dir) {
+            let check = if trust_manifest { Check::Trust } else { Check::Load };
+            let inst = Installation::open(dir, check, |_| {})?;
+            let store = TensorStore::open_files(&[dir.join(COMMON)])?;
+            let mut w = ModelWeights::load_with(&store, &cfg, false)?;
+            if let Some(l) = &inst.layout {
+                let t = &cfg.text;
+                let n_moe = if t.enable_moe_block { cfg.layers.len() } else { 0 };
+                l.check(&dir.join(LAYOUT), t.num_experts, t.hidden_size, t.moe_intermediate_size, n_moe)?;
+                w.expert_files = Some(Arc::new(ExpertFiles::open(&inst, trust_manifest)?));
+            } else if cfg.text.enable_moe_block {
+                return Err(Error::Invalid(format!("{}: a MoE model installed without {LAYOUT}: reinstall it", dir.display())));
+            }
+            w
+        } else {
+            let store = TensorStore::open_dir(dir)?;
+            ModelWeights::load(&store, &cfg)?
+        };
+        let weights = Arc::new(weights);
         let tok_path = dir.join("tokenizer.json");
         let tokenizer = if tok_path.exists() { Some(Tokenizer::from_file(&tok_path)?) } else { None };
         let template = ChatTemplate::from_model_dir(dir)?;

@@ -637,3 +637,176 @@ fn wgpu_matches_reference_ids() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Installations (`kestrel install` / `verify`) and what loading rejects
+
+/// A fresh installation of tiny-moe (MLX 4-bit) in a temp directory, removed on drop.
+struct Installed {
+    root: PathBuf,
+    dir: PathBuf,
+}
+
+impl Installed {
+    fn new(tag: &str) -> Self {
+        let root = std::env::temp_dir().join(format!("kestrel-inst-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let dir = root.join("moe");
+        let src = common::fixtures().join("tiny-moe/mlx-4bit");
+        succeeds(&["install", src.to_str().unwrap(), dir.to_str().unwrap()]).unwrap();
+        Installed { root, dir }
+    }
+    fn s(&self) -> &str {
+        self.dir.to_str().unwrap()
+    }
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+    /// Flips one bit of `rel` at `off` (from the end when negative).
+    fn flip(&self, rel: &str, off: i64) {
+        let p = self.path(rel);
+        let mut b = std::fs::read(&p).unwrap();
+        let i = if off < 0 { (b.len() as i64 + off) as usize } else { off as usize };
+        b[i] ^= 0x10;
+        std::fs::write(&p, b).unwrap();
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Streamed generation on an installation (cpu: fast, and the check is backend-independent).
+fn gen_streamed(dir: &str) -> Vec<&str> {
+    vec!["generate", "--model", dir, "--backend", "cpu", "--prompt-ids", "2,105,3", "--max-new", "2", "--expert-slots", "4"]
+}
+
+#[test]
+fn install_then_verify_and_generate() {
+    let inst = Installed::new("ok");
+    let o = succeeds(&["verify", inst.s(), "--json"]).unwrap();
+    assert_eq!(json_of(&o)["ok"], true);
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(inst.path("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["format_version"], 1);
+    assert_eq!(m["sizes"]["n_experts"], 16);
+    let files: Vec<&str> = m["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    for want in ["common.safetensors", "config.json", "experts.json", "experts/layer-000.bin", "experts/layer-005.bin", "tokenizer.json"] {
+        assert!(files.contains(&want), "manifest lacks {want}: {files:?}");
+    }
+    // Expert blobs are page-aligned: each layer file is n_experts × a multiple of 4096.
+    let len = std::fs::metadata(inst.path("experts/layer-000.bin")).unwrap().len();
+    assert_eq!(len % (16 * 4096), 0);
+    let o = succeeds(&[gen_streamed(inst.s()), vec!["--json"]].concat()).unwrap();
+    let v = json_of(&o);
+    assert!(v["stats"]["experts"]["misses"].as_u64().unwrap() > 0);
+    assert!(v["stats"]["experts"]["bytes_read_per_token"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn install_refuses_existing_destination_and_installed_source() {
+    let inst = Installed::new("exists");
+    let src = common::fixtures().join("tiny-moe/mlx-4bit");
+    fails(&["install", src.to_str().unwrap(), inst.s()], &["already exists"]);
+    let other = inst.root.join("again");
+    fails(&["install", inst.s(), other.to_str().unwrap()], &["already an installation"]);
+    assert!(!other.exists());
+}
+
+#[test]
+fn flipped_byte_in_expert_file_is_detected() {
+    let inst = Installed::new("flip-expert");
+    inst.flip("experts/layer-003.bin", 5000);
+    fails(&["verify", inst.s()], &["layer-003.bin", "SHA-256", "reinstall"]);
+    // Loading hashes expert files on first use: streamed and resident runs both refuse.
+    fails(&gen_streamed(inst.s()), &["layer-003.bin", "SHA-256"]);
+    let resident = ["generate", "--model", inst.s(), "--backend", "cpu", "--prompt-ids", "2,105,3", "--max-new", "2", "--expert-slots", "all"];
+    fails(&resident, &["layer-003.bin", "SHA-256"]);
+}
+
+#[test]
+fn flipped_byte_in_common_file_is_detected_at_load() {
+    let inst = Installed::new("flip-common");
+    inst.flip("common.safetensors", -3);
+    fails(&gen_streamed(inst.s()), &["common.safetensors", "SHA-256"]);
+}
+
+#[test]
+fn truncated_layer_file_is_detected_even_when_trusting_the_manifest() {
+    let inst = Installed::new("truncated");
+    let p = inst.path("experts/layer-001.bin");
+    let len = std::fs::metadata(&p).unwrap().len() as usize;
+    truncate(&p, len - 4096);
+    fails(&gen_streamed(inst.s()), &["layer-001.bin", "truncated"]);
+    fails(&[gen_streamed(inst.s()), vec!["--trust-manifest"]].concat(), &["layer-001.bin", "truncated"]);
+    fails(&["verify", inst.s()], &["layer-001.bin"]);
+}
+
+#[test]
+fn symlink_inside_installation_is_rejected() {
+    let inst = Installed::new("symlink");
+    let p = inst.path("experts/layer-002.bin");
+    let moved = inst.root.join("layer-002.bin");
+    std::fs::rename(&p, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &p).unwrap();
+    fails(&gen_streamed(inst.s()), &["layer-002.bin", "symbolic link"]);
+    fails(&["verify", inst.s()], &["symbolic link"]);
+}
+
+#[test]
+fn unknown_manifest_version_is_rejected() {
+    let inst = Installed::new("version");
+    let p = inst.path("manifest.json");
+    let text = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(&p, text.replacen("\"format_version\": 1", "\"format_version\": 7", 1)).unwrap();
+    fails(&gen_streamed(inst.s()), &["manifest.json", "format version 7", "reinstall"]);
+    fails(&["verify", inst.s()], &["format version 7"]);
+}
+
+#[test]
+fn expert_slots_need_an_installation() {
+    let dir = common::fixtures().join("tiny-moe/mlx-4bit");
+    fails(&[gen_on(dir.to_str().unwrap()), vec!["--expert-slots", "4"]].concat(), &["--expert-slots", "kestrel install"]);
+    usage_fails(&[gen_on(dir.to_str().unwrap()), vec!["--expert-slots", "0"]].concat(), &["--expert-slots"]);
+}
+
+/// An install stopped midway leaves only `DST.partial`; the rerun keeps the files that still
+/// verify, redoes a damaged one, and ends with the same manifest as an uninterrupted install.
+#[test]
+fn interrupted_install_resumes_to_an_identical_manifest() {
+    let fresh = Installed::new("resume-ref");
+    let src = common::fixtures().join("tiny-moe/hf");
+    let root = fresh.root.join("resume");
+    std::fs::create_dir_all(&root).unwrap();
+    // The reference: an uninterrupted install of the same source.
+    let whole = root.join("whole");
+    succeeds(&["install", src.to_str().unwrap(), whole.to_str().unwrap()]).unwrap();
+    let dst = root.join("moe");
+    let partial = root.join("moe.partial");
+    let o = run(&["install", src.to_str().unwrap(), dst.to_str().unwrap(), "--fail-after", "4"]);
+    no_panic(&o, "install --fail-after 4");
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("rerun to resume"), "{}", o.stderr);
+    assert!(!dst.exists(), "an interrupted install must not leave DST behind");
+    assert!(partial.join(".journal").exists());
+    // Damage one of the files already written: the resume must notice and redo it.
+    let journal = std::fs::read_to_string(partial.join(".journal")).unwrap();
+    let done: Vec<&str> = journal.lines().skip(1).map(|l| l.split('\t').next().unwrap()).collect();
+    assert_eq!(done.len(), 4, "{journal}");
+    let victim = partial.join(done[0]);
+    let mut b = std::fs::read(&victim).unwrap();
+    b[10] ^= 1;
+    std::fs::write(&victim, b).unwrap();
+    let o = succeeds(&["install", src.to_str().unwrap(), dst.to_str().unwrap(), "--json"]).unwrap();
+    let v = json_of(&o);
+    assert_eq!(v["kept_from_interrupted_run"], 3, "three undamaged files are kept");
+    assert!(!partial.exists());
+    assert_eq!(
+        std::fs::read(dst.join("manifest.json")).unwrap(),
+        std::fs::read(whole.join("manifest.json")).unwrap(),
+        "resumed manifest differs from an uninterrupted install's"
+    );
+    succeeds(&["verify", dst.to_str().unwrap()]).unwrap();
+}

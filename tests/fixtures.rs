@@ -82,7 +82,7 @@ fn wgpu_matches_transformers() {
     for chunk in [128, 7] {
         run_all(
             &["tiny-e2b", "tiny-e4b", "tiny-moe"],
-            &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: chunk, max_binding: None }).map(|b| Box::new(b) as Box<dyn Backend>),
+            &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: chunk, max_binding: None, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
             chunk,
             "wgpu",
         );
@@ -95,7 +95,7 @@ fn wgpu_split_tensors_match_transformers() {
     // real checkpoints under 128 MiB on lavapipe and 2 GiB on Vulkan).
     run_all(
         &["tiny-e2b"],
-        &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, max_binding: Some(4096) }).map(|b| Box::new(b) as Box<dyn Backend>),
+        &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, max_binding: Some(4096), ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
         16,
         "wgpu-split",
     );

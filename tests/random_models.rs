@@ -73,7 +73,7 @@ fn config(case: usize) -> serde_json::Value {
 
 fn check(model: &Model, label: &str) {
     let mut cpu = CpuBackend::new(model.cfg.clone(), model.weights.clone(), 128);
-    let Some(mut gpu) = common::wgpu_backend(model, WgpuOptions { max_ctx: 128, max_chunk: 16, max_binding: Some(1 << 12) }) else { return };
+    let Some(mut gpu) = common::wgpu_backend(model, WgpuOptions { max_ctx: 128, max_chunk: 16, max_binding: Some(1 << 12), ..Default::default() }) else { return };
     let vocab = model.cfg.text.vocab_size;
     let prompt: Vec<u32> = (0..37u32).map(|i| (i * 7919 + 11) % vocab as u32).collect();
     let (mut worst, mut pos) = (0.0f32, 0);

@@ -1,5 +1,8 @@
 // moe_matmul: for token t, routed slot j (expert e = idx[t, j]) and row r < rows:
 //   y[(t * top_k + j) * y_stride + r] = Σ_c W[e * expert_stride + row_off + r, c] · x[t * x_tok_stride + j * x_slot_stride + c]
+// `e` indexes the rows of `w`: the expert itself when every expert is resident, or the cache
+// slot holding it when experts stream (slots have the same per-expert layout); e = 0xffffffff
+// (SKIP) marks a pair computed in another round of a streamed step, which is left untouched.
 // The experts of a layer are one matrix with experts stacked along rows: MLX's split
 // gate/up/down ([E, out, in]: expert_stride = out, row_off = 0) and HF's fused gate_up
 // ([E, 2I, H]: expert_stride = 2I, row_off 0 for gate, I for up) use the same kernel.
@@ -49,6 +52,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let j = wid.y;
     if (t >= step.n_tokens) { return; }
     let e = idx[t * p.top_k + j];
+    if (e == 0xffffffffu) { return; }
     let r0 = wid.x * ROWS;
     var rows: array<u32, ROWS>;
     for (var r = 0u; r < ROWS; r++) { rows[r] = e * p.expert_stride + p.row_off + min(r0 + r, p.rows - 1u); }

@@ -77,6 +77,11 @@ pub trait Backend {
     fn reset(&mut self);
 
     fn memory(&self) -> MemoryUse;
+
+    /// Expert-streaming figures (hit rate, bytes read), when MoE experts stream from disk.
+    fn stream_stats(&self) -> Option<crate::streamer::StreamStats> {
+        None
+    }
 }
 
 /// Which backend to build, as named on the command line.

@@ -28,7 +28,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let model = load_model(&args.model)?;
     let max_pos = model.cfg.text.max_position_embeddings;
     let ctx = args.model.ctx_for(max_pos).max(args.n_prompt + args.n_gen + 1).min(max_pos);
-    let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.model.chunk, max_binding: None };
+    let expert_slots = super::generate::expert_slots(&args.model, &model)?;
+    let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.model.chunk, max_binding: None, expert_slots };
     let mut b = WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?;
     let vocab = model.cfg.text.vocab_size;
 
@@ -52,16 +53,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     // tg: greedy decode of n tokens after a one-token context (llama-bench's tg).
     let mut tg = None;
     let mut profile = Vec::new();
+    let mut streamed_before = None;
+    let mut streamed = None;
     if args.n_gen > 0 {
         b.reset();
         let mut tok = b.prefill(&ids(1, vocab), 0, Readback::Argmax)?.argmax[0];
+        streamed_before = b.stream_stats();
         let t0 = Instant::now();
         for i in 0..args.n_gen {
             tok = b.decode(tok, 1 + i, Readback::Argmax)?.argmax[0];
         }
         let secs = t0.elapsed().as_secs_f64();
         tg = Some((args.n_gen as f64 / secs, secs / args.n_gen as f64));
-        if b.gpu().can_profile() {
+        streamed = match (b.stream_stats(), streamed_before) {
+            (Some(now), Some(before)) => Some(now.since(&before)),
+            _ => None,
+        };
+        // Per-kernel timestamps need the whole step in one pass: not while experts stream.
+        if b.gpu().can_profile() && streamed.is_none() {
             b.set_profiling(true)?;
             b.decode(tok, 1 + args.n_gen, Readback::Argmax)?;
             profile = b.last_profile().to_vec();
@@ -86,6 +95,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 "roofline_gb_s": copy_gbs, "roofline_fraction": bytes / s / 1e9 / copy_gbs,
                 "gpu_us_per_token": if profile.is_empty() { None } else { Some(gpu_us) },
             })),
+            "experts": streamed.map(|e| e.to_json()),
+            "device_weight_bytes": b.memory().weight_bytes,
+            "device_state_bytes": b.memory().state_bytes,
+            "peak_rss_bytes": super::generate::peak_rss_bytes(),
             "kernels": profile.iter().map(|k| json!({"kernel": k.kernel, "dispatches": k.dispatches, "us": k.micros})).collect::<Vec<_>>(),
         });
         println!("{obj}");
@@ -99,6 +112,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         if let (Some((t, s)), Some(g)) = (tg, gbs) {
             println!("| tg{} | {t:.1} | {:.3} | {:.3} | {g:.1} | {copy_gbs:.1} | {:.1} % |", args.n_gen, s * 1e3, bytes / 1e9, 100.0 * g / copy_gbs);
         }
+        if let Some(e) = &streamed {
+            println!(
+                "\nexperts (decode): hit rate {:.1} % | {:.1} MiB read/token | I/O {:.2} ms/token | {} evictions",
+                100.0 * e.hit_rate(),
+                e.bytes_per_token() / 1048576.0,
+                e.io_ms_per_token(),
+                e.evictions
+            );
+        }
+        let mem = b.memory();
+        println!(
+            "memory: device {:.0} MiB weights + {:.0} MiB state | peak RSS {:.0} MiB",
+            mem.weight_bytes as f64 / 1048576.0,
+            mem.state_bytes as f64 / 1048576.0,
+            super::generate::peak_rss_bytes().unwrap_or(0) as f64 / 1048576.0
+        );
         if !profile.is_empty() {
             println!("\nGPU time of one decode step: {gpu_us:.1} µs over {} dispatches", profile.iter().map(|k| k.dispatches).sum::<usize>());
             println!("| kernel | dispatches | µs | % |");

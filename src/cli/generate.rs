@@ -14,12 +14,13 @@ use crate::chat::{self, Message};
 use crate::engine::{self, GenStats, GenerateParams};
 use crate::model::Model;
 use crate::sampler::{Sampler, SamplerConfig};
+use crate::streamer::ExpertSlots;
 use crate::tokenizer::StreamDecoder;
 
 /// Loads the model named by `--model` (or the embedded one).
 pub fn load_model(args: &ModelArgs) -> anyhow::Result<Model> {
     match &args.model {
-        Some(dir) => Model::open(dir).with_context(|| format!("loading model {}", dir.display())),
+        Some(dir) => Model::open_with(dir, args.trust_manifest).with_context(|| format!("loading model {}", dir.display())),
         None => Model::embedded().context("loading the embedded model"),
     }
 }
@@ -34,13 +35,28 @@ pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn B
     if args.chunk == 0 || args.chunk > 1024 {
         bail!("--chunk {} is out of range: use 1..=1024", args.chunk);
     }
+    let expert_slots = expert_slots(args, model)?;
     Ok(match args.backend {
-        BackendKind::Cpu => Box::new(CpuBackend::new(model.cfg.clone(), model.weights.clone(), ctx)),
+        BackendKind::Cpu => Box::new(CpuBackend::with_experts(model.cfg.clone(), model.weights.clone(), ctx, expert_slots)?),
         BackendKind::Wgpu => {
-            let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.chunk, max_binding: None };
+            let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.chunk, max_binding: None, expert_slots };
             Box::new(WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?)
         }
     })
+}
+
+/// `--expert-slots`, checked against the model: only installations stream experts.
+pub fn expert_slots(args: &ModelArgs, model: &Model) -> anyhow::Result<ExpertSlots> {
+    match (args.expert_slots, model.weights.expert_files.is_some()) {
+        (None, true) => Ok(ExpertSlots::Some(super::DEFAULT_EXPERT_SLOTS)),
+        (None, false) | (Some(ExpertSlots::All), _) => Ok(ExpertSlots::All),
+        (Some(s), true) => Ok(s),
+        (Some(_), false) => bail!(
+            "--expert-slots streams experts from an installation, and {} is not one: run `kestrel install {} DIR` and pass --model DIR (or drop --expert-slots to keep every expert resident)",
+            model.source,
+            model.source
+        ),
+    }
 }
 
 /// Turns the prompt flags into token ids.
@@ -180,6 +196,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
                 "peak_rss_bytes": peak,
                 "device_weight_bytes": mem.weight_bytes,
                 "device_state_bytes": mem.state_bytes,
+                "experts": stats.experts.map(|e| e.to_json()),
             }
         });
         // Not println!: it panics when the reader has gone away.
@@ -205,4 +222,15 @@ fn print_stats(s: &GenStats, b: &dyn Backend, peak: Option<u64>) {
         mem.weight_bytes as f64 / 1048576.0,
         mem.state_bytes as f64 / 1048576.0,
     );
+    if let Some(e) = &s.experts {
+        eprintln!(
+            "[experts] hit rate {:.1}% ({} hits, {} misses, {} evictions) | read {:.2} MiB/token, I/O {:.2} ms/token",
+            100.0 * e.hit_rate(),
+            e.hits,
+            e.misses,
+            e.evictions,
+            e.bytes_per_token() / 1048576.0,
+            e.io_ms_per_token()
+        );
+    }
 }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod generate;
+mod install;
 mod synth;
 
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::backend::BackendKind;
+use crate::streamer::ExpertSlots;
 
 #[derive(Parser, Debug)]
 #[command(name = "kestrel", version, about = "Gemma 4 inference: portable GPU kernels, 4-bit weights, output you can trust")]
@@ -27,6 +29,36 @@ pub enum Command {
     Bench(BenchArgs),
     /// Write a synthetic checkpoint (random weights of realistic magnitude) of a real architecture.
     Synth(SynthArgs),
+    /// Repack a checkpoint into Kestrel's installed layout (per-layer expert files, manifest).
+    Install(InstallArgs),
+    /// Re-check every file of an installation against its manifest.
+    Verify(VerifyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct InstallArgs {
+    /// Source checkpoint directory (HF or MLX: config.json, *.safetensors, tokenizer files).
+    pub src: PathBuf,
+    /// Destination directory (must not exist; written as DST.partial and renamed when verified).
+    pub dst: PathBuf,
+    /// Parallel writers [default: cores, at most 4].
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Test hook: stop (as if killed) after writing this many files.
+    #[arg(long, hide = true)]
+    pub fail_after: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// Installation directory.
+    pub dir: PathBuf,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -79,7 +111,19 @@ pub struct ModelArgs {
     /// Prefill chunk size in tokens.
     #[arg(long, default_value_t = 128)]
     pub chunk: usize,
+
+    /// MoE installations: expert cache slots per layer, or `all` to keep every expert resident
+    /// [default: 16]. Checkpoints that are not installed keep every expert resident.
+    #[arg(long, value_name = "N|all")]
+    pub expert_slots: Option<ExpertSlots>,
+
+    /// Installations: check file sizes and the small files' hashes only, not the large files'.
+    #[arg(long)]
+    pub trust_manifest: bool,
 }
+
+/// Default expert cache slots per layer of a streamed installation.
+pub const DEFAULT_EXPERT_SLOTS: usize = 16;
 
 impl ModelArgs {
     /// The context length to use for a model supporting `model_max` positions.
@@ -157,5 +201,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Generate(args) => generate::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Install(args) => install::run(args),
+        Command::Verify(args) => install::verify(args),
     }
 }

@@ -110,13 +110,20 @@ pub enum ExpertGateUp {
     Split { gate: Matrix, up: Matrix },
 }
 
+/// Routed expert weights held in the checkpoint's own stacked tensors.
+pub struct StackedExperts {
+    pub gate_up: ExpertGateUp, // experts stacked along rows
+    pub down: Matrix,          // [n_experts * hidden, expert_width]
+}
+
 /// The MoE block of a 26B-A4B layer (routed experts plus the norms around them).
 pub struct MoeWeights {
     pub router_proj: Matrix,          // [n_experts, hidden]
     pub router_scale: Vec<f32>,       // [hidden]
     pub per_expert_scale: Vec<f32>,   // [n_experts]
-    pub gate_up: ExpertGateUp,        // experts stacked along rows
-    pub down: Matrix,                 // [n_experts * hidden, expert_width]
+    /// `None` in an installation: the experts live in per-layer files and stream through the
+    /// expert cache (`crate::streamer`).
+    pub experts: Option<StackedExperts>,
     pub pre_norm_2: Vec<f32>,
     pub post_norm_1: Vec<f32>,
     pub post_norm_2: Vec<f32>,
@@ -160,6 +167,8 @@ pub struct ModelWeights {
     pub final_norm: Vec<f32>,
     pub layers: Vec<LayerWeights>,
     pub assistant: Option<AssistantWeights>,
+    /// The routed experts of an installation (`MoeWeights::experts` is then `None`).
+    pub expert_files: Option<std::sync::Arc<crate::streamer::ExpertFiles>>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -296,6 +305,12 @@ fn detect_prefix(store: &TensorStore, kind: ModelKind) -> Result<String> {
 impl ModelWeights {
     /// Resolves and checks every tensor the config implies.
     pub fn load(store: &TensorStore, cfg: &Config) -> Result<Self> {
+        Self::load_with(store, cfg, true)
+    }
+
+    /// Like [`load`](Self::load); with `stacked_experts = false` the routed expert tensors are
+    /// not looked up (an installation keeps them in per-layer files).
+    pub fn load_with(store: &TensorStore, cfg: &Config, stacked_experts: bool) -> Result<Self> {
         let prefix = detect_prefix(store, cfg.kind)?;
         let r = Resolver { store, cfg, prefix };
         let t = &cfg.text;
@@ -335,7 +350,7 @@ impl ModelWeights {
             } else {
                 None
             };
-            let moe = if t.enable_moe_block { Some(load_moe(&r, &p, cfg)?) } else { None };
+            let moe = if t.enable_moe_block { Some(load_moe(&r, &p, cfg, stacked_experts)?) } else { None };
             layers.push(LayerWeights {
                 input_norm: r.vector(&format!("{p}input_layernorm.weight"), h)?,
                 post_attn_norm: r.vector(&format!("{p}post_attention_layernorm.weight"), h)?,
@@ -392,11 +407,25 @@ impl ModelWeights {
                 })
             }
         };
-        Ok(ModelWeights { embed, ple, final_norm, layers, assistant })
+        Ok(ModelWeights { embed, ple, final_norm, layers, assistant, expert_files: None })
     }
 }
 
-fn load_moe(r: &Resolver, p: &str, cfg: &Config) -> Result<MoeWeights> {
+fn load_moe(r: &Resolver, p: &str, cfg: &Config, stacked: bool) -> Result<MoeWeights> {
+    let t = &cfg.text;
+    let (h, e) = (t.hidden_size, t.num_experts);
+    Ok(MoeWeights {
+        router_proj: r.matrix(&format!("{p}router.proj"), e, h)?,
+        router_scale: r.vector(&format!("{p}router.scale"), h)?,
+        per_expert_scale: r.vector(&format!("{p}router.per_expert_scale"), e)?,
+        experts: if stacked { Some(load_stacked_experts(r, p, cfg)?) } else { None },
+        pre_norm_2: r.vector(&format!("{p}pre_feedforward_layernorm_2.weight"), h)?,
+        post_norm_1: r.vector(&format!("{p}post_feedforward_layernorm_1.weight"), h)?,
+        post_norm_2: r.vector(&format!("{p}post_feedforward_layernorm_2.weight"), h)?,
+    })
+}
+
+fn load_stacked_experts(r: &Resolver, p: &str, cfg: &Config) -> Result<StackedExperts> {
     let t = &cfg.text;
     let (h, e, i) = (t.hidden_size, t.num_experts, t.moe_intermediate_size);
     let gate_up = if r.has(&format!("{p}experts.switch_glu.gate_proj.weight")) {
@@ -412,16 +441,7 @@ fn load_moe(r: &Resolver, p: &str, cfg: &Config) -> Result<MoeWeights> {
     } else {
         r.matrix_nd(&format!("{p}experts.down_proj"), &[e], h, i, false)?
     };
-    Ok(MoeWeights {
-        router_proj: r.matrix(&format!("{p}router.proj"), e, h)?,
-        router_scale: r.vector(&format!("{p}router.scale"), h)?,
-        per_expert_scale: r.vector(&format!("{p}router.per_expert_scale"), e)?,
-        gate_up,
-        down,
-        pre_norm_2: r.vector(&format!("{p}pre_feedforward_layernorm_2.weight"), h)?,
-        post_norm_1: r.vector(&format!("{p}post_feedforward_layernorm_1.weight"), h)?,
-        post_norm_2: r.vector(&format!("{p}post_feedforward_layernorm_2.weight"), h)?,
-    })
+    Ok(StackedExperts { gate_up, down })
 }
 
 /// Stop ids: `generation_config.json`'s `eos_token_id` (else config.json's), plus 50

@@ -147,6 +147,11 @@ impl TensorRef {
     pub fn path(&self) -> &Path {
         &self.file.path
     }
+    /// Absolute byte offset of the tensor's data in its file (for positional reads that bypass
+    /// the mapping, e.g. `kestrel install`'s bounded-memory copy).
+    pub fn file_offset(&self) -> u64 {
+        (self.file.data_start + self.entry.start) as u64
+    }
 }
 
 impl TensorStore {
@@ -197,7 +202,12 @@ impl TensorStore {
             }
             names = found;
         }
-        let files = names.iter().map(|p| SafetensorsFile::open(p)).collect::<Result<Vec<_>>>()?;
+        Self::open_files(&names)
+    }
+
+    /// Opens exactly these safetensors files.
+    pub fn open_files(paths: &[PathBuf]) -> Result<Self> {
+        let files = paths.iter().map(|p| SafetensorsFile::open(p)).collect::<Result<Vec<_>>>()?;
         Ok(Self::from_files(files))
     }
 

@@ -14,6 +14,7 @@ use crate::config::{AttnKind, Config, KvSource};
 use crate::error::{Error, Result};
 use crate::loader::{ExpertGateUp, Matrix, ModelWeights};
 use crate::sampler::argmax;
+use crate::streamer::{ExpertFiles, ExpertSlots, StreamStats, Streamer, SKIP};
 
 /// Scale applied to the token embedding: `sqrt(hidden)` rounded to the activation dtype, as
 /// transformers does (`embed_scale.to(dtype)`). Kestrel computes in f32, so this is `f32(√H)`;
@@ -31,13 +32,52 @@ pub struct CpuBackend {
     k_cache: Vec<Vec<f32>>,
     v_cache: Vec<Vec<f32>>,
     inv_freq: [Vec<f32>; 2],
+    /// Installed experts: slot memory per MoE layer, and the streamer (absent when every expert
+    /// is resident).
+    experts: Option<HostExperts>,
+}
+
+/// An installation's experts in host memory: `n_slots` blobs per layer.
+struct HostExperts {
+    files: Arc<ExpertFiles>,
+    streamer: Option<Streamer>,
+    mem: std::collections::BTreeMap<usize, Vec<u8>>,
 }
 
 impl CpuBackend {
     pub fn new(cfg: Config, w: Arc<ModelWeights>, max_ctx: usize) -> Self {
+        Self::with_experts(cfg, w, max_ctx, ExpertSlots::All).expect("stacked experts need no I/O")
+    }
+
+    /// With an installation's experts: `slots` per layer (or all of them, read once now).
+    pub fn with_experts(cfg: Config, w: Arc<ModelWeights>, max_ctx: usize, slots: ExpertSlots) -> Result<Self> {
         let n_caches = cfg.kv_owning_layers().count();
         let inv_freq = [cfg.text.rope_sliding.inv_freq(), cfg.text.rope_full.inv_freq()];
-        CpuBackend { cfg, w, max_ctx, k_cache: vec![Vec::new(); n_caches], v_cache: vec![Vec::new(); n_caches], inv_freq }
+        let experts = match &w.expert_files {
+            None => None,
+            Some(files) => {
+                let l = &files.layout;
+                let (n, streamer) = match slots {
+                    ExpertSlots::Some(s) => (s.min(l.n_experts), Some(Streamer::new(files.clone(), s))),
+                    ExpertSlots::All => (l.n_experts, None),
+                };
+                let mut mem = std::collections::BTreeMap::new();
+                for &layer in l.layers.keys() {
+                    let mut m = vec![0u8; n * l.blob_stride as usize];
+                    if streamer.is_none() {
+                        files.ensure_verified(layer)?;
+                        let mut buf = Vec::new();
+                        for e in 0..l.n_experts {
+                            files.read(layer, e as u32, &mut buf)?;
+                            m[e * l.blob_stride as usize..][..buf.len()].copy_from_slice(&buf);
+                        }
+                    }
+                    mem.insert(layer, m);
+                }
+                Some(HostExperts { files: files.clone(), streamer, mem })
+            }
+        };
+        Ok(CpuBackend { cfg, w, max_ctx, k_cache: vec![Vec::new(); n_caches], v_cache: vec![Vec::new(); n_caches], inv_freq, experts })
     }
 
     fn cache_of(&self, layer: usize) -> usize {
@@ -51,7 +91,7 @@ impl CpuBackend {
     }
 
     /// Hidden states after the final norm for `tokens` at `pos..`, one row per token.
-    fn forward(&mut self, tokens: &[u32], pos: usize) -> Vec<f32> {
+    fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Vec<f32>> {
         let cfg = self.cfg.clone();
         let w = self.w.clone();
         let t = &cfg.text;
@@ -160,7 +200,7 @@ impl CpuBackend {
             if let Some(moe) = &lw.moe {
                 // MoE layers: m = norm_1(dense m) + norm_2(Σ_experts), router on the residual h.
                 ops::rmsnorm_rows(&mut m, h, Some(&moe.post_norm_1), eps);
-                let mut routed = moe_forward(&cfg, moe, &x, n);
+                let mut routed = moe_forward(&cfg, moe, li, &x, n, self.experts.as_mut())?;
                 ops::rmsnorm_rows(&mut routed, h, Some(&moe.post_norm_2), eps);
                 m.iter_mut().zip(&routed).for_each(|(a, b)| *a += b);
             }
@@ -185,7 +225,15 @@ impl CpuBackend {
             x.iter_mut().for_each(|v| *v *= lw.layer_scalar);
         }
         ops::rmsnorm_rows(&mut x, h, Some(&w.final_norm), eps);
-        x
+        if let Some(s) = self.experts.as_mut().and_then(|e| e.streamer.as_mut()) {
+            s.count_tokens(n);
+        }
+        Ok(x)
+    }
+
+    /// Expert streaming figures, when the experts stream through a slot cache.
+    pub fn stream_stats(&self) -> Option<StreamStats> {
+        self.experts.as_ref().and_then(|e| e.streamer.as_ref()).map(|s| s.stats())
     }
 
     fn head(&self, hidden: &[f32], rows: usize) -> Vec<f32> {
@@ -206,8 +254,10 @@ fn geglu(gate: &Matrix, up: &Matrix, down: &Matrix, x: &[f32], n: usize) -> Vec<
 }
 
 /// Routed experts of one MoE layer (spec §2.2): router on `norm(h) · scale · H^-½`, softmax in
-/// f64, top-k, renormalise, `× per_expert_scale`; experts see `pre_norm_2(h)`.
-fn moe_forward(cfg: &Config, moe: &crate::loader::MoeWeights, x: &[f32], n: usize) -> Vec<f32> {
+/// f64, top-k, renormalise, `× per_expert_scale`; experts see `pre_norm_2(h)`. The experts come
+/// from the checkpoint's stacked tensors, or from an installation's blobs (all resident, or
+/// streamed through the slot cache in as many rounds as the step needs).
+fn moe_forward(cfg: &Config, moe: &crate::loader::MoeWeights, layer: usize, x: &[f32], n: usize, host: Option<&mut HostExperts>) -> Result<Vec<f32>> {
     let t = &cfg.text;
     let (h, eps, e, k, iw) = (t.hidden_size, t.rms_norm_eps, t.num_experts, t.top_k_experts, t.moe_intermediate_size);
     let mut rin = x.to_vec();
@@ -219,9 +269,10 @@ fn moe_forward(cfg: &Config, moe: &crate::loader::MoeWeights, x: &[f32], n: usiz
     let scores = ops::matmul(&moe.router_proj, &rin, n);
     let mut xe = x.to_vec();
     ops::rmsnorm_rows(&mut xe, h, Some(&moe.pre_norm_2), eps);
-    let mut out = vec![0.0f32; n * h];
-    let mut row = vec![0.0f32; h];
-    let mut col = vec![0.0f32; iw];
+
+    // Routing: pairs[i * k + j] = expert, weights in the same order (descending probability).
+    let mut pairs = Vec::with_capacity(n * k);
+    let mut weights = Vec::with_capacity(n * k);
     for i in 0..n {
         let sc = &scores[i * e..(i + 1) * e];
         let m = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
@@ -231,29 +282,85 @@ fn moe_forward(cfg: &Config, moe: &crate::loader::MoeWeights, x: &[f32], n: usiz
         idx.sort_by(|&a, &b| p[b].partial_cmp(&p[a]).unwrap_or(std::cmp::Ordering::Equal));
         let top = &idx[..k];
         let z: f64 = top.iter().map(|&j| p[j]).sum();
-        let xi = &xe[i * h..(i + 1) * h];
         for &ex in top {
-            let wgt = (p[ex] / z) as f32 * moe.per_expert_scale[ex];
-            let (mut g, mut u) = (vec![0.0f32; iw], vec![0.0f32; iw]);
-            for r in 0..iw {
-                let (gm, gr, um, ur) = match &moe.gate_up {
-                    ExpertGateUp::Fused(m) => (m, ex * 2 * iw + r, m, ex * 2 * iw + iw + r),
-                    ExpertGateUp::Split { gate, up } => (gate, ex * iw + r, up, ex * iw + r),
-                };
-                gm.row_f32(gr, &mut row);
-                g[r] = row.iter().zip(xi).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
-                um.row_f32(ur, &mut row);
-                u[r] = row.iter().zip(xi).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
-            }
-            let a: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| ops::gelu_tanh(g) * u).collect();
-            for r in 0..h {
-                moe.down.row_f32(ex * h + r, &mut col);
-                let y = col.iter().zip(&a).map(|(&c, &v)| c as f64 * v as f64).sum::<f64>() as f32;
-                out[i * h + r] += wgt * y;
-            }
+            pairs.push(ex as u32);
+            weights.push((p[ex] / z) as f32 * moe.per_expert_scale[ex]);
         }
     }
-    out
+
+    // One expert on one token: W_down (gelu(W_gate x) ⊙ W_up x), rows fetched by `row(part, r)`.
+    let expert = |xi: &[f32], gate_up: &dyn Fn(usize, bool, &mut [f32]), down: &dyn Fn(usize, &mut [f32])| -> Vec<f32> {
+        let mut row = vec![0.0f32; h];
+        let mut col = vec![0.0f32; iw];
+        let (mut g, mut u) = (vec![0.0f32; iw], vec![0.0f32; iw]);
+        for r in 0..iw {
+            gate_up(r, false, &mut row);
+            g[r] = row.iter().zip(xi).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
+            gate_up(r, true, &mut row);
+            u[r] = row.iter().zip(xi).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
+        }
+        let a: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| ops::gelu_tanh(g) * u).collect();
+        (0..h)
+            .map(|r| {
+                down(r, &mut col);
+                col.iter().zip(&a).map(|(&c, &v)| c as f64 * v as f64).sum::<f64>() as f32
+            })
+            .collect()
+    };
+
+    let mut ys: Vec<Vec<f32>> = vec![Vec::new(); n * k];
+    match (&moe.experts, host) {
+        (Some(st), _) => {
+            for (pi, &ex) in pairs.iter().enumerate() {
+                let ex = ex as usize;
+                let xi = &xe[(pi / k) * h..(pi / k + 1) * h];
+                let gu = |r: usize, up: bool, out: &mut [f32]| match &st.gate_up {
+                    ExpertGateUp::Fused(m) => m.row_f32(ex * 2 * iw + if up { iw } else { 0 } + r, out),
+                    ExpertGateUp::Split { gate, up: u } => (if up { u } else { gate }).row_f32(ex * iw + r, out),
+                };
+                ys[pi] = expert(xi, &gu, &|r, out| st.down.row_f32(ex * h + r, out));
+            }
+        }
+        (None, Some(host)) => {
+            let layout = host.files.layout.clone();
+            let stride = layout.blob_stride as usize;
+            let rounds = match &host.streamer {
+                Some(s) => s.rounds(layer, &pairs),
+                None => vec![Vec::new()],
+            };
+            for round in rounds {
+                let mem = host.mem.get_mut(&layer).ok_or_else(|| Error::Invalid(format!("layer {layer} has no expert file")))?;
+                let slots = match &mut host.streamer {
+                    Some(s) => s.load(layer, &round, &pairs, &mut |slot, blob| {
+                        mem[slot as usize * stride..][..blob.len()].copy_from_slice(blob);
+                        Ok(())
+                    })?,
+                    None => pairs.clone(),
+                };
+                let gate_up = layout.part("gate_up");
+                let (gate, up, down) = (layout.part("gate"), layout.part("up"), layout.part("down").expect("checked layout"));
+                for (pi, &slot) in slots.iter().enumerate() {
+                    if slot == SKIP {
+                        continue;
+                    }
+                    let blob = &mem[slot as usize * stride..(slot as usize + 1) * stride];
+                    let xi = &xe[(pi / k) * h..(pi / k + 1) * h];
+                    let gu = |r: usize, is_up: bool, out: &mut [f32]| match gate_up {
+                        Some(p) => p.row_f32(blob, if is_up { iw } else { 0 } + r, out),
+                        None => (if is_up { up } else { gate }).expect("checked layout").row_f32(blob, r, out),
+                    };
+                    ys[pi] = expert(xi, &gu, &|r, out| down.row_f32(blob, r, out));
+                }
+            }
+        }
+        (None, None) => return Err(Error::Invalid("MoE layer without expert weights (an installation opened without its expert files)".into())),
+    }
+    let mut out = vec![0.0f32; n * h];
+    for (pi, y) in ys.iter().enumerate() {
+        let o = &mut out[(pi / k) * h..(pi / k + 1) * h];
+        o.iter_mut().zip(y).for_each(|(a, &b)| *a += weights[pi] * b);
+    }
+    Ok(out)
 }
 
 impl Backend for CpuBackend {
@@ -283,7 +390,7 @@ impl Backend for CpuBackend {
         if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
             return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary (size {vocab})")));
         }
-        let hidden = self.forward(tokens, pos);
+        let hidden = self.forward(tokens, pos)?;
         let h = self.cfg.text.hidden_size;
         let n = tokens.len();
         let (rows, hid) = match readback {
@@ -300,6 +407,10 @@ impl Backend for CpuBackend {
     }
     fn memory(&self) -> MemoryUse {
         let state: usize = self.k_cache.iter().chain(&self.v_cache).map(|c| c.len() * 4).sum();
-        MemoryUse { weight_bytes: 0, state_bytes: state as u64 }
+        let experts: usize = self.experts.as_ref().map_or(0, |e| e.mem.values().map(Vec::len).sum());
+        MemoryUse { weight_bytes: experts as u64, state_bytes: state as u64 }
+    }
+    fn stream_stats(&self) -> Option<StreamStats> {
+        CpuBackend::stream_stats(self)
     }
 }

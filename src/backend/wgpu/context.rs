@@ -121,6 +121,12 @@ impl Gpu {
 
     /// Maps `buf` (already filled by a submitted copy), waits, and copies `len` bytes out.
     pub fn read(&self, buf: &wgpu::Buffer, len: u64, out: &mut Vec<u8>) -> Result<()> {
+        self.read_after(buf, len, None, out)
+    }
+
+    /// Like [`read`](Self::read), waiting only for submission `after` (work submitted later
+    /// keeps running while the caller uses the bytes).
+    pub fn read_after(&self, buf: &wgpu::Buffer, len: u64, after: Option<wgpu::SubmissionIndex>, out: &mut Vec<u8>) -> Result<()> {
         out.clear();
         if len == 0 {
             return Ok(());
@@ -131,7 +137,7 @@ impl Gpu {
             let _ = tx.send(r);
         });
         self.device
-            .poll(wgpu::PollType::wait_indefinitely())
+            .poll(wgpu::PollType::Wait { submission_index: after, timeout: None })
             .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
         rx.recv()
             .map_err(|_| Error::Gpu("readback callback never ran".into()))?

@@ -7,14 +7,21 @@
 //! the rope table, encodes the program into ONE compute pass, submits once, and reads back the
 //! argmax (and logits when asked). Nothing is allocated in the decode loop.
 //!
-//! Activations are f32 (the reference path). MoE layers (26B-A4B) run with every expert
-//! resident: router top-k on the GPU, then gathered expert mat-vecs. Not yet here: expert
-//! streaming through the LFU slot cache, and the speculative verify/commit steps.
+//! Activations are f32 (the reference path). MoE layers (26B-A4B): router top-k on the GPU, then
+//! gathered expert mat-vecs over the layer's expert matrix. That matrix is the checkpoint's
+//! stacked experts, or (an installation) `n_slots` expert-sized slots in long-lived buffers: with
+//! every expert resident the slots are filled once at start; with fewer slots, experts stream:
+//! the step is cut after each MoE layer's router, the top-k comes back to the host, the
+//! [`Streamer`] reads the misses into their slots, then the routed kernels run (once per round
+//! when a step needs more distinct experts than there are slots). The dense shared-expert branch
+//! is submitted before the host waits, so it runs while the misses are read.
+//! Not yet here: the speculative verify/commit steps.
 
 pub mod context;
 pub mod harness;
 pub mod kernels;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::backend::cpu::{embed_scale, ops};
@@ -23,7 +30,9 @@ use crate::config::{AttnKind, Config, KvSource};
 use crate::error::{Error, Result};
 use crate::kv::KvLayout;
 use crate::loader::{ExpertGateUp, Matrix, ModelWeights};
+use crate::install::format::PartLayout;
 use crate::quant::DType;
+use crate::streamer::{ExpertFiles, ExpertSlots, StreamStats, Streamer};
 pub use context::Gpu;
 use kernels::*;
 
@@ -36,15 +45,18 @@ pub struct WgpuOptions {
     pub max_chunk: usize,
     /// Cap on one storage binding, below the adapter's (tests use it to force tensor splitting).
     pub max_binding: Option<u64>,
+    /// Expert slots per MoE layer of an installation (`All`: every expert resident).
+    pub expert_slots: ExpertSlots,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        WgpuOptions { max_ctx: 4096, max_chunk: 128, max_binding: None }
+        WgpuOptions { max_ctx: 4096, max_chunk: 128, max_binding: None, expert_slots: ExpertSlots::All }
     }
 }
 
 /// One row range of a weight matrix, in buffers no larger than the binding limit.
+#[derive(Clone)]
 struct GpuPart {
     row0: usize,
     rows: usize,
@@ -54,11 +66,61 @@ struct GpuPart {
 }
 
 /// A weight matrix on the GPU.
+#[derive(Clone)]
 struct GpuMatrix {
     format: Format,
     cols: usize,
     gs: usize,
     parts: Vec<GpuPart>,
+}
+
+/// One MoE layer's expert slots: for each routed matrix, a matrix of `n_slots` experts' rows.
+struct SlotLayer {
+    parts: Vec<(PartLayout, GpuMatrix)>,
+}
+
+impl SlotLayer {
+    /// Copies one expert blob into `slot` of every part (queued: lands before the next submit).
+    fn write(&self, queue: &wgpu::Queue, slot: u32, blob: &[u8]) {
+        for (pl, gm) in &self.parts {
+            let gp = &gm.parts[0];
+            let spans = [(Some(pl.w), &gp.w), (pl.scales, &gp.scales), (pl.biases, &gp.biases)];
+            for (span, buf) in spans {
+                let Some((off, len)) = span else { continue };
+                let src = &blob[off as usize..(off + len) as usize];
+                if pl.format == "f16" {
+                    // Resident f16 matrices are widened to f32 at upload; slots hold the same.
+                    let f: Vec<f32> = crate::quant::floats_to_f32(src, DType::F16);
+                    queue.write_buffer(buf, slot as u64 * 2 * len, bytemuck::cast_slice(&f));
+                } else {
+                    queue.write_buffer(buf, slot as u64 * len, src);
+                }
+            }
+        }
+    }
+}
+
+/// Where a MoE layer's routed part sits in the program: dispatches `[.., route_end)` end with
+/// the router's top-k, `[route_end, experts_begin)` are the dense branch (independent of the
+/// experts), `[experts_begin, experts_end)` the routed kernels.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    layer: usize,
+    route_end: usize,
+    experts_begin: usize,
+    experts_end: usize,
+}
+
+/// Streaming state: the host side of the expert cache and the buffers it talks through.
+struct Streaming {
+    streamer: Streamer,
+    slots: BTreeMap<usize, SlotLayer>,
+    marks: Vec<Mark>,
+    /// The router's top-k (written on the GPU), its readback, and the slot table (written by the host).
+    route_idx: wgpu::Buffer,
+    idx_read: wgpu::Buffer,
+    slot_idx: wgpu::Buffer,
+    top_k: usize,
 }
 
 /// How the y dimension of a dispatch grid follows the step.
@@ -174,6 +236,7 @@ pub struct WgpuBackend {
     decode_bytes: u64,
     weight_bytes: u64,
     state_bytes: u64,
+    streaming: Option<Streaming>,
 }
 
 impl WgpuBackend {
@@ -207,12 +270,20 @@ impl WgpuBackend {
         self.decode_bytes
     }
 
+    /// Expert streaming figures, when experts stream through a slot cache.
+    pub fn stream_stats(&self) -> Option<StreamStats> {
+        self.streaming.as_ref().map(|s| s.streamer.stats())
+    }
+
     /// Times every dispatch of the following steps (timestamps inside the pass) until turned
     /// off; read the result of the last step with [`WgpuBackend::last_profile`].
     pub fn set_profiling(&mut self, on: bool) -> Result<()> {
         if !on {
             self.profiler = None;
             return Ok(());
+        }
+        if self.streaming.is_some() {
+            return Err(Error::Gpu("per-kernel times need one pass per step: run with every expert resident (--expert-slots all)".into()));
         }
         if !self.gpu.can_profile() {
             return Err(Error::Gpu("this adapter has no timestamp queries inside passes: per-kernel times are unavailable".into()));
@@ -304,64 +375,23 @@ impl WgpuBackend {
         // Validation errors (a bug, or a device limit the recording missed) become an Err here
         // instead of wgpu's default panic.
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         let mut executed: Vec<usize> = Vec::new();
+        let mut start = 0;
+        if let Some(mut st) = self.streaming.take() {
+            let r = self.run_streamed_layers(&mut st, n, n_out, &mut start);
+            self.streaming = Some(st);
+            if let Err(e) = r {
+                let _ = pollster::block_on(scope.pop());
+                return Err(e);
+            }
+        }
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
             if let Some(p) = &self.profiler {
                 pass.write_timestamp(&p.queries, 0);
             }
-            for (di, d) in self.program.iter().enumerate() {
-                match (d.only, n) {
-                    (Only::Single, 2..) | (Only::Multi, 1) => continue,
-                    _ => {}
-                }
-                let mut z_tokens = false;
-                let y = match d.y {
-                    GridY::Slots(k) => {
-                        z_tokens = true;
-                        k
-                    }
-                    GridY::One => 1,
-                    GridY::Tokens => n as u32,
-                    GridY::TokenTiles(k) => (n as u32).div_ceil(k),
-                    GridY::Out => n_out as u32,
-                    GridY::OutTiles(k) => (n_out as u32).div_ceil(k),
-                };
-                let x = if d.x_from_out {
-                    n_out as u32
-                } else if d.x_from_tokens {
-                    n as u32
-                } else {
-                    d.x
-                };
-                if x == 0 || y == 0 {
-                    continue;
-                }
-                let (x, z) = fold_grid(x, self.max_groups);
-                let count = match d.y {
-                    GridY::Out | GridY::OutTiles(_) => n_out,
-                    _ => n,
-                };
-                let (pipeline, x, y, z) = match &d.single {
-                    Some((p, sx)) if count == 1 => {
-                        let (sx, sz) = fold_grid(*sx, self.max_groups);
-                        (p, sx, 1, sz)
-                    }
-                    _ => (&d.pipeline, x, y, z),
-                };
-                // Slot grids put the tokens on z, so their x must not need folding (rows ≤
-                // 4 · 65535 for the expert and attention kernels that use them).
-                debug_assert!(!z_tokens || z == 1, "slot grid with a folded x");
-                let z = if z_tokens { n as u32 } else { z };
-                pass.set_pipeline(pipeline);
-                pass.set_bind_group(0, &d.bind_group, &[]);
-                pass.dispatch_workgroups(x, y, z);
-                if let Some(p) = &self.profiler {
-                    executed.push(di);
-                    pass.write_timestamp(&p.queries, executed.len() as u32);
-                }
-            }
+            self.encode(&mut pass, start..self.program.len(), n, n_out, &mut executed);
         }
         if let Some(p) = &self.profiler {
             let n = executed.len() as u32 + 1;
@@ -398,7 +428,104 @@ impl WgpuBackend {
         self.read_scratch = scratch;
         Ok(out)
     }
+    /// Records dispatches `range` of the program for a step of `n` tokens and `n_out` output rows.
+    fn encode(&self, pass: &mut wgpu::ComputePass, range: std::ops::Range<usize>, n: usize, n_out: usize, executed: &mut Vec<usize>) {
+        for di in range {
+            let d = &self.program[di];
+            match (d.only, n) {
+                (Only::Single, 2..) | (Only::Multi, 1) => continue,
+                _ => {}
+            }
+            let mut z_tokens = false;
+            let y = match d.y {
+                GridY::Slots(k) => {
+                    z_tokens = true;
+                    k
+                }
+                GridY::One => 1,
+                GridY::Tokens => n as u32,
+                GridY::TokenTiles(k) => (n as u32).div_ceil(k),
+                GridY::Out => n_out as u32,
+                GridY::OutTiles(k) => (n_out as u32).div_ceil(k),
+            };
+            let x = if d.x_from_out {
+                n_out as u32
+            } else if d.x_from_tokens {
+                n as u32
+            } else {
+                d.x
+            };
+            if x == 0 || y == 0 {
+                continue;
+            }
+            let (x, z) = fold_grid(x, self.max_groups);
+            let count = match d.y {
+                GridY::Out | GridY::OutTiles(_) => n_out,
+                _ => n,
+            };
+            let (pipeline, x, y, z) = match &d.single {
+                Some((p, sx)) if count == 1 => {
+                    let (sx, sz) = fold_grid(*sx, self.max_groups);
+                    (p, sx, 1, sz)
+                }
+                _ => (&d.pipeline, x, y, z),
+            };
+            // Slot grids put the tokens on z, so their x must not need folding (rows ≤
+            // 4 · 65535 for the expert and attention kernels that use them).
+            debug_assert!(!z_tokens || z == 1, "slot grid with a folded x");
+            let z = if z_tokens { n as u32 } else { z };
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &d.bind_group, &[]);
+            pass.dispatch_workgroups(x, y, z);
+            if let Some(p) = &self.profiler {
+                executed.push(di);
+                pass.write_timestamp(&p.queries, executed.len() as u32);
+            }
+        }
+    }
+
+    /// Submits `range` as its own command buffer.
+    fn submit_range(&self, range: std::ops::Range<usize>, n: usize, n_out: usize, copy: Option<(&wgpu::Buffer, &wgpu::Buffer, u64)>) -> wgpu::SubmissionIndex {
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step segment") });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("segment"), timestamp_writes: None });
+            self.encode(&mut pass, range, n, n_out, &mut Vec::new());
+        }
+        if let Some((src, dst, len)) = copy {
+            enc.copy_buffer_to_buffer(src, 0, dst, 0, Some(len));
+        }
+        self.gpu.queue.submit([enc.finish()])
+    }
+
+    /// Runs the program up to the last MoE layer's routed kernels, streaming each layer's
+    /// experts in between; leaves `start` at the first dispatch still to run.
+    fn run_streamed_layers(&mut self, st: &mut Streaming, n: usize, n_out: usize, start: &mut usize) -> Result<()> {
+        let idx_bytes = (4 * n * st.top_k) as u64;
+        let mut scratch = std::mem::take(&mut self.read_scratch);
+        for mk in st.marks.clone() {
+            let routed = self.submit_range(*start..mk.route_end, n, n_out, Some((&st.route_idx, &st.idx_read, idx_bytes)));
+            // The dense branch does not read the experts: it runs while the host reads misses.
+            self.submit_range(mk.route_end..mk.experts_begin, n, n_out, None);
+            self.gpu.read_after(&st.idx_read, idx_bytes, Some(routed), &mut scratch)?;
+            let pairs: Vec<u32> = bytemuck::pod_collect_to_vec(&scratch);
+            let slots = &st.slots[&mk.layer];
+            let queue = &self.gpu.queue;
+            for round in st.streamer.rounds(mk.layer, &pairs) {
+                let table = st.streamer.load(mk.layer, &round, &pairs, &mut |slot, blob| {
+                    slots.write(queue, slot, blob);
+                    Ok(())
+                })?;
+                queue.write_buffer(&st.slot_idx, 0, bytemuck::cast_slice(&table));
+                self.submit_range(mk.experts_begin..mk.experts_end, n, n_out, None);
+            }
+            *start = mk.experts_end;
+        }
+        st.streamer.count_tokens(n);
+        self.read_scratch = scratch;
+        Ok(())
+    }
 }
+
 
 impl Backend for WgpuBackend {
     fn name(&self) -> &str {
@@ -430,6 +557,9 @@ impl Backend for WgpuBackend {
     fn memory(&self) -> MemoryUse {
         MemoryUse { weight_bytes: self.weight_bytes, state_bytes: self.state_bytes }
     }
+    fn stream_stats(&self) -> Option<StreamStats> {
+        WgpuBackend::stream_stats(self)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -447,9 +577,13 @@ struct Builder<'a> {
     weight_bytes: u64,
     /// Bytes of tables only gathered from (the PLE embedding), not streamed each step.
     gather_only_bytes: u64,
-    /// Bytes of routed-expert stacks, of which a token reads top_k / num_experts.
+    /// Bytes of routed-expert stacks or slots resident on the GPU.
     expert_bytes: u64,
+    /// Routed-expert bytes one decode token reads (top_k experts per MoE layer).
+    routed_decode_bytes: u64,
     state_bytes: u64,
+    slot_layers: BTreeMap<usize, SlotLayer>,
+    marks: Vec<Mark>,
 }
 
 impl<'a> Builder<'a> {
@@ -473,7 +607,10 @@ impl<'a> Builder<'a> {
             weight_bytes: 0,
             gather_only_bytes: 0,
             expert_bytes: 0,
+            routed_decode_bytes: 0,
             state_bytes: 0,
+            slot_layers: BTreeMap::new(),
+            marks: Vec::new(),
         };
         b.record(w)
     }
@@ -568,6 +705,39 @@ impl<'a> Builder<'a> {
             row0 += n;
         }
         Ok(GpuMatrix { format, cols, gs, parts })
+    }
+
+    /// Allocates `n_slots` expert slots of every routed matrix of `layer` (one buffer per
+    /// matrix piece, slots at the per-expert stride) and returns them as expert matrices.
+    fn slot_layer(&mut self, files: &ExpertFiles, n_slots: usize) -> Result<SlotLayer> {
+        let mut parts = Vec::new();
+        for pl in &files.layout.parts {
+            let format = match (pl.format.as_str(), pl.bits()) {
+                (_, Some(4)) => Format::Q4,
+                (_, Some(_)) => Format::Q8,
+                ("bf16", None) => Format::Bf16,
+                _ => Format::F32,
+            };
+            // f16 values are widened to f32 in the slot, as resident f16 matrices are.
+            let widen = if pl.format == "f16" { 2 } else { 1 };
+            let mut buf = |what: &str, span: Option<(u64, u64)>| -> Result<wgpu::Buffer> {
+                let Some((_, len)) = span else { return Ok(self.dummy.clone()) };
+                if len % 4 != 0 {
+                    return Err(Error::Gpu(format!("expert part `{}` {what}: {len} bytes per expert is not a multiple of 4 (a GPU copy unit)", pl.role)));
+                }
+                let bytes = n_slots as u64 * len * widen;
+                self.check_binding(&format!("expert slots `{}` {what}", pl.role), bytes)?;
+                self.weight_bytes += bytes;
+                self.expert_bytes += bytes;
+                Ok(self.gpu.storage(&format!("expert slots {} {what}", pl.role), bytes))
+            };
+            let w = buf("values", Some(pl.w))?;
+            let scales = buf("scales", pl.scales)?;
+            let biases = buf("biases", pl.biases)?;
+            let gm = GpuMatrix { format, cols: pl.cols, gs: pl.group_size, parts: vec![GpuPart { row0: 0, rows: n_slots * pl.rows, w, scales, biases }] };
+            parts.push((pl.clone(), gm));
+        }
+        Ok(SlotLayer { parts })
     }
 
     fn push_params<T: bytemuck::Pod>(&mut self, p: &T) -> (u64, u64) {
@@ -758,8 +928,16 @@ impl<'a> Builder<'a> {
             up_off: usize,
             down: GpuMatrix,
         }
+        // Expert slots of an installation: all experts (resident) or a streamed cache.
+        let n_slots = match self.opts.expert_slots {
+            ExpertSlots::Some(s) => s.min(t.num_experts),
+            ExpertSlots::All => t.num_experts,
+        };
+        // `--expert-slots N` streams even when N ≥ the expert count (slots fill on first use);
+        // `all` loads every expert at start.
+        let streaming = w.expert_files.is_some() && matches!(self.opts.expert_slots, ExpertSlots::Some(_));
         let mut layers = Vec::with_capacity(w.layers.len());
-        for lw in &w.layers {
+        for (li, lw) in w.layers.iter().enumerate() {
             layers.push(GpuLayer {
                 q: self.upload_matrix(&lw.q_proj)?,
                 k: lw.k_proj.as_ref().map(|m| self.upload_matrix(m)).transpose()?,
@@ -775,9 +953,43 @@ impl<'a> Builder<'a> {
                 moe: match &lw.moe {
                     Some(m) => {
                         let iw = t.moe_intermediate_size;
-                        let (gate, up, up_off) = match &m.gate_up {
-                            ExpertGateUp::Fused(gu) => ((self.upload_matrix_whole(gu)?, 2 * iw, 0), None, iw),
-                            ExpertGateUp::Split { gate, up } => ((self.upload_matrix_whole(gate)?, iw, 0), Some(self.upload_matrix_whole(up)?), 0),
+                        let (gate, up, up_off, down) = match (&m.experts, &w.expert_files) {
+                            (Some(st), _) => {
+                                let before = self.weight_bytes;
+                                let (gate, up, up_off) = match &st.gate_up {
+                                    ExpertGateUp::Fused(gu) => ((self.upload_matrix_whole(gu)?, 2 * iw, 0), None, iw),
+                                    ExpertGateUp::Split { gate, up } => ((self.upload_matrix_whole(gate)?, iw, 0), Some(self.upload_matrix_whole(up)?), 0),
+                                };
+                                let down = self.upload_matrix_whole(&st.down)?;
+                                self.routed_decode_bytes += (self.weight_bytes - before) * t.top_k_experts as u64 / t.num_experts as u64;
+                                (gate, up, up_off, down)
+                            }
+                            (None, Some(files)) => {
+                                let sl = self.slot_layer(files, n_slots)?;
+                                let per_expert: u64 = files.layout.parts.iter().map(|p| p.w.1 + p.scales.map_or(0, |s| s.1) + p.biases.map_or(0, |b| b.1)).sum();
+                                self.routed_decode_bytes += per_expert * t.top_k_experts as u64;
+                                let get = |role: &str| sl.parts.iter().find(|(p, _)| p.role == role).map(|(_, g)| g.clone());
+                                let down = get("down").ok_or_else(|| Error::Invalid("expert layout has no `down` part".into()))?;
+                                let r = match get("gate_up") {
+                                    Some(gu) => ((gu, 2 * iw, 0), None, iw, down),
+                                    None => {
+                                        let gate = get("gate").ok_or_else(|| Error::Invalid("expert layout has no `gate` part".into()))?;
+                                        ((gate, iw, 0), get("up"), 0, down)
+                                    }
+                                };
+                                if !streaming {
+                                    // Every expert resident: slot e holds expert e, filled once.
+                                    files.ensure_verified(li)?;
+                                    let mut blob = Vec::new();
+                                    for e in 0..t.num_experts as u32 {
+                                        files.read(li, e, &mut blob)?;
+                                        sl.write(&self.gpu.queue, e, &blob);
+                                    }
+                                }
+                                self.slot_layers.insert(li, sl);
+                                r
+                            }
+                            (None, None) => return Err(Error::Invalid("MoE layer without expert weights".into())),
                         };
                         Some(GpuMoe {
                             router: self.upload_matrix(&m.router_proj)?,
@@ -785,7 +997,7 @@ impl<'a> Builder<'a> {
                             gate,
                             up,
                             up_off,
-                            down: self.upload_matrix_whole(&m.down)?,
+                            down,
                         })
                     }
                     None => None,
@@ -821,6 +1033,9 @@ impl<'a> Builder<'a> {
                 self.act("router logits", c * ne)?,
                 self.act("router idx", c * tk)?,
                 self.act("router weights", c * tk)?,
+                self.act("router input", c * h)?,
+                // Streaming: the host writes each pair's slot here (the router's idx otherwise).
+                if streaming { self.gpu.storage("expert slot table", (4 * c * tk) as u64) } else { self.dummy.clone() },
                 self.act("expert gate", c * tk * iw)?,
                 self.act("expert up", c * tk * iw)?,
                 self.act("expert out", c * tk * h)?,
@@ -911,17 +1126,13 @@ impl<'a> Builder<'a> {
 
             // feed-forward block
             self.norm(&x, &norm_buf, &xn, plain(h, ln.pre_ff, 0, 1.0));
-            self.matmul(&gl.gate, &xn, h, &g, l.mlp_width, false);
-            self.matmul(&gl.up, &xn, h, &u, l.mlp_width, false);
-            self.gelu_mul(&g, &u, GeluParams { n: l.mlp_width as u32, a_stride: l.mlp_width as u32, b_stride: l.mlp_width as u32, b_off: 0 });
-            self.matmul(&gl.down, &g, l.mlp_width, &o, h, false);
-            let mut ff_out = &o;
-            if let (Some(moe), Some((m1, logits_r, idx, wts, eg, eu, eo)), Some([rs, pre2, post1, post2])) = (&gl.moe, &moe_bufs, ln.moe) {
-                // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h)))
-                self.norm(&o, &norm_buf, m1, plain(h, post1, 0, 1.0));
+            // MoE layers route first, so that a streamed step can hand the top-k to the host and
+            // run the dense branch while the host reads the missing experts.
+            let mut route_end = None;
+            if let (Some(moe), Some((_, logits_r, idx, wts, xr, ..)), Some([rs, ..])) = (&gl.moe, &moe_bufs, ln.moe) {
                 // router on norm(h) · scale · H^-½
-                self.norm(&x, &norm_buf, &xn, plain(h, rs, 0, (h as f64).powf(-0.5) as f32));
-                self.matmul(&moe.router, &xn, h, logits_r, ne, false);
+                self.norm(&x, &norm_buf, xr, plain(h, rs, 0, (h as f64).powf(-0.5) as f32));
+                self.matmul(&moe.router, xr, h, logits_r, ne, false);
                 let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
                 self.spec(Kernel::RouterTopk, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
                 // The router spec's grid is (n_tokens, 1): x follows the tokens.
@@ -930,16 +1141,32 @@ impl<'a> Builder<'a> {
                     sp.x_from_tokens = true;
                     sp.y = GridY::One;
                 }
+                route_end = Some(self.specs.len());
+            }
+            self.matmul(&gl.gate, &xn, h, &g, l.mlp_width, false);
+            self.matmul(&gl.up, &xn, h, &u, l.mlp_width, false);
+            self.gelu_mul(&g, &u, GeluParams { n: l.mlp_width as u32, a_stride: l.mlp_width as u32, b_stride: l.mlp_width as u32, b_off: 0 });
+            self.matmul(&gl.down, &g, l.mlp_width, &o, h, false);
+            let mut ff_out = &o;
+            if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, pre2, post1, post2])) = (&gl.moe, &moe_bufs, ln.moe) {
+                // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h)))
+                self.norm(&o, &norm_buf, m1, plain(h, post1, 0, 1.0));
                 self.norm(&x, &norm_buf, &xn, plain(h, pre2, 0, 1.0));
+                let experts_begin = self.specs.len();
+                let sel = if streaming { slot_idx } else { idx };
                 let (gm, gstride, goff) = &moe.gate;
-                self.moe_matmul(gm, *gstride, *goff, iw, idx, &xn, h, 0, eg, tk);
+                self.moe_matmul(gm, *gstride, *goff, iw, sel, &xn, h, 0, eg, tk);
                 let (um, ustride, uoff) = match &moe.up {
                     Some(u) => (u, iw, 0),
                     None => (gm, *gstride, moe.up_off),
                 };
-                self.moe_matmul(um, ustride, uoff, iw, idx, &xn, h, 0, eu, tk);
+                self.moe_matmul(um, ustride, uoff, iw, sel, &xn, h, 0, eu, tk);
                 self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0 });
-                self.moe_matmul(&moe.down, h, 0, h, idx, eg, tk * iw, iw, eo, tk);
+                self.moe_matmul(&moe.down, h, 0, h, sel, eg, tk * iw, iw, eo, tk);
+                if streaming {
+                    let route_end = route_end.expect("recorded above for MoE layers");
+                    self.marks.push(Mark { layer: li, route_end, experts_begin, experts_end: self.specs.len() });
+                }
                 let res = vec![Res::Buf(wts.clone()), Res::Buf(eo.clone()), Res::Buf(o.clone()), Res::Params, Res::Step];
                 self.spec(Kernel::MoeCombine, res, &CombineParams { n: h as u32, top_k: tk as u32, _pad: [0; 2] }, (h as u32).div_ceil(64), GridY::Tokens);
                 self.norm(&o, &norm_buf, m1, plain(h, post2, 1, 1.0));
@@ -1018,6 +1245,18 @@ impl<'a> Builder<'a> {
             program.push(Dispatch { label: s.kernel.label(), only: s.only, pipeline, single, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y });
         }
 
+        let streaming = match (&w.expert_files, &moe_bufs) {
+            (Some(files), Some((_, _, idx, _, _, slot_idx, ..))) if streaming => Some(Streaming {
+                streamer: Streamer::new(files.clone(), n_slots),
+                slots: std::mem::take(&mut self.slot_layers),
+                marks: std::mem::take(&mut self.marks),
+                route_idx: idx.clone(),
+                idx_read: self.gpu.staging("router idx readback", (4 * c * tk) as u64),
+                slot_idx: slot_idx.clone(),
+                top_k: tk,
+            }),
+            _ => None,
+        };
         let best_read = self.gpu.staging("argmax readback", (4 * logit_rows) as u64);
         let logits_read = self.gpu.staging("logits readback", (4 * logit_rows * vocab) as u64);
         Ok(WgpuBackend {
@@ -1040,10 +1279,10 @@ impl<'a> Builder<'a> {
             read_scratch: Vec::new(),
             profiler: None,
             profile: Vec::new(),
-            decode_bytes: self.weight_bytes - self.gather_only_bytes - self.expert_bytes
-                + if t.num_experts > 0 { self.expert_bytes * t.top_k_experts as u64 / t.num_experts as u64 } else { 0 },
+            decode_bytes: self.weight_bytes - self.gather_only_bytes - self.expert_bytes + self.routed_decode_bytes,
             weight_bytes: self.weight_bytes,
             state_bytes: self.state_bytes,
+            streaming,
             gpu: self.gpu,
         })
     }
