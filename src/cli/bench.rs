@@ -53,12 +53,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     // tg: greedy decode of n tokens after a one-token context (llama-bench's tg).
     let mut tg = None;
     let mut profile = Vec::new();
-    let mut streamed_before = None;
     let mut streamed = None;
     if args.n_gen > 0 {
         b.reset();
         let mut tok = b.prefill(&ids(1, vocab), 0, Readback::Argmax)?.argmax[0];
-        streamed_before = b.stream_stats();
+        let streamed_before = b.stream_stats();
         let t0 = Instant::now();
         for i in 0..args.n_gen {
             tok = b.decode(tok, 1 + i, Readback::Argmax)?.argmax[0];
