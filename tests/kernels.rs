@@ -1309,13 +1309,46 @@ struct MoeMatmulCase {
     /// true: down (each slot's own activation: x_slot_stride cols, x_tok_stride top_k·cols).
     per_slot: bool,
     y_pad: usize,
+    /// The prefill form: moe_group's lists (computed here) drive moe_matmul_grouped.
+    grouped: bool,
+}
+
+/// moe_group's output for `idx`: per group, the count then the ascending pair indices.
+fn group_lists(idx: &[u32], n_groups: usize, stride: usize) -> Vec<u32> {
+    let mut g = vec![0u32; n_groups * stride];
+    for s in 0..n_groups {
+        let pairs: Vec<u32> = (0..idx.len() as u32).filter(|&p| idx[p as usize] == s as u32).collect();
+        g[s * stride] = pairs.len() as u32;
+        g[s * stride + 1..][..pairs.len()].copy_from_slice(&pairs);
+    }
+    g
+}
+
+/// Router-like expert choices: distinct per token where top_k ≤ experts; slot 0 of every token
+/// after the first repeats the previous token's last expert; the last expert is used.
+fn route(rng: &mut Rng, experts: usize, top_k: usize, tokens: usize) -> Vec<u32> {
+    let mut idx: Vec<u32> = Vec::with_capacity(tokens * top_k);
+    for t in 0..tokens {
+        let mut set = vec![if t == 0 { experts - 1 } else { idx[t * top_k - 1] as usize }];
+        while set.len() < top_k {
+            let e = rng.below(experts);
+            if top_k > experts || !set.contains(&e) {
+                set.push(e);
+            }
+        }
+        idx.extend(set.iter().map(|&e| e as u32));
+    }
+    idx
 }
 
 impl MoeMatmulCase {
     /// Split layout, gate/up input mode.
     fn new(fmt: Format, experts: usize, top_k: usize, rows: usize, cols: usize, tokens: usize) -> Self {
         let gs = if is_quant(fmt) { 64 } else { 0 };
-        MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride: rows, row_off: 0, per_slot: false, y_pad: 0 }
+        MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride: rows, row_off: 0, per_slot: false, y_pad: 0, grouped: false }
+    }
+    fn grouped(self) -> Self {
+        MoeMatmulCase { grouped: true, ..self }
     }
     /// The up half of a fused gate_up.
     fn fused_up(self) -> Self {
@@ -1330,7 +1363,8 @@ impl Case for MoeMatmulCase {
     fn name(&self) -> String {
         let c = self;
         let (xt, xs) = c.x_strides();
-        let mut s = format!("moe_matmul_{}(experts={},top_k={},rows={},cols={},tokens={}", c.fmt.name(), c.experts, c.top_k, c.rows, c.cols, c.tokens);
+        let kind = if c.grouped { "moe_matmul_grouped" } else { "moe_matmul" };
+        let mut s = format!("{kind}_{}(experts={},top_k={},rows={},cols={},tokens={}", c.fmt.name(), c.experts, c.top_k, c.rows, c.cols, c.tokens);
         if is_quant(c.fmt) {
             s += &format!(",gs={}", c.gs);
         }
@@ -1344,19 +1378,7 @@ impl Case for MoeMatmulCase {
     fn build(&self, rng: &mut Rng) -> Launch {
         let &MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride, row_off, y_pad, .. } = self;
         let w = Weights::new(fmt, experts * expert_stride, cols, gs, rng);
-        // Distinct experts per token where top_k ≤ experts (as a router gives); slot 0 of every
-        // token after the first repeats the previous token's last expert; the last expert is used.
-        let mut idx: Vec<u32> = Vec::with_capacity(tokens * top_k);
-        for t in 0..tokens {
-            let mut set = vec![if t == 0 { experts - 1 } else { idx[t * top_k - 1] as usize }];
-            while set.len() < top_k {
-                let e = rng.below(experts);
-                if top_k > experts || !set.contains(&e) {
-                    set.push(e);
-                }
-            }
-            idx.extend(set.iter().map(|&e| e as u32));
-        }
+        let idx = route(rng, experts, top_k, tokens);
         let (x_tok, x_slot) = self.x_strides();
         let x = rng.vec(tokens * x_tok);
         let y_stride = rows + y_pad;
@@ -1374,11 +1396,13 @@ impl Case for MoeMatmulCase {
             }
         }
         let [wb, sb, bb] = w.part(0, experts * expert_stride);
+        // Room for every token in each list, plus one spare word (must stay unread).
+        let group_stride = tokens + 2;
         let bufs = vec![
             input("w", wb),
             input("scales", sb),
             input("biases", bb),
-            input_words("idx", &idx),
+            if self.grouped { input_words("groups", &group_lists(&idx, experts, group_stride)) } else { input_words("idx", &idx) },
             input_words("x", &bits(&x)),
             output_f32("y", vec![POISON; tokens * top_k * y_stride], want, tol::DOT),
         ];
@@ -1392,9 +1416,14 @@ impl Case for MoeMatmulCase {
             x_tok_stride: x_tok as u32,
             x_slot_stride: x_slot as u32,
             y_stride: y_stride as u32,
-            _pad: [0; 3],
+            group_stride: group_stride as u32,
+            _pad: [0; 2],
         };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        if self.grouped {
+            // GridY::Fixed(n_groups): (ceil(rows / 4), experts, 1).
+            return launch(Kernel::MoeMatmulGrouped(fmt), bufs, &p, step, (rows.div_ceil(MATMUL_ROWS as usize), experts));
+        }
         // GridY::Slots: (ceil(rows / 4), top_k, n_tokens).
         let mut l = launch(Kernel::MoeMatmul(fmt), bufs, &p, step, (rows.div_ceil(MATMUL_ROWS as usize), top_k));
         l.grid.2 = tokens as u32;
@@ -1433,8 +1462,99 @@ fn moe_matmul_cases() -> Vec<Box<dyn Case>> {
         if is_quant(fmt) {
             v.push(Box::new(MoeMatmulCase { gs: 128, per_slot: true, ..MoeMatmulCase::new(fmt, 4, 4, 65, 512, 3) }));
         }
+        // The prefill form: batches of 8 pairs per expert (1, 9 and 19 tokens: partial, one and
+        // three batches), empty experts, both input modes, fused up, the 26B widths.
+        for experts in [3, 16] {
+            for top_k in [1, 2] {
+                for rows in [1, 7, 65] {
+                    for tokens in [1, 9, 19] {
+                        for per_slot in [false, true] {
+                            let c = MoeMatmulCase { per_slot, ..MoeMatmulCase::new(fmt, experts, top_k, rows, 64, tokens) }.grouped();
+                            v.push(Box::new(c));
+                            v.push(Box::new(c.fused_up()));
+                        }
+                    }
+                }
+            }
+        }
+        v.push(Box::new(MoeMatmulCase::new(fmt, 9, 8, 9, 2816, 11).fused_up().grouped()));
+        v.push(Box::new(MoeMatmulCase { per_slot: true, y_pad: 3, ..MoeMatmulCase::new(fmt, 9, 8, 9, 704, 11) }.grouped()));
     }
     v
+}
+
+// ---------------------------------------------------------------------------------------------
+// moe_group
+
+/// `groups[s]` = count, then the ascending pairs p with `idx[p] == s`; SKIP pairs match nothing.
+#[derive(Clone, Copy)]
+struct GroupCase {
+    groups: usize,
+    top_k: usize,
+    tokens: usize,
+    /// Mark every third pair SKIP (another round of a streamed step).
+    skips: bool,
+}
+
+impl Case for GroupCase {
+    fn name(&self) -> String {
+        format!("moe_group(groups={},top_k={},tokens={},skips={})", self.groups, self.top_k, self.tokens, self.skips)
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &GroupCase { groups, top_k, tokens, skips } = self;
+        let mut idx = route(rng, groups, top_k, tokens);
+        if skips {
+            idx.iter_mut().step_by(3).for_each(|e| *e = u32::MAX);
+        }
+        let stride = tokens + 2;
+        let lists = group_lists(&idx, groups, stride);
+        // Only the count and the listed pairs are specified; the rest of each list stays poison.
+        let mut want = vec![None; groups * stride];
+        for s in 0..groups {
+            let n = lists[s * stride] as usize;
+            for i in 0..=n {
+                want[s * stride + i] = Some(lists[s * stride + i]);
+            }
+        }
+        let bufs = vec![input_words("idx", &idx), output_u32("groups", vec![POISON; groups * stride], want)];
+        let p = GroupParams { top_k: top_k as u32, stride: stride as u32, _pad: [0; 2] };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        launch(Kernel::MoeGroup, bufs, &p, step, (groups, 1))
+    }
+}
+
+fn group_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    // Pair counts below, at and across the 64-wide scan blocks (1·1 … 128·8).
+    for (groups, top_k, tokens) in [(1, 1, 1), (4, 2, 3), (16, 4, 16), (16, 4, 17), (128, 8, 128), (7, 1, 200)] {
+        for skips in [false, true] {
+            v.push(Box::new(GroupCase { groups, top_k, tokens, skips }));
+        }
+    }
+    v
+}
+
+/// The prefill expert kernel computes each pair exactly as the decode one does (same chunking,
+/// same sums, same tree): their outputs must be bitwise equal, which is what keeps a chunk's
+/// logits equal to token-by-token decoding.
+#[test]
+fn grouped_expert_kernel_is_bitwise_the_decode_kernel() {
+    let Some(mut h) = harness() else { return };
+    for fmt in [Format::Q4, Format::Q8, Format::Bf16, Format::F32] {
+        for c in [MoeMatmulCase::new(fmt, 16, 4, 65, 320, 19).fused_up(), MoeMatmulCase { per_slot: true, ..MoeMatmulCase::new(fmt, 9, 8, 9, 704, 11) }] {
+            let outs: Vec<Vec<u8>> = [c, c.grouped()]
+                .iter()
+                .map(|case| {
+                    let l = case.build(&mut Rng(kestrel::synth::SplitMix64(7)));
+                    let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+                    let out = h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap();
+                    out.last().unwrap().clone()
+                })
+                .collect();
+            assert!(outs[0] == outs[1], "{}: grouped output differs from the per-pair kernel", c.name());
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1502,6 +1622,7 @@ fn all_cases() -> Vec<Box<dyn Case>> {
     v.extend(argmax_cases());
     v.extend(router_cases());
     v.extend(moe_matmul_cases());
+    v.extend(group_cases());
     v.extend(combine_cases());
     v
 }

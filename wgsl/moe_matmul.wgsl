@@ -28,7 +28,7 @@ struct MoeMatmulParams {
     x_tok_stride: u32,
     x_slot_stride: u32,
     y_stride: u32,
-    _pad0: u32,
+    group_stride: u32, // moe_matmul_grouped only
     _pad1: u32,
     _pad2: u32,
 }

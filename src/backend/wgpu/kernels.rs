@@ -55,8 +55,12 @@ pub enum Kernel {
     SoftcapArgmax,
     /// MoE: softmax, top-k and weights of the router logits.
     RouterTopk,
-    /// MoE: gathered mat-vec of each token's routed experts.
+    /// MoE: gathered mat-vec of each token's routed experts (decode).
     MoeMatmul(Format),
+    /// MoE: each expert's routed pairs, listed (prefill).
+    MoeGroup,
+    /// MoE: each expert's rows applied to all of its pairs in the chunk (prefill).
+    MoeMatmulGrouped(Format),
     /// MoE: weighted sum of the routed experts' outputs.
     MoeCombine,
 }
@@ -75,6 +79,8 @@ impl Kernel {
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
             Kernel::RouterTopk => "router_topk".into(),
             Kernel::MoeMatmul(f) => format!("moe_matmul_{}", f.name()),
+            Kernel::MoeGroup => "moe_group".into(),
+            Kernel::MoeMatmulGrouped(f) => format!("moe_matmul_grouped_{}", f.name()),
             Kernel::MoeCombine => "moe_combine".into(),
         }
     }
@@ -104,6 +110,8 @@ impl Kernel {
             Kernel::SoftcapArgmax => include_str!("../../../wgsl/softcap_argmax.wgsl").into(),
             Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
             Kernel::MoeMatmul(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
+            Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
+            Kernel::MoeMatmulGrouped(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
             Kernel::MoeCombine => include_str!("../../../wgsl/moe_combine.wgsl").into(),
         }
     }
@@ -130,7 +138,8 @@ impl Kernel {
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::MoeMatmul(_) => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeCombine => &[Read, Read, ReadWrite, Uniform, Uniform],
         }
     }
@@ -287,7 +296,17 @@ pub struct MoeMatmulParams {
     pub x_tok_stride: u32,
     pub x_slot_stride: u32,
     pub y_stride: u32,
-    pub _pad: [u32; 3],
+    /// u32 words between groups in moe_group's lists (moe_matmul_grouped only).
+    pub group_stride: u32,
+    pub _pad: [u32; 2],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct GroupParams {
+    pub top_k: u32,
+    pub stride: u32,
+    pub _pad: [u32; 2],
 }
 
 #[repr(C)]

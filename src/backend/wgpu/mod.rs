@@ -74,6 +74,13 @@ struct GpuMatrix {
     parts: Vec<GpuPart>,
 }
 
+/// moe_group's output: `n` lists (one per expert or slot) of up to `stride - 1` pairs.
+struct Groups {
+    buf: wgpu::Buffer,
+    n: usize,
+    stride: usize,
+}
+
 /// One MoE layer's expert slots: for each routed matrix, a matrix of `n_slots` experts' rows.
 struct SlotLayer {
     parts: Vec<(PartLayout, GpuMatrix)>,
@@ -138,6 +145,8 @@ enum GridY {
     OutTiles(u32),
     /// `k` (routed slots), with the tokens along z.
     Slots(u32),
+    /// `k`, whatever the step.
+    Fixed(u32),
 }
 
 /// A dispatch of the recorded program.
@@ -443,6 +452,7 @@ impl WgpuBackend {
                     k
                 }
                 GridY::One => 1,
+                GridY::Fixed(k) => k,
                 GridY::Tokens => n as u32,
                 GridY::TokenTiles(k) => (n as u32).div_ceil(k),
                 GridY::Out => n_out as u32,
@@ -781,9 +791,10 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Routed-expert mat-vec: `y[t, j, r] = W[idx[t,j] · stride + off + r] · x[t, j]`.
+    /// Routed-expert mat-vec: `y[t, j, r] = W[idx[t,j] · stride + off + r] · x[t, j]`; decode
+    /// steps run it per (token, expert) pair, chunks per expert over `groups` (see moe_group).
     #[allow(clippy::too_many_arguments)]
-    fn moe_matmul(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, idx: &wgpu::Buffer, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize) {
+    fn moe_matmul(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, idx: &wgpu::Buffer, groups: &Groups, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize) {
         // Expert stacks are indexed across the whole matrix: one part (checked at upload).
         debug_assert_eq!(m.parts.len(), 1, "expert stack split across bindings");
         let part = &m.parts[0];
@@ -797,7 +808,8 @@ impl<'a> Builder<'a> {
             x_tok_stride: x_tok_stride as u32,
             x_slot_stride: x_slot_stride as u32,
             y_stride: rows as u32,
-            _pad: [0; 3],
+            group_stride: 0,
+            _pad: [0; 2],
         };
         let res = vec![
             Res::Buf(part.w.clone()),
@@ -810,6 +822,27 @@ impl<'a> Builder<'a> {
             Res::Step,
         ];
         self.spec(Kernel::MoeMatmul(m.format), res, &p, (rows as u32).div_ceil(MATMUL_ROWS), GridY::Slots(top_k as u32));
+        self.specs.last_mut().expect("just pushed").only = Only::Single;
+        let res = vec![
+            Res::Buf(part.w.clone()),
+            Res::Buf(part.scales.clone()),
+            Res::Buf(part.biases.clone()),
+            Res::Buf(groups.buf.clone()),
+            Res::Buf(x.clone()),
+            Res::Buf(y.clone()),
+            Res::Params,
+            Res::Step,
+        ];
+        let p = MoeMatmulParams { group_stride: groups.stride as u32, ..p };
+        self.spec(Kernel::MoeMatmulGrouped(m.format), res, &p, (rows as u32).div_ceil(MATMUL_ROWS), GridY::Fixed(groups.n as u32));
+        self.specs.last_mut().expect("just pushed").only = Only::Multi;
+    }
+
+    /// Lists each expert's (or slot's) routed pairs of a chunk for the grouped expert kernel.
+    fn moe_group(&mut self, idx: &wgpu::Buffer, groups: &Groups, top_k: usize) {
+        let res = vec![Res::Buf(idx.clone()), Res::Buf(groups.buf.clone()), Res::Params, Res::Step];
+        self.spec(Kernel::MoeGroup, res, &GroupParams { top_k: top_k as u32, stride: groups.stride as u32, _pad: [0; 2] }, groups.n as u32, GridY::One);
+        self.specs.last_mut().expect("just pushed").only = Only::Multi;
     }
 
     fn embed(&mut self, m: &GpuMatrix, ids: &wgpu::Buffer, out: &wgpu::Buffer, scale: f32) {
@@ -985,6 +1018,11 @@ impl<'a> Builder<'a> {
                                         files.read(li, e, &mut blob)?;
                                         sl.write(&self.gpu.queue, e, &blob);
                                     }
+                                    // Flush the layer's staged copies now: queued writes hold
+                                    // host-visible staging memory until a submit completes
+                                    // (without this, 26B-A4B peaked at 37 GB of GPU memory).
+                                    self.gpu.queue.submit([]);
+                                    self.gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
                                 }
                                 self.slot_layers.insert(li, sl);
                                 r
@@ -1040,6 +1078,14 @@ impl<'a> Builder<'a> {
                 self.act("expert up", c * tk * iw)?,
                 self.act("expert out", c * tk * h)?,
             ))
+        } else {
+            None
+        };
+        // One list per expert (resident) or slot (streamed), each with room for every token.
+        let moe_groups = if t.enable_moe_block {
+            let n = if streaming { n_slots } else { ne };
+            let stride = 1 + c;
+            Some(Groups { buf: self.act("expert groups", n * stride)?, n, stride })
         } else {
             None
         };
@@ -1154,15 +1200,17 @@ impl<'a> Builder<'a> {
                 self.norm(&x, &norm_buf, &xn, plain(h, pre2, 0, 1.0));
                 let experts_begin = self.specs.len();
                 let sel = if streaming { slot_idx } else { idx };
+                let groups = moe_groups.as_ref().expect("allocated for MoE models");
+                self.moe_group(sel, groups, tk);
                 let (gm, gstride, goff) = &moe.gate;
-                self.moe_matmul(gm, *gstride, *goff, iw, sel, &xn, h, 0, eg, tk);
+                self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, &xn, h, 0, eg, tk);
                 let (um, ustride, uoff) = match &moe.up {
                     Some(u) => (u, iw, 0),
                     None => (gm, *gstride, moe.up_off),
                 };
-                self.moe_matmul(um, ustride, uoff, iw, sel, &xn, h, 0, eu, tk);
+                self.moe_matmul(um, ustride, uoff, iw, sel, groups, &xn, h, 0, eu, tk);
                 self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0 });
-                self.moe_matmul(&moe.down, h, 0, h, sel, eg, tk * iw, iw, eo, tk);
+                self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk);
                 if streaming {
                     let route_end = route_end.expect("recorded above for MoE layers");
                     self.marks.push(Mark { layer: li, route_end, experts_begin, experts_end: self.specs.len() });
