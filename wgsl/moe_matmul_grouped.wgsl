@@ -65,12 +65,17 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         var acc: array<f32, ROWS * TOK>; // [ROWS][TOK]
         for (var i = 0u; i < ROWS * TOK; i++) { acc[i] = 0.0; }
         for (var c8 = lid; c8 < n8; c8 += WG) {
+            // The batch's inputs once per chunk, not once per row (as in matmul.wgsl).
+            var xv: array<f32, TOK * 8>;
+            for (var t = 0u; t < TOK; t++) {
+                let xo = xb[t] + c8 * 8u;
+                for (var k = 0u; k < 8u; k++) { xv[t * 8u + k] = x[xo + k]; }
+            }
             for (var r = 0u; r < ROWS; r++) {
                 let wv = load8(rows[r], c8, p.cols, p.gs);
                 for (var t = 0u; t < TOK; t++) {
-                    let xo = xb[t] + c8 * 8u;
                     var sum = 0.0;
-                    for (var k = 0u; k < 8u; k++) { sum += wv[k] * x[xo + k]; }
+                    for (var k = 0u; k < 8u; k++) { sum += wv[k] * xv[t * 8u + k]; }
                     acc[r * TOK + t] += sum;
                 }
             }

@@ -38,6 +38,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
     // pp: the prompt in chunks, as `generate` runs it.
     let mut pp = None;
+    let mut pp_profile = Vec::new();
     if args.n_prompt > 0 {
         b.reset();
         let prompt = ids(args.n_prompt, vocab);
@@ -48,6 +49,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             pos += piece.len();
         }
         pp = Some(args.n_prompt as f64 / t0.elapsed().as_secs_f64());
+        // One profiled chunk (the first), when the whole step runs in one pass.
+        if b.gpu().can_profile() && b.stream_stats().is_none() {
+            b.reset();
+            b.set_profiling(true)?;
+            b.prefill(&prompt[..prompt.len().min(args.model.chunk)], 0, Readback::Argmax)?;
+            pp_profile = b.last_profile().to_vec();
+            b.set_profiling(false)?;
+        }
     }
 
     // tg: greedy decode of n tokens after a one-token context (llama-bench's tg).
@@ -98,6 +107,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "device_weight_bytes": b.memory().weight_bytes,
             "device_state_bytes": b.memory().state_bytes,
             "peak_rss_bytes": super::generate::peak_rss_bytes(),
+            "prefill_kernels": pp_profile.iter().map(|k| json!({"kernel": k.kernel, "dispatches": k.dispatches, "us": k.micros})).collect::<Vec<_>>(),
             "kernels": profile.iter().map(|k| json!({"kernel": k.kernel, "dispatches": k.dispatches, "us": k.micros})).collect::<Vec<_>>(),
         });
         println!("{obj}");
@@ -127,6 +137,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             mem.state_bytes as f64 / 1048576.0,
             super::generate::peak_rss_bytes().unwrap_or(0) as f64 / 1048576.0
         );
+        if !pp_profile.is_empty() {
+            let us: f64 = pp_profile.iter().map(|k| k.micros).sum();
+            println!("\nGPU time of one {}-token prefill chunk: {us:.1} µs", args.n_prompt.min(args.model.chunk));
+            println!("| kernel | dispatches | µs | % |");
+            println!("|---|---|---|---|");
+            for k in &pp_profile {
+                println!("| {} | {} | {:.1} | {:.1} |", k.kernel, k.dispatches, k.micros, 100.0 * k.micros / us);
+            }
+        }
         if !profile.is_empty() {
             println!("\nGPU time of one decode step: {gpu_us:.1} µs over {} dispatches", profile.iter().map(|k| k.dispatches).sum::<usize>());
             println!("| kernel | dispatches | µs | % |");
