@@ -3,15 +3,19 @@
 //! The drafter has no KV cache of its own: every step reads the target's K/V of two producer
 //! layers and the target's post-final-norm hidden state. [`DraftContext`] is what a target
 //! backend exposes for that (the CPU backend implements it; a GPU backend would implement it by
-//! readback), so the drafter itself stays backend-independent.
+//! readback), so the [`drafter::Drafter`] itself stays backend-independent.
 //!
 //! Only drafting lives here for now. Verification (score the k drafts in one target pass) and
 //! commit (keep the accepted K/V rows) belong to the backends and are not written yet.
+
+pub mod drafter;
 
 use std::ops::Range;
 
 use crate::config::AttnKind;
 use crate::error::Result;
+
+pub use drafter::{DraftKv, DraftStep, Drafter, StepInput};
 
 /// K and V rows of one target layer for a run of consecutive positions, as the target caches
 /// them: K post-k_norm post-RoPE, V post-v_norm, each `[row][n_kv_heads * head_dim]`.
