@@ -120,6 +120,14 @@ impl Drafter {
         if cfg.layers.iter().any(|l| l.owns_kv()) {
             return Err(Error::Invalid("drafter layers must all be KV-shared (num_kv_shared_layers = num_hidden_layers)".into()));
         }
+        if let Some(a) = cfg.assistant.as_ref().filter(|a| a.use_ordered_embeddings) {
+            if a.centroid_intermediate_top_k == 0 || a.centroid_intermediate_top_k > a.num_centroids {
+                return Err(Error::Invalid(format!(
+                    "drafter centroid_intermediate_top_k is {}: must be between 1 and num_centroids ({})",
+                    a.centroid_intermediate_top_k, a.num_centroids
+                )));
+            }
+        }
         let inv_freq = [cfg.text.rope_sliding.inv_freq(), cfg.text.rope_full.inv_freq()];
         Ok(Drafter { cfg, w, inv_freq })
     }
