@@ -9,6 +9,8 @@
 //!   and its implementations: `cpu` (the f32 reference, the test oracle) and `wgpu` (portable
 //!   WGSL kernels).
 //! - [`sampler`]: greedy / temperature / top-k / top-p / repetition penalty, seeded.
+//! - [`spec`]: speculative decoding: the MTP drafter (`gemma4_assistant`) and what it reads
+//!   from the target.
 //! - [`engine`]: the generation loop shared by every backend: chunked prefill, decode, stop ids, stats.
 //! - [`install`], [`streamer`]: the installed layout (per-layer expert files) and the MoE expert
 //!   streamer (a bounded per-layer LFU slot cache fed by positional reads).
@@ -27,6 +29,7 @@ pub mod loader;
 pub mod model;
 pub mod quant;
 pub mod sampler;
+pub mod spec;
 pub mod streamer;
 pub mod synth;
 pub mod tokenizer;

@@ -7,6 +7,7 @@
 
 pub mod ops;
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::backend::{Backend, MemoryUse, Readback, StepOutput};
@@ -14,6 +15,7 @@ use crate::config::{AttnKind, Config, KvSource};
 use crate::error::{Error, Result};
 use crate::loader::{ExpertGateUp, Matrix, ModelWeights};
 use crate::sampler::argmax;
+use crate::spec::{DraftContext, KvRows};
 use crate::streamer::{ExpertFiles, ExpertSlots, StreamStats, Streamer, SKIP};
 
 /// Scale applied to the token embedding: `sqrt(hidden)` rounded to the activation dtype, as
@@ -35,6 +37,9 @@ pub struct CpuBackend {
     /// Installed experts: slot memory per MoE layer, and the streamer (absent when every expert
     /// is resident).
     experts: Option<HostExperts>,
+    /// Post-final-norm hidden states of the last step, `[rows][hidden]`: the MTP drafter's
+    /// input (spec §3.4), kept so that drafting needs no second forward.
+    last_hidden: Vec<f32>,
 }
 
 /// An installation's experts in host memory: `n_slots` blobs per layer.
@@ -77,7 +82,7 @@ impl CpuBackend {
                 Some(HostExperts { files: files.clone(), streamer, mem })
             }
         };
-        Ok(CpuBackend { cfg, w, max_ctx, k_cache: vec![Vec::new(); n_caches], v_cache: vec![Vec::new(); n_caches], inv_freq, experts })
+        Ok(CpuBackend { cfg, w, max_ctx, k_cache: vec![Vec::new(); n_caches], v_cache: vec![Vec::new(); n_caches], inv_freq, experts, last_hidden: Vec::new() })
     }
 
     fn cache_of(&self, layer: usize) -> usize {
@@ -229,6 +234,49 @@ impl CpuBackend {
             s.count_tokens(n);
         }
         Ok(x)
+    }
+
+    /// Positions held in the KV cache (`0..cached_len()`).
+    pub fn cached_len(&self) -> usize {
+        self.cfg.kv_owning_layers().next().map_or(0, |l| self.k_cache[self.cache_of(l.index)].len() / l.kv_dim())
+    }
+
+    /// K and V of `layer` (its producer's cache for a KV-shared layer) at `positions`, as cached:
+    /// K post-k_norm post-RoPE, V post-v_norm.
+    pub fn kv_rows(&self, layer: usize, positions: Range<usize>) -> Result<KvRows> {
+        let l = self.cfg.layers.get(layer).ok_or_else(|| Error::Invalid(format!("layer {layer} out of range (the model has {})", self.cfg.layers.len())))?;
+        let (c, kv_dim) = (self.cache_of(layer), l.kv_dim());
+        let held = self.k_cache[c].len() / kv_dim;
+        if positions.start > positions.end || positions.end > held {
+            return Err(Error::Invalid(format!("K/V of positions {positions:?} requested from layer {layer}, the cache holds 0..{held}")));
+        }
+        let span = positions.start * kv_dim..positions.end * kv_dim;
+        Ok(KvRows {
+            start: positions.start,
+            k: self.k_cache[c][span.clone()].to_vec(),
+            v: self.v_cache[c][span].to_vec(),
+            n_kv_heads: l.n_kv_heads,
+            head_dim: l.head_dim,
+        })
+    }
+
+    /// Post-final-norm hidden states of the last `prefill`/`decode` step, `[rows][hidden]`
+    /// (empty before the first step and after `reset`).
+    pub fn last_hidden(&self) -> &[f32] {
+        &self.last_hidden
+    }
+
+    /// The scaled input embedding of `token`: `E[token] · √H`, as the forward pass starts.
+    pub fn token_embedding(&self, token: u32) -> Result<Vec<f32>> {
+        let (vocab, h) = (self.cfg.text.vocab_size, self.cfg.text.hidden_size);
+        if token as usize >= vocab {
+            return Err(Error::Invalid(format!("token id {token} is outside the vocabulary (size {vocab})")));
+        }
+        let mut row = vec![0.0f32; h];
+        self.w.embed.row_f32(token as usize, &mut row);
+        let scale = embed_scale(h);
+        row.iter_mut().for_each(|v| *v *= scale);
+        Ok(row)
     }
 
     /// Expert streaming figures, when the experts stream through a slot cache.
@@ -399,11 +447,13 @@ impl Backend for CpuBackend {
         };
         let logits = self.head(hid, rows);
         let argmax = logits.chunks(vocab).map(argmax).collect();
+        self.last_hidden = hidden;
         Ok(StepOutput { argmax, logits: if readback == Readback::Argmax { Vec::new() } else { logits } })
     }
     fn reset(&mut self) {
         self.k_cache.iter_mut().for_each(Vec::clear);
         self.v_cache.iter_mut().for_each(Vec::clear);
+        self.last_hidden.clear();
     }
     fn memory(&self) -> MemoryUse {
         let state: usize = self.k_cache.iter().chain(&self.v_cache).map(|c| c.len() * 4).sum();
@@ -412,5 +462,24 @@ impl Backend for CpuBackend {
     }
     fn stream_stats(&self) -> Option<StreamStats> {
         CpuBackend::stream_stats(self)
+    }
+}
+
+impl DraftContext for CpuBackend {
+    fn hidden_size(&self) -> usize {
+        self.cfg.text.hidden_size
+    }
+    fn cached_len(&self) -> usize {
+        CpuBackend::cached_len(self)
+    }
+    fn token_embedding(&self, token: u32) -> Result<Vec<f32>> {
+        CpuBackend::token_embedding(self, token)
+    }
+    fn producer_kv(&self, kind: AttnKind, positions: Range<usize>) -> Result<KvRows> {
+        let layer = self.cfg.producer(kind).ok_or_else(|| Error::Invalid(format!("the target has no cache-owning {kind:?} layer for the drafter to read")))?;
+        self.kv_rows(layer, positions)
+    }
+    fn last_hidden(&self) -> Result<Vec<f32>> {
+        Ok(self.last_hidden.clone())
     }
 }
