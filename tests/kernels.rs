@@ -430,7 +430,7 @@ impl Case for MatmulCase {
             _pad: 0,
         };
         let n_out_step = n_out.unwrap_or(1);
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32 };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32, ..Default::default() };
         let grid = (rows.div_ceil(matmul_rows(tile as u32) as usize), count.div_ceil(tile));
         let mut l = launch(Kernel::Matmul(fmt, tile as u32), bufs, &p, step, grid);
         if rows == 257 {
@@ -545,7 +545,7 @@ impl Case for EmbedCase {
             output_f32("out", vec![POISON; tokens * cols], want, tol),
         ];
         let p = EmbedParams { rows: rows as u32, cols: cols as u32, gs: gs as u32, row0: row0 as u32, scale, _pad: [0; 3] };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::Embed(fmt), bufs, &p, step, ((cols / 8).div_ceil(64), tokens))
     }
 }
@@ -670,7 +670,7 @@ impl Case for NormCase {
             eps: EPS,
             _pad: 0,
         };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32 };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32, ..Default::default() };
         launch(Kernel::RmsNorm, bufs, &p, step, (segs, count))
     }
 }
@@ -845,7 +845,7 @@ impl Case for HeadCase {
             eps: EPS,
             _pad: [0; 2],
         };
-        let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1 };
+        let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::HeadNormRope, bufs, &p, step, (heads, tokens))
     }
 }
@@ -947,7 +947,7 @@ impl Case for AttnCase {
             n_splits: 1,
             _pad: [0; 2],
         };
-        let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1 };
+        let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::Attention, bufs, &p, step, (heads, tokens))
     }
 }
@@ -1035,7 +1035,7 @@ impl Case for GeluCase {
         }
         let bufs = vec![output_f32("a", a, want, tol::GELU), input_words("b", &b)];
         let p = GeluParams { n: n as u32, a_stride: a_stride as u32, b_stride: b_stride as u32, b_off: b_off as u32 };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::GeluMul, bufs, &p, step, (n.div_ceil(64), tokens))
     }
 }
@@ -1131,7 +1131,7 @@ impl Case for ArgmaxCase {
         let bufs = vec![output_f32("logits", bits(&logits), want, tol), output_u32("best", vec![POISON; rows], best)];
         let p = ArgmaxParams { vocab: vocab as u32, cap, _pad: [0; 2] };
         // The LM head rows are the last n_out of the step.
-        let step = Step { n_tokens: rows as u32 + 2, pos0: 0, n_out: rows as u32, out_row0: 2 };
+        let step = Step { n_tokens: rows as u32 + 2, pos0: 0, n_out: rows as u32, out_row0: 2, ..Default::default() };
         let mut l = launch(Kernel::SoftcapArgmax, bufs, &p, step, (rows, 1));
         // Whatever the capped values are, best must be the first maximum of what was written.
         l.post = Some(Box::new(move |out: &[Vec<u8>]| {
@@ -1252,7 +1252,7 @@ impl Case for RouterCase {
             output_f32("weight", vec![POISON; tokens * k], want_w, tol::ROUTER),
         ];
         let p = RouterParams { n_experts: n as u32, top_k: k as u32, _pad: [0; 2] };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::RouterTopk, bufs, &p, step, (tokens, 1))
     }
 }
@@ -1419,7 +1419,7 @@ impl Case for MoeMatmulCase {
             group_stride: group_stride as u32,
             _pad: [0; 2],
         };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         if self.grouped {
             // GridY::Fixed(n_groups): (ceil(rows / 4), experts, 1).
             return launch(Kernel::MoeMatmulGrouped(fmt), bufs, &p, step, (rows.div_ceil(MATMUL_ROWS as usize), experts));
@@ -1519,7 +1519,7 @@ impl Case for GroupCase {
         }
         let bufs = vec![input_words("idx", &idx), output_u32("groups", vec![POISON; groups * stride], want)];
         let p = GroupParams { top_k: top_k as u32, stride: stride as u32, _pad: [0; 2] };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::MoeGroup, bufs, &p, step, (groups, 1))
     }
 }
@@ -1590,7 +1590,7 @@ impl Case for CombineCase {
         }
         let bufs = vec![input_words("weight", &bits(&wt)), input_words("src", &bits(&src)), output_f32("out", vec![POISON; tokens * n], want, tol::DOT)];
         let p = CombineParams { n: n as u32, top_k: top_k as u32, _pad: [0; 2] };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1 };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::MoeCombine, bufs, &p, step, (n.div_ceil(64), tokens))
     }
 }

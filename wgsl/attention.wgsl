@@ -1,7 +1,8 @@
 // attention: o[t, h] = Σ_p softmax_p(q[t, h] · K[p, kvh]) · V[p, kvh]   (scale 1.0, Gemma 4)
 //   for token t at position P = pos0 + t, query head h, kv head kvh = h / (n_heads / n_kv_heads),
 //   over positions p in [lo, P]: lo = 0 (full layers) or max(0, P + 1 − window) (sliding layers).
-// The cache is a ring: position p lives in slot p % slots (slots ≥ window + chunk for sliding
+// The cache is a ring: position p lives in row kv_row(p, slots) = p % slots, or a staging row in a
+// verify step (common.wgsl) (slots ≥ window + chunk for sliding
 // layers, so a chunk's own writes never evict a position one of its queries still needs).
 //
 // Bindings: q: f32[n_tokens, n_heads * d]; kc, vc: f32[slots, n_kv_heads * d];

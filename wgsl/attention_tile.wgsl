@@ -33,7 +33,7 @@ fn attend_keys(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f32> {
         let kp = base + lid;
         var s = NEG;
         if (kp < end) {
-            let kb = (kp % p.slots) * kv_stride + kvh * d;
+            let kb = kv_row(kp, p.slots) * kv_stride + kvh * d;
             s = 0.0;
             for (var i = 0u; i < d; i++) { s += qs[i] * kc[kb + i]; }
         }
@@ -56,7 +56,7 @@ fn attend_keys(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f32> {
             if (i < d) {
                 var a = acc[k] * corr;
                 for (var j = 0u; j < n_valid; j++) {
-                    a += probs[j] * vc[((base + j) % p.slots) * kv_stride + kvh * d + i];
+                    a += probs[j] * vc[kv_row(base + j, p.slots) * kv_stride + kvh * d + i];
                 }
                 acc[k] = a;
             }

@@ -1,7 +1,7 @@
 // head_norm_rope: per token t and head h of a projection (q, k or v):
 //   v = src[t, h*d .. h*d+d];  v = norm(v) · w (w_off != NO_WEIGHT);  v = rope(v, pos0 + t) (rope == 1)
 //   written to dst[t, h*d ..] (dst_mode 0: the q buffer) or to the KV cache slot of position
-//   pos0 + t: dst[((pos0 + t) % slots) * n_heads*d + h*d ..] (dst_mode 1).
+//   pos0 + t: dst[kv_row(pos0 + t, slots) * n_heads*d + h*d ..] (dst_mode 1; kv_row in common.wgsl).
 // Rope is rotate-half: pairs (i, i + d/2) rotate by the angle of frequency i. cos/sin come from
 // the per-step table computed on the host exactly as transformers does (f32 angle = pos · inv_freq),
 // since GPU cos/sin of large angles are not accurate enough: rope[t * rope_stride + rope_off + i]
@@ -64,7 +64,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     workgroupBarrier();
     var db: u32;
     if (p.dst_mode == 1u) {
-        db = ((step.pos0 + t) % p.slots) * (p.n_heads * p.d) + h * p.d;
+        db = kv_row(step.pos0 + t, p.slots) * (p.n_heads * p.d) + h * p.d;
     } else {
         db = t * (p.n_heads * p.d) + h * p.d;
     }

@@ -6,8 +6,9 @@
 //! backend-specific detail (buffers, kernels, barriers) behind the trait. Per-operation code
 //! lives inside each backend: `cpu::ops` is the f32 oracle the kernels are tested against.
 //!
-//! Speculative decoding will add `verify` (score k+1 tokens in one pass) and `commit` (move
-//! accepted K/V rows from staging into the cache); they are not part of this trait yet.
+//! Speculative decoding adds `verify` (score the last accepted token and k drafts in one pass,
+//! their K/V staged, not cached) and `commit` (keep the first n staged rows); backends that
+//! draft also expose a [`DraftContext`](crate::spec::DraftContext).
 
 pub mod cpu;
 pub mod wgpu;
@@ -77,6 +78,27 @@ pub trait Backend {
     fn reset(&mut self);
 
     fn memory(&self) -> MemoryUse;
+
+    /// Scores `tokens` (the last accepted token, then the drafts) at positions `pos..`, and
+    /// returns the argmax of every row (and every row's logits when `with_logits`). Each row's
+    /// logits are bitwise those a one-token `decode` at that position would give. Their K/V go
+    /// to a staging area: the cache is untouched until [`commit`](Backend::commit).
+    fn verify(&mut self, tokens: &[u32], pos: usize, with_logits: bool) -> Result<StepOutput> {
+        let _ = (tokens, pos, with_logits);
+        Err(crate::Error::Invalid(format!("the {} backend cannot verify drafts (speculative decoding)", self.name())))
+    }
+
+    /// Appends the first `n` staged K/V rows of the last `verify` to the cache and drops the
+    /// rest.
+    fn commit(&mut self, n: usize) -> Result<()> {
+        let _ = n;
+        Err(crate::Error::Invalid(format!("the {} backend cannot commit drafts (speculative decoding)", self.name())))
+    }
+
+    /// What the MTP drafter reads from this target (K/V of the producer layers, hidden states).
+    fn draft_context(&self) -> Option<&dyn crate::spec::DraftContext> {
+        None
+    }
 
     /// Expert-streaming figures (hit rate, bytes read), when MoE experts stream from disk.
     fn stream_stats(&self) -> Option<crate::streamer::StreamStats> {

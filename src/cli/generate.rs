@@ -14,6 +14,7 @@ use crate::chat::{self, Message};
 use crate::engine::{self, GenStats, GenerateParams};
 use crate::model::Model;
 use crate::sampler::{Sampler, SamplerConfig};
+use crate::spec::{driver, Drafter};
 use crate::streamer::ExpertSlots;
 use crate::tokenizer::StreamDecoder;
 
@@ -115,6 +116,19 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     if args.raw && args.prompt.is_none() {
         bail!("--raw applies to --prompt only");
     }
+    let drafter = match &args.draft {
+        None => None,
+        Some(dir) => {
+            if !scfg.is_greedy() {
+                bail!("--draft is greedy only (the output equals greedy decoding): drop --temp/--top-k/--top-p/--repetition-penalty");
+            }
+            if args.draft_k == 0 {
+                bail!("--draft-k must be at least 1");
+            }
+            let m = Model::open(dir).with_context(|| format!("loading drafter {}", dir.display()))?;
+            Some(Drafter::from_model(&m).with_context(|| format!("drafter {}", dir.display()))?)
+        }
+    };
     let model = load_model(&args.model)?;
     let prompt = prompt_ids(&args, &model)?;
     let vocab = model.cfg.text.vocab_size;
@@ -140,7 +154,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     // A failed stdout write is kept as the bare io::Error, so that main sees a closed pipe
     // (`kestrel generate … | head`) and exits 0.
     let mut stdout_err: Option<std::io::Error> = None;
-    let result = engine::generate(backend.as_mut(), &prompt, &params, &mut sampler, |id| {
+    let mut spec_stats = None;
+    let on_token = |id| {
         if stream_text && !stop_ids.contains(&id) {
             if let Some(t) = tok {
                 let piece = stream.push(t, id)?;
@@ -153,7 +168,14 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
             }
         }
         Ok(())
-    });
+    };
+    let result = match &drafter {
+        None => engine::generate(backend.as_mut(), &prompt, &params, &mut sampler, on_token),
+        Some(d) => driver::generate(backend.as_mut(), d, args.draft_k, &prompt, &params, on_token).map(|(t, s, sp)| {
+            spec_stats = Some(sp);
+            (t, s)
+        }),
+    };
     if let Some(e) = stdout_err {
         return Err(anyhow::Error::new(e).context("writing to stdout"));
     }
@@ -178,6 +200,10 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let mem = backend.memory();
     let peak = peak_rss_bytes();
     print_stats(&stats, backend.as_ref(), peak);
+    if let Some(s) = &spec_stats {
+        let acc: Vec<String> = s.acceptance().iter().map(|a| format!("{:.0}%", 100.0 * a)).collect();
+        eprintln!("[speculative] k={} | {} target passes, {:.2} tokens/pass | acceptance by draft position: {}", s.k, s.target_passes, s.tokens_per_pass(), acc.join(" "));
+    }
     if args.json {
         let obj = json!({
             "tokens": tokens,
@@ -197,6 +223,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
                 "device_weight_bytes": mem.weight_bytes,
                 "device_state_bytes": mem.state_bytes,
                 "experts": stats.experts.map(|e| e.to_json()),
+                "speculative": spec_stats.as_ref().map(|s| s.to_json()),
             }
         });
         // Not println!: it panics when the reader has gone away.

@@ -192,6 +192,15 @@ pub struct GenerateArgs {
     /// Print one JSON object {"tokens", "text", "stats"} instead of streaming text.
     #[arg(long)]
     pub json: bool,
+
+    /// Speculative decoding with this MTP drafter (a gemma4_assistant model directory): the
+    /// output is exactly greedy decoding's, in fewer target passes. Greedy only.
+    #[arg(long, value_name = "DIR")]
+    pub draft: Option<PathBuf>,
+
+    /// Drafts per round with --draft.
+    #[arg(long, default_value_t = 2, value_name = "K")]
+    pub draft_k: usize,
 }
 
 /// Parses the process arguments and runs the subcommand.

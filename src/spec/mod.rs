@@ -5,10 +5,11 @@
 //! backend exposes for that (the CPU backend implements it; a GPU backend would implement it by
 //! readback), so the [`drafter::Drafter`] itself stays backend-independent.
 //!
-//! Only drafting lives here for now. Verification (score the k drafts in one target pass) and
-//! commit (keep the accepted K/V rows) belong to the backends and are not written yet.
+//! [`driver`] is the speculative loop (draft, verify, accept, commit), shared by all backends;
+//! verification and commit are `Backend` methods.
 
 pub mod drafter;
+pub mod driver;
 
 use std::ops::Range;
 

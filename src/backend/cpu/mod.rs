@@ -40,6 +40,9 @@ pub struct CpuBackend {
     /// Post-final-norm hidden states of the last step, `[rows][hidden]`: the MTP drafter's
     /// input (spec §3.4), kept so that drafting needs no second forward.
     last_hidden: Vec<f32>,
+    /// K/V rows of the last `verify`, per cache, until `commit`.
+    staged: Vec<(Vec<f32>, Vec<f32>)>,
+    staged_rows: usize,
 }
 
 /// An installation's experts in host memory: `n_slots` blobs per layer.
@@ -82,7 +85,7 @@ impl CpuBackend {
                 Some(HostExperts { files: files.clone(), streamer, mem })
             }
         };
-        Ok(CpuBackend { cfg, w, max_ctx, k_cache: vec![Vec::new(); n_caches], v_cache: vec![Vec::new(); n_caches], inv_freq, experts, last_hidden: Vec::new() })
+        Ok(CpuBackend { cfg, w, max_ctx, k_cache: vec![Vec::new(); n_caches], v_cache: vec![Vec::new(); n_caches], inv_freq, experts, last_hidden: Vec::new(), staged: Vec::new(), staged_rows: 0 })
     }
 
     fn cache_of(&self, layer: usize) -> usize {
@@ -462,6 +465,40 @@ impl Backend for CpuBackend {
     }
     fn stream_stats(&self) -> Option<StreamStats> {
         CpuBackend::stream_stats(self)
+    }
+    fn verify(&mut self, tokens: &[u32], pos: usize, with_logits: bool) -> Result<StepOutput> {
+        let before: Vec<usize> = self.k_cache.iter().map(Vec::len).collect();
+        let out = self.prefill(tokens, pos, Readback::AllLogits);
+        // Move the step's K/V rows out of the cache into staging, success or not: the forward
+        // appended them (attention inside the block needs them), the cache must not keep them.
+        self.staged.clear();
+        for (c, &b) in before.iter().enumerate() {
+            let k = self.k_cache[c].split_off(b);
+            let v = self.v_cache[c].split_off(b);
+            self.staged.push((k, v));
+        }
+        self.staged_rows = tokens.len();
+        let mut out = out?;
+        if !with_logits {
+            out.logits.clear();
+        }
+        Ok(out)
+    }
+    fn commit(&mut self, n: usize) -> Result<()> {
+        if n > self.staged_rows {
+            return Err(Error::Invalid(format!("commit of {n} rows, the last verify staged {}", self.staged_rows)));
+        }
+        for (c, (k, v)) in self.staged.iter().enumerate() {
+            let row = k.len() / self.staged_rows.max(1);
+            self.k_cache[c].extend_from_slice(&k[..n * row]);
+            self.v_cache[c].extend_from_slice(&v[..n * row]);
+        }
+        self.staged.clear();
+        self.staged_rows = 0;
+        Ok(())
+    }
+    fn draft_context(&self) -> Option<&dyn crate::spec::DraftContext> {
+        Some(self)
     }
 }
 

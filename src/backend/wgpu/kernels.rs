@@ -183,6 +183,9 @@ pub struct Step {
     pub pos0: u32,
     pub n_out: u32,
     pub out_row0: u32,
+    /// 1 in a verify step: the step's own K/V go to the staging rows after the cache's slots.
+    pub staged: u32,
+    pub _pad: [u32; 3],
 }
 
 #[repr(C)]

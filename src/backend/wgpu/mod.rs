@@ -36,6 +36,10 @@ use crate::streamer::{ExpertFiles, ExpertSlots, StreamStats, Streamer};
 pub use context::Gpu;
 use kernels::*;
 
+/// Most tokens one `verify` scores (the last accepted token and up to 7 drafts): the staging
+/// rows each K/V cache keeps after its slots.
+pub const VERIFY_MAX: usize = 8;
+
 /// Construction options.
 #[derive(Debug, Clone)]
 pub struct WgpuOptions {
@@ -246,6 +250,23 @@ pub struct WgpuBackend {
     weight_bytes: u64,
     state_bytes: u64,
     streaming: Option<Streaming>,
+    /// The weights (host side): the drafter reads the token embedding from them.
+    weights: Arc<ModelWeights>,
+    /// K and V caches, one pair per KV-owning layer (`kv.caches` order), each `slots +
+    /// VERIFY_MAX` rows.
+    kcache: Vec<wgpu::Buffer>,
+    vcache: Vec<wgpu::Buffer>,
+    /// Final-norm hidden rows of the last step's output rows.
+    final_hidden: wgpu::Buffer,
+    last_rows: usize,
+    /// Positions in the cache (committed).
+    cached: usize,
+    /// A verify step is running: decode-form kernels for every token, K/V to staging rows.
+    verifying: bool,
+    /// `(pos0, rows)` staged by the last verify, until commit.
+    staged: Option<(usize, usize)>,
+    /// VERIFY_MAX rows of the widest cache: commit copies staged rows through it.
+    commit_scratch: wgpu::Buffer,
 }
 
 impl WgpuBackend {
@@ -376,7 +397,7 @@ impl WgpuBackend {
         if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
             return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary (size {vocab})")));
         }
-        let step = Step { n_tokens: n as u32, pos0: pos0 as u32, n_out: n_out as u32, out_row0: (n - n_out) as u32 };
+        let step = Step { n_tokens: n as u32, pos0: pos0 as u32, n_out: n_out as u32, out_row0: (n - n_out) as u32, staged: self.verifying as u32, ..Default::default() };
         self.gpu.queue.write_buffer(&self.step_buf, 0, bytemuck::bytes_of(&step));
         self.gpu.queue.write_buffer(&self.ids_buf, 0, bytemuck::cast_slice(tokens));
         self.write_rope(pos0, n);
@@ -439,10 +460,14 @@ impl WgpuBackend {
     }
     /// Records dispatches `range` of the program for a step of `n` tokens and `n_out` output rows.
     fn encode(&self, pass: &mut wgpu::ComputePass, range: std::ops::Range<usize>, n: usize, n_out: usize, executed: &mut Vec<usize>) {
+        // Verify steps run the decode form of every kernel (split attention, per-pair experts) for
+        // all their tokens: that is what makes each row's logits bitwise a decode's.
+        let single_form = n == 1 || self.verifying;
         for di in range {
             let d = &self.program[di];
-            match (d.only, n) {
-                (Only::Single, 2..) | (Only::Multi, 1) => continue,
+            match d.only {
+                Only::Single if !single_form => continue,
+                Only::Multi if single_form => continue,
                 _ => {}
             }
             let mut z_tokens = false;
@@ -558,11 +583,65 @@ impl Backend for WgpuBackend {
             Readback::AllLogits => tokens.len(),
             _ => 1,
         };
-        self.run(tokens, pos, n_out, readback)
+        self.staged = None;
+        let out = self.run(tokens, pos, n_out, readback)?;
+        self.cached = pos + tokens.len();
+        self.last_rows = n_out;
+        Ok(out)
+    }
+    fn verify(&mut self, tokens: &[u32], pos: usize, with_logits: bool) -> Result<StepOutput> {
+        let n = tokens.len();
+        if n == 0 || n > VERIFY_MAX.min(self.opts.max_chunk) {
+            return Err(Error::Invalid(format!("a verify scores 1..={} tokens, got {n}", VERIFY_MAX.min(self.opts.max_chunk))));
+        }
+        if pos != self.cached {
+            return Err(Error::Invalid(format!("verify at position {pos}, but the cache holds {} positions", self.cached)));
+        }
+        self.verifying = true;
+        let out = self.run(tokens, pos, n, if with_logits { Readback::AllLogits } else { Readback::Argmax });
+        self.verifying = false;
+        let out = out?;
+        self.staged = Some((pos, n));
+        self.last_rows = n;
+        Ok(out)
+    }
+    fn commit(&mut self, n: usize) -> Result<()> {
+        let Some((pos0, rows)) = self.staged.take() else {
+            return Err(Error::Invalid("commit without a verify before it".into()));
+        };
+        if n > rows {
+            return Err(Error::Invalid(format!("commit of {n} rows, the last verify staged {rows}")));
+        }
+        // Staging row r holds position pos0 + r: copy it to that position's ring row, through
+        // a scratch buffer (a copy may not read and write one buffer).
+        let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("commit") });
+        for (i, cs) in self.kv.caches.iter().enumerate() {
+            let row = (cs.slot_elems() * 4) as u64;
+            for cache in [&self.kcache[i], &self.vcache[i]] {
+                enc.copy_buffer_to_buffer(cache, cs.slots as u64 * row, &self.commit_scratch, 0, Some(n as u64 * row));
+                for r in 0..n {
+                    let dst = ((pos0 + r) % cs.slots) as u64 * row;
+                    enc.copy_buffer_to_buffer(&self.commit_scratch, r as u64 * row, cache, dst, Some(row));
+                }
+            }
+        }
+        self.gpu.queue.submit([enc.finish()]);
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("commit rejected by the device: {e}")));
+        }
+        self.cached = pos0 + n;
+        Ok(())
+    }
+    fn draft_context(&self) -> Option<&dyn crate::spec::DraftContext> {
+        Some(self)
     }
     fn reset(&mut self) {
         // Positions restart at 0 and every read is masked to positions already written in this
         // sequence, so stale cache contents are never seen.
+        self.cached = 0;
+        self.staged = None;
+        self.last_rows = 0;
     }
     fn memory(&self) -> MemoryUse {
         MemoryUse { weight_bytes: self.weight_bytes, state_bytes: self.state_bytes }
@@ -597,7 +676,7 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    fn new(gpu: Gpu, cfg: &'a Config, w: &'a ModelWeights, opts: WgpuOptions) -> Result<WgpuBackend> {
+    fn new(gpu: Gpu, cfg: &'a Config, w: &'a Arc<ModelWeights>, opts: WgpuOptions) -> Result<WgpuBackend> {
         let dummy = gpu.storage("unused", 4);
         let step_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("step"),
@@ -879,7 +958,7 @@ impl<'a> Builder<'a> {
     }
 
     /// Uploads everything and records the forward pass (spec §2.2, in order).
-    fn record(mut self, w: &ModelWeights) -> Result<WgpuBackend> {
+    fn record(mut self, w: &Arc<ModelWeights>) -> Result<WgpuBackend> {
         let cfg = self.cfg;
         let t = &cfg.text;
         let c = self.opts.max_chunk;
@@ -1058,7 +1137,7 @@ impl<'a> Builder<'a> {
         let o = self.act("o", c * h)?;
         let heads_max = cfg.layers.iter().map(|l| l.n_heads).max().unwrap_or(0);
         let d_max = cfg.layers.iter().map(|l| l.head_dim).max().unwrap_or(0);
-        let attn_part = self.act("attention splits", heads_max * ATTN_SPLITS as usize * (d_max + 2))?;
+        let attn_part = self.act("attention splits", VERIFY_MAX * heads_max * ATTN_SPLITS as usize * (d_max + 2))?;
         let g = self.act("ffn gate", c * mlp_max)?;
         let u = self.act("ffn up", c * mlp_max)?;
         let xf = self.act("final hidden", logit_rows * h)?;
@@ -1097,7 +1176,7 @@ impl<'a> Builder<'a> {
         let mut kcache = Vec::new();
         let mut vcache = Vec::new();
         for (i, cs) in kv.caches.iter().enumerate() {
-            let elems = cs.slots * cs.slot_elems();
+            let elems = (cs.slots + VERIFY_MAX) * cs.slot_elems();
             kcache.push(self.act(&format!("k cache {i} (layer {})", cs.layer), elems)?);
             vcache.push(self.act(&format!("v cache {i} (layer {})", cs.layer), elems)?);
         }
@@ -1305,6 +1384,7 @@ impl<'a> Builder<'a> {
             }),
             _ => None,
         };
+        let commit_scratch = self.gpu.storage("commit scratch", (VERIFY_MAX * kv.caches.iter().map(|c| c.slot_elems()).max().unwrap_or(1) * 4) as u64);
         let best_read = self.gpu.staging("argmax readback", (4 * logit_rows) as u64);
         let logits_read = self.gpu.staging("logits readback", (4 * logit_rows * vocab) as u64);
         Ok(WgpuBackend {
@@ -1331,7 +1411,77 @@ impl<'a> Builder<'a> {
             weight_bytes: self.weight_bytes,
             state_bytes: self.state_bytes,
             streaming,
+            weights: w.clone(),
+            kcache,
+            vcache,
+            final_hidden: xf.clone(),
+            last_rows: 0,
+            cached: 0,
+            verifying: false,
+            staged: None,
+            commit_scratch,
             gpu: self.gpu,
         })
+    }
+}
+
+/// The drafter's view of this target, by readback: K/V rows of the producer layers (from their
+/// ring rows), the final-norm hidden rows of the last step, and token embeddings from the host
+/// copy of the weights. Correct, not fast: a GPU drafter would read them in place.
+impl crate::spec::DraftContext for WgpuBackend {
+    fn hidden_size(&self) -> usize {
+        self.cfg.text.hidden_size
+    }
+    fn cached_len(&self) -> usize {
+        self.cached
+    }
+    fn token_embedding(&self, token: u32) -> Result<Vec<f32>> {
+        let h = self.cfg.text.hidden_size;
+        if token as usize >= self.cfg.text.vocab_size {
+            return Err(Error::Invalid(format!("token id {token} is outside the vocabulary")));
+        }
+        let mut row = vec![0.0f32; h];
+        self.weights.embed.row_f32(token as usize, &mut row);
+        let s = embed_scale(h);
+        row.iter_mut().for_each(|v| *v *= s);
+        Ok(row)
+    }
+    fn producer_kv(&self, kind: AttnKind, positions: std::ops::Range<usize>) -> Result<crate::spec::KvRows> {
+        let layer = self.cfg.producer(kind).ok_or_else(|| Error::Invalid(format!("the target has no cache-owning {kind:?} layer for the drafter to read")))?;
+        let c = self.kv.read_cache[layer];
+        let cs = &self.kv.caches[c];
+        if positions.end > self.cached || (kind == AttnKind::Sliding && positions.len() > cs.slots) {
+            return Err(Error::Invalid(format!("K/V of positions {positions:?} requested, the cache holds 0..{} (ring of {})", self.cached, cs.slots)));
+        }
+        let row = (cs.slot_elems() * 4) as u64;
+        let n = positions.len() as u64;
+        let read = |buf: &wgpu::Buffer| -> Result<Vec<f32>> {
+            if n == 0 {
+                return Ok(Vec::new());
+            }
+            let staging = self.gpu.staging("drafter kv readback", n * row);
+            let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("drafter kv") });
+            for (i, p) in positions.clone().enumerate() {
+                enc.copy_buffer_to_buffer(buf, (p % cs.slots) as u64 * row, &staging, i as u64 * row, Some(row));
+            }
+            self.gpu.queue.submit([enc.finish()]);
+            let mut bytes = Vec::new();
+            self.gpu.read(&staging, n * row, &mut bytes)?;
+            Ok(bytemuck::pod_collect_to_vec(&bytes))
+        };
+        Ok(crate::spec::KvRows { start: positions.start, k: read(&self.kcache[c])?, v: read(&self.vcache[c])?, n_kv_heads: cs.n_kv_heads, head_dim: cs.head_dim })
+    }
+    fn last_hidden(&self) -> Result<Vec<f32>> {
+        let bytes_len = (4 * self.last_rows * self.cfg.text.hidden_size) as u64;
+        if bytes_len == 0 {
+            return Ok(Vec::new());
+        }
+        let staging = self.gpu.staging("hidden readback", bytes_len);
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("hidden") });
+        enc.copy_buffer_to_buffer(&self.final_hidden, 0, &staging, 0, Some(bytes_len));
+        self.gpu.queue.submit([enc.finish()]);
+        let mut bytes = Vec::new();
+        self.gpu.read(&staging, bytes_len, &mut bytes)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 }

@@ -1,0 +1,162 @@
+//! The speculative-decoding loop, shared by every backend: draft k tokens with the MTP drafter,
+//! score `[last accepted, d1..dk]` in one target pass (`Backend::verify`), accept the longest
+//! prefix of drafts equal to the target's own argmax plus the target's next token (the "bonus"),
+//! and commit exactly the accepted rows' K/V (`Backend::commit`).
+//!
+//! Greedy only. The output is plain greedy decoding's by construction: every emitted token is the
+//! target's argmax at its position, computed from the same committed cache with logits bitwise
+//! equal to a one-token decode (the backends guarantee it; tests/speculative.rs checks it). The
+//! drafter only decides how many of them one target pass yields.
+
+use std::time::Instant;
+
+use crate::backend::{Backend, Readback};
+use crate::engine::{check_context, GenStats, GenerateParams};
+use crate::error::{Error, Result};
+use crate::spec::Drafter;
+
+/// Acceptance figures of one generation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpecStats {
+    /// Drafts per round asked for.
+    pub k: usize,
+    /// Verify passes of the target.
+    pub target_passes: usize,
+    /// `proposed[j]`: rounds that proposed a draft at position j (0-based); `accepted[j]`: of those,
+    /// rounds whose draft j was accepted.
+    pub proposed: Vec<usize>,
+    pub accepted: Vec<usize>,
+    /// Tokens emitted by verify rounds (accepted drafts + bonus tokens).
+    pub round_tokens: usize,
+}
+
+impl SpecStats {
+    /// Acceptance rate per draft position.
+    pub fn acceptance(&self) -> Vec<f64> {
+        self.proposed.iter().zip(&self.accepted).map(|(&p, &a)| if p == 0 { 0.0 } else { a as f64 / p as f64 }).collect()
+    }
+    /// Tokens each target verify pass produced on average.
+    pub fn tokens_per_pass(&self) -> f64 {
+        if self.target_passes == 0 {
+            0.0
+        } else {
+            self.round_tokens as f64 / self.target_passes as f64
+        }
+    }
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "k": self.k,
+            "target_passes": self.target_passes,
+            "tokens_per_pass": self.tokens_per_pass(),
+            "proposed": self.proposed,
+            "accepted": self.accepted,
+            "acceptance": self.acceptance(),
+        })
+    }
+}
+
+/// Greedy generation of up to `params.max_new` tokens after `prompt`, drafting `k` tokens per
+/// round. Same contract as [`crate::engine::generate`] (and the same tokens).
+pub fn generate(
+    backend: &mut dyn Backend,
+    drafter: &Drafter,
+    k: usize,
+    prompt: &[u32],
+    params: &GenerateParams,
+    mut on_token: impl FnMut(u32) -> Result<()>,
+) -> Result<(Vec<u32>, GenStats, SpecStats)> {
+    if k == 0 {
+        return Err(Error::Invalid("--draft-k must be at least 1".into()));
+    }
+    drafter.check_target(backend.config())?;
+    if backend.draft_context().is_none() {
+        return Err(Error::Invalid(format!("the {} backend does not expose its K/V to a drafter yet: use --backend cpu with --draft", backend.name())));
+    }
+    let cfg_max = backend.config().text.max_position_embeddings;
+    let max_ctx = backend.max_context();
+    check_context(prompt.len(), params.max_new, max_ctx, cfg_max)?;
+    let mut stats = GenStats { prompt_tokens: prompt.len(), finish_reason: "length", ..Default::default() };
+    let mut spec = SpecStats { k, proposed: vec![0; k], accepted: vec![0; k], ..Default::default() };
+    let mut out = Vec::with_capacity(params.max_new);
+    if params.max_new == 0 {
+        return Ok((out, stats, spec));
+    }
+    backend.reset();
+
+    // ---- prefill, in chunks; the last chunk's last row is the first token
+    let t0 = Instant::now();
+    let chunk = params.chunk.clamp(1, backend.max_chunk());
+    let mut pos = 0;
+    let mut next = 0;
+    for piece in prompt.chunks(chunk) {
+        next = *backend.prefill(piece, pos, Readback::Argmax)?.argmax.last().expect("one argmax per step");
+        pos += piece.len();
+    }
+    stats.prompt_time = t0.elapsed();
+    // The target hidden that produced `next`: the last row of the last step.
+    let h = backend.config().text.hidden_size;
+    let mut hidden = last_row(backend, h)?;
+
+    // `emit` returns true when generation is over (a stop id or max_new).
+    let mut emit = |tok: u32, out: &mut Vec<u32>, stats: &mut GenStats| -> Result<bool> {
+        out.push(tok);
+        on_token(tok)?;
+        if !params.ignore_eos && params.stop_ids.contains(&tok) {
+            stats.finish_reason = "stop";
+            return Ok(true);
+        }
+        Ok(out.len() >= params.max_new)
+    };
+
+    let t1 = Instant::now();
+    let mut done = emit(next, &mut out, &mut stats)?;
+    while !done {
+        // `next` sits at `pos` (not yet in the cache). Draft no more than the tokens still
+        // wanted and the cache can hold (the last verified row needs no slot afterwards).
+        let room = max_ctx.saturating_sub(pos + 1);
+        let kk = k.min(params.max_new - out.len()).min(room);
+        let drafts: Vec<u32> = if kk == 0 {
+            Vec::new()
+        } else {
+            let ctx = backend.draft_context().expect("checked above");
+            drafter.draft_block(ctx, next, &hidden, pos, kk)?.into_iter().map(|s| s.token).collect()
+        };
+        let mut tokens = Vec::with_capacity(kk + 1);
+        tokens.push(next);
+        tokens.extend_from_slice(&drafts);
+        let v = backend.verify(&tokens, pos, false)?;
+        spec.target_passes += 1;
+        let n = drafts.iter().zip(&v.argmax).take_while(|(d, t)| d == t).count();
+        for j in 0..drafts.len() {
+            spec.proposed[j] += 1;
+            if j < n {
+                spec.accepted[j] += 1;
+            }
+        }
+        backend.commit(n + 1)?;
+        hidden = {
+            let rows = backend.draft_context().expect("checked above").last_hidden()?;
+            rows[n * h..(n + 1) * h].to_vec()
+        };
+        pos += n + 1;
+        next = v.argmax[n];
+        for &tok in drafts[..n].iter().chain(std::iter::once(&next)) {
+            spec.round_tokens += 1;
+            done = emit(tok, &mut out, &mut stats)?;
+            if done {
+                break;
+            }
+        }
+    }
+    stats.decode_time = t1.elapsed();
+    stats.generated_tokens = out.len();
+    Ok((out, stats, spec))
+}
+
+fn last_row(backend: &dyn Backend, h: usize) -> Result<Vec<f32>> {
+    let rows = backend.draft_context().expect("checked by the caller").last_hidden()?;
+    if rows.len() < h {
+        return Err(Error::Invalid("the target kept no hidden state after prefill".into()));
+    }
+    Ok(rows[rows.len() - h..].to_vec())
+}

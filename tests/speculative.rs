@@ -1,0 +1,197 @@
+//! Speculative decoding with the MTP drafter gives exactly greedy decoding's output.
+//!
+//! For tiny-moe + tiny-moe-assistant (a "copy" drafter that gets many drafts accepted) and
+//! tiny-e2b + tiny-e2b-assistant (random: almost nothing accepted), every fixture prompt,
+//! k = 1..4 and 256 new tokens (16-token sliding window: crossed many times), the speculative
+//! tokens equal plain greedy decoding's; runs are deterministic; generation stopped by a stop id
+//! in the middle of an accepted block stops at the same token; and each verify row's logits are
+//! bitwise those of sequential one-token decodes.
+
+mod common;
+
+use common::*;
+use kestrel::backend::cpu::CpuBackend;
+use kestrel::backend::wgpu::WgpuOptions;
+use kestrel::backend::{Backend, Readback};
+use kestrel::engine::{self, GenerateParams};
+use kestrel::model::Model;
+use kestrel::sampler::{Sampler, SamplerConfig};
+use kestrel::spec::driver::{self, SpecStats};
+use kestrel::spec::Drafter;
+
+const NEW: usize = 256;
+const PAIRS: [(&str, &str); 2] = [("tiny-moe", "tiny-moe-assistant"), ("tiny-e2b", "tiny-e2b-assistant")];
+
+fn params(stop_ids: Vec<u32>, ignore_eos: bool) -> GenerateParams {
+    GenerateParams { max_new: NEW, stop_ids, ignore_eos, chunk: 16 }
+}
+
+fn cpu(model: &Model) -> Box<dyn Backend> {
+    Box::new(CpuBackend::new(model.cfg.clone(), model.weights.clone(), 1024))
+}
+
+fn greedy(model: &Model, prompt: &[u32], p: &GenerateParams) -> Vec<u32> {
+    greedy_on(cpu(model).as_mut(), prompt, p)
+}
+
+fn greedy_on(b: &mut dyn Backend, prompt: &[u32], p: &GenerateParams) -> Vec<u32> {
+    let mut s = Sampler::new(SamplerConfig::default());
+    engine::generate(b, prompt, p, &mut s, |_| Ok(())).unwrap().0
+}
+
+fn speculative(model: &Model, drafter: &Drafter, k: usize, prompt: &[u32], p: &GenerateParams) -> (Vec<u32>, SpecStats) {
+    speculative_on(cpu(model).as_mut(), drafter, k, prompt, p)
+}
+
+fn speculative_on(b: &mut dyn Backend, drafter: &Drafter, k: usize, prompt: &[u32], p: &GenerateParams) -> (Vec<u32>, SpecStats) {
+    let mut streamed = Vec::new();
+    let (out, _, stats) = driver::generate(b, drafter, k, prompt, p, |t| {
+        streamed.push(t);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(streamed, out, "tokens streamed through on_token differ from the returned ones");
+    (out, stats)
+}
+
+fn open_pair(target: &str, assistant: &str, form: &str) -> (Model, Drafter) {
+    let model = open_model(target, form);
+    let drafter = Drafter::from_model(&open_model(assistant, form)).unwrap();
+    (model, drafter)
+}
+
+#[test]
+fn speculative_equals_greedy_for_every_prompt_and_k() {
+    for (target, assistant) in PAIRS {
+        for form in ["hf", "mlx-4bit"] {
+            let (model, drafter) = open_pair(target, assistant, form);
+            for (i, r) in load_refs(target, "reference").iter().enumerate() {
+                let p = params(model.stop_ids.clone(), true);
+                let want = greedy(&model, &r.prompt, &p);
+                assert_eq!(want.len(), NEW);
+                // Every k on the HF form; the 4-bit form (same code path) at k = 2 and 4.
+                let ks: &[usize] = if form == "hf" { &[1, 2, 3, 4] } else { &[2, 4] };
+                for &k in ks {
+                    let (got, st) = speculative(&model, &drafter, k, &r.prompt, &p);
+                    assert_eq!(got, want, "{target}/{form} prompt {i} k={k}: speculative output differs from greedy");
+                    eprintln!(
+                        "{target}+{assistant} {form} prompt {i} k={k}: {NEW} tokens equal greedy; {} target passes, {:.2} tokens/pass, acceptance {:?}",
+                        st.target_passes,
+                        st.tokens_per_pass(),
+                        st.acceptance().iter().map(|a| format!("{:.2}", a)).collect::<Vec<_>>()
+                    );
+                    if target == "tiny-moe" && k == 2 {
+                        assert!(st.accepted[0] > 0, "the copy drafter should get drafts accepted");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn speculative_is_deterministic() {
+    let (model, drafter) = open_pair("tiny-moe", "tiny-moe-assistant", "hf");
+    let r = &load_refs("tiny-moe", "reference")[0];
+    let p = params(model.stop_ids.clone(), true);
+    let a = speculative(&model, &drafter, 3, &r.prompt, &p);
+    let b = speculative(&model, &drafter, 3, &r.prompt, &p);
+    assert_eq!(a, b);
+}
+
+/// A stop id met inside a block of accepted drafts ends generation at exactly that token.
+#[test]
+fn stop_id_inside_an_accepted_block() {
+    let (model, drafter) = open_pair("tiny-moe", "tiny-moe-assistant", "hf");
+    let r = &load_refs("tiny-moe", "reference")[2];
+    let full = greedy(&model, &r.prompt, &params(Vec::new(), true));
+    let mut mid_block = 0;
+    // The first 6 distinct tokens of the greedy output, each as the only stop id.
+    let mut seen = Vec::new();
+    for &t in &full {
+        if seen.contains(&t) || seen.len() == 6 {
+            continue;
+        }
+        seen.push(t);
+        let p = params(vec![t], false);
+        let want = greedy(&model, &r.prompt, &p);
+        assert_eq!(*want.last().unwrap(), t);
+        for k in [2, 4] {
+            let (got, st) = speculative(&model, &drafter, k, &r.prompt, &p);
+            assert_eq!(got, want, "stop id {t}, k={k}");
+            if st.round_tokens > 0 && st.accepted.iter().sum::<usize>() > 0 {
+                mid_block += 1;
+            }
+        }
+    }
+    assert!(mid_block > 0, "no stop landed after accepted drafts: the test exercised nothing");
+}
+
+/// Each row of a verify pass has the logits a one-token decode at that position gives, bit for
+/// bit; and rejected rows leave no trace in the cache.
+#[test]
+fn verify_logits_are_bitwise_sequential_decode() {
+    check_verify_bitwise("cpu", &|m| Some(Box::new(CpuBackend::new(m.cfg.clone(), m.weights.clone(), 256))));
+}
+
+#[test]
+fn wgpu_verify_logits_are_bitwise_sequential_decode() {
+    check_verify_bitwise("wgpu", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
+}
+
+/// On the GPU (lavapipe in CI): speculative == greedy on the same backend, both pairs, the long
+/// prompt (40 tokens, then 64 new: the 16-token window is crossed several times).
+#[test]
+fn wgpu_speculative_equals_greedy() {
+    for (target, assistant) in PAIRS {
+        for form in ["hf", "mlx-4bit"] {
+            let (model, drafter) = open_pair(target, assistant, form);
+            let r = &load_refs(target, "reference")[2];
+            let p = GenerateParams { max_new: 64, ..params(model.stop_ids.clone(), true) };
+            let make = || wgpu_backend(&model, WgpuOptions { max_ctx: 256, max_chunk: 16, ..Default::default() });
+            let Some(mut g) = make() else { return };
+            let want = greedy_on(&mut g, &r.prompt, &p);
+            let ks: &[usize] = if form == "hf" { &[1, 3] } else { &[2] };
+            for &k in ks {
+                let mut b = make().unwrap();
+                let (got, st) = speculative_on(&mut b, &drafter, k, &r.prompt, &p);
+                assert_eq!(got, want, "wgpu {target}/{form} k={k}: speculative output differs from greedy");
+                eprintln!("wgpu {target}+{assistant} {form} k={k}: 64 tokens equal greedy; {:.2} tokens/pass, acceptance {:?}", st.tokens_per_pass(), st.acceptance());
+            }
+        }
+    }
+}
+
+fn prefill(b: &mut dyn Backend, prompt: &[u32]) {
+    for (i, piece) in prompt.chunks(16).enumerate() {
+        b.prefill(piece, 16 * i, Readback::Argmax).unwrap();
+    }
+}
+
+fn check_verify_bitwise(tag: &str, make: &dyn Fn(&Model) -> Option<Box<dyn Backend>>) {
+    for (target, _) in PAIRS {
+        for form in ["hf", "mlx-4bit"] {
+            let model = open_model(target, form);
+            let r = &load_refs(target, "reference")[2];
+            let block: Vec<u32> = r.generated[..5].to_vec();
+            let pos = r.prompt.len();
+            let Some(mut seq) = make(&model) else { return };
+            prefill(seq.as_mut(), &r.prompt);
+            let mut want = Vec::new();
+            for (i, &t) in block.iter().enumerate() {
+                want.extend(seq.decode(t, pos + i, Readback::LastLogits).unwrap().logits);
+            }
+            let mut ver = make(&model).unwrap();
+            prefill(ver.as_mut(), &r.prompt);
+            let got = ver.verify(&block, pos, true).unwrap();
+            let d = max_abs_diff(&got.logits, &want);
+            assert!(got.logits.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{tag} {target}/{form}: verify vs sequential max |Δlogit| = {d}");
+            eprintln!("{tag} {target}/{form}: verify (M = 5) vs 5 sequential decodes: max |Δlogit| = {d} (bitwise equal)");
+            // Keep 2 of the 5 rows; the next decode must match the sequential run's 3rd row.
+            ver.commit(2).unwrap();
+            let next = ver.decode(block[2], pos + 2, Readback::LastLogits).unwrap().logits;
+            let vocab = model.cfg.text.vocab_size;
+            assert!(next.iter().zip(&want[2 * vocab..3 * vocab]).all(|(a, b)| a.to_bits() == b.to_bits()), "{tag} {target}/{form}: decode after commit(2) differs");
+        }
+    }
+}
