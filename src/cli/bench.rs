@@ -86,6 +86,40 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
+    // Verify cost: one pass over M = 1..5 tokens (the last accepted token + M − 1 drafts) at
+    // the position decode reached, relative to one decode step. Staged, never committed.
+    let mut verify_ms: Vec<(usize, f64)> = Vec::new();
+    if let Some((_, decode_s)) = tg {
+        let pos = b.draft_context().map_or(1 + args.n_gen, |c| c.cached_len());
+        let toks = ids(5, vocab);
+        for m in 1..=5usize.min(args.model.chunk) {
+            b.verify(&toks[..m], pos, false)?;
+            let reps = 10;
+            let t0 = Instant::now();
+            for _ in 0..reps {
+                b.verify(&toks[..m], pos, false)?;
+            }
+            verify_ms.push((m, t0.elapsed().as_secs_f64() * 1e3 / reps as f64));
+        }
+        let _ = decode_s;
+    }
+
+    // Greedy vs speculative decode of the same n tokens after the same prompt, same run.
+    let mut spec = None;
+    if let Some(dir) = &args.draft {
+        let dm = crate::model::Model::open(dir).with_context(|| format!("loading drafter {}", dir.display()))?;
+        let drafter = crate::spec::Drafter::from_model(&dm)?;
+        let prompt = ids(args.n_prompt.clamp(1, 64), vocab);
+        let params = crate::engine::GenerateParams { max_new: args.n_gen.max(2), stop_ids: Vec::new(), ignore_eos: true, chunk: args.model.chunk };
+        let mut sampler = crate::sampler::Sampler::new(crate::sampler::SamplerConfig::default());
+        let (g_out, g_stats) = crate::engine::generate(&mut b, &prompt, &params, &mut sampler, |_| Ok(()))?;
+        let (s_out, s_stats, sp) = crate::spec::driver::generate(&mut b, &drafter, args.draft_k, &prompt, &params, |_| Ok(()))?;
+        if g_out != s_out {
+            bail!("speculative output differs from greedy: a bug, please report it");
+        }
+        spec = Some((g_stats.decode_tok_s(), s_stats.decode_tok_s(), sp));
+    }
+
     let copy_gbs = b.gpu().copy_bandwidth(1 << 30, 10)?;
     let bytes = b.decode_bytes() as f64;
     let gbs = tg.map(|(_, s)| bytes / s / 1e9);
@@ -104,6 +138,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 "gpu_us_per_token": if profile.is_empty() { None } else { Some(gpu_us) },
             })),
             "experts": streamed.map(|e| e.to_json()),
+            "verify": verify_ms.iter().map(|&(m, ms)| json!({"m": m, "ms": ms, "vs_decode": tg.map(|(_, s)| ms / (s * 1e3))})).collect::<Vec<_>>(),
+            "speculative": spec.as_ref().map(|(g, s, sp)| json!({"greedy_tok_s": g, "speculative_tok_s": s, "speedup": s / g, "stats": sp.to_json()})),
             "device_weight_bytes": b.memory().weight_bytes,
             "device_state_bytes": b.memory().state_bytes,
             "peak_rss_bytes": super::generate::peak_rss_bytes(),
@@ -120,6 +156,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
         if let (Some((t, s)), Some(g)) = (tg, gbs) {
             println!("| tg{} | {t:.1} | {:.3} | {:.3} | {g:.1} | {copy_gbs:.1} | {:.1} % |", args.n_gen, s * 1e3, bytes / 1e9, 100.0 * g / copy_gbs);
+        }
+        if let (false, Some((_, s))) = (verify_ms.is_empty(), tg) {
+            println!("\nverify pass (M tokens) vs one decode step ({:.3} ms):", s * 1e3);
+            println!("| M | ms | × decode |");
+            println!("|---|---|---|");
+            for &(m, ms) in &verify_ms {
+                println!("| {m} | {ms:.3} | {:.2} |", ms / (s * 1e3));
+            }
+        }
+        if let Some((g, s, sp)) = &spec {
+            let acc: Vec<String> = sp.acceptance().iter().map(|a| format!("{:.0}%", 100.0 * a)).collect();
+            println!(
+                "\nspeculative (k={}): greedy {g:.1} tok/s, speculative {s:.1} tok/s ({:.2}×), {:.2} tokens/pass, acceptance {}",
+                sp.k,
+                s / g,
+                sp.tokens_per_pass(),
+                acc.join(" ")
+            );
         }
         if let Some(e) = &streamed {
             println!(

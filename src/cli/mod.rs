@@ -71,6 +71,13 @@ pub struct BenchArgs {
     /// Tokens to decode (tg).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
+    /// Also decode n tokens speculatively with this MTP drafter (greedy and speculative tok/s in
+    /// the same run; needs a drafter made for this model).
+    #[arg(long, value_name = "DIR")]
+    pub draft: Option<PathBuf>,
+    /// Drafts per round with --draft.
+    #[arg(long, default_value_t = 2, value_name = "K")]
+    pub draft_k: usize,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
