@@ -161,12 +161,14 @@ pub fn fold_grid(x: u32, max: u32) -> (u32, u32) {
 /// the prefill `matmul` variant (the decode variant has a tile of 1).
 pub const MATMUL_ROWS: u32 = 4;
 pub const MATMUL_TOK: u32 = 8;
+/// The token tile of the speculative-verify `matmul` variant (M = k + 1 ≤ 5 typically).
+pub const MATMUL_VERIFY_TOK: u32 = 4;
 
 /// Rows one `matmul` workgroup covers for a token tile of `tok` (`ROWS` in matmul.wgsl): one
-/// row per workgroup for the decode mat-vec (most workgroups; measured fastest on the H200, see
-/// PERF_NOTES.md), four when 8 tokens share each weight load.
+/// row per workgroup for the decode mat-vec and the verify tile (most workgroups; measured
+/// fastest on the H200, see PERF_NOTES.md), four when 8 prefill tokens share each weight load.
 pub const fn matmul_rows(tok: u32) -> u32 {
-    if tok == 1 {
+    if tok == 1 || tok == MATMUL_VERIFY_TOK {
         1
     } else {
         4

@@ -162,6 +162,9 @@ struct Dispatch {
     /// The variant for steps where the grid's count is 1 (decode): same bindings, no token
     /// tile, and its own grid x.
     single: Option<(wgpu::ComputePipeline, u32)>,
+    /// The variant for verify steps of several tokens (matmul: a 4-token tile, one row per
+    /// workgroup), its grid x and token tile.
+    verify: Option<(wgpu::ComputePipeline, u32, u32)>,
     bind_group: wgpu::BindGroup,
     /// Grid x (fixed), or, when `x_from_out`, one per output row, or when `x_from_tokens`,
     /// one per token.
@@ -193,6 +196,7 @@ struct Spec {
     kernel: Kernel,
     /// The decode variant and its grid x.
     single: Option<(Kernel, u32)>,
+    verify: Option<(Kernel, u32, u32)>,
     res: Vec<Res>,
     param_off: u64,
     param_len: u64,
@@ -498,10 +502,14 @@ impl WgpuBackend {
                 GridY::Out | GridY::OutTiles(_) => n_out,
                 _ => n,
             };
-            let (pipeline, x, y, z) = match &d.single {
-                Some((p, sx)) if count == 1 => {
+            let (pipeline, x, y, z) = match (&d.single, &d.verify) {
+                (Some((p, sx)), _) if count == 1 => {
                     let (sx, sz) = fold_grid(*sx, self.max_groups);
                     (p, sx, 1, sz)
+                }
+                (_, Some((p, vx, tok))) if self.verifying => {
+                    let (vx, vz) = fold_grid(*vx, self.max_groups);
+                    (p, vx, (count as u32).div_ceil(*tok), vz)
                 }
                 _ => (&d.pipeline, x, y, z),
             };
@@ -839,7 +847,7 @@ impl<'a> Builder<'a> {
 
     fn spec<T: bytemuck::Pod>(&mut self, kernel: Kernel, res: Vec<Res>, p: &T, x: u32, y: GridY) {
         let (param_off, param_len) = self.push_params(p);
-        self.specs.push(Spec { only: Only::Always, kernel, single: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y });
+        self.specs.push(Spec { only: Only::Always, kernel, single: None, verify: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y });
     }
 
     /// `y[t, r] = W x[t]` over all parts of `m`.
@@ -866,7 +874,10 @@ impl<'a> Builder<'a> {
             ];
             let gy = if on_out { GridY::OutTiles(MATMUL_TOK) } else { GridY::TokenTiles(MATMUL_TOK) };
             self.spec(Kernel::Matmul(m.format, MATMUL_TOK), res, &p, (part.rows as u32).div_ceil(matmul_rows(MATMUL_TOK)), gy);
-            self.specs.last_mut().expect("just pushed").single = Some((Kernel::Matmul(m.format, 1), (part.rows as u32).div_ceil(matmul_rows(1))));
+            let sp = self.specs.last_mut().expect("just pushed");
+            sp.single = Some((Kernel::Matmul(m.format, 1), (part.rows as u32).div_ceil(matmul_rows(1))));
+            let vt = MATMUL_VERIFY_TOK;
+            sp.verify = Some((Kernel::Matmul(m.format, vt), (part.rows as u32).div_ceil(matmul_rows(vt)), vt));
         }
     }
 
@@ -1320,6 +1331,7 @@ impl<'a> Builder<'a> {
             only: Only::Always,
             kernel: Kernel::SoftcapArgmax,
             single: None,
+            verify: None,
             res: vec![Res::Buf(logits.clone()), Res::Buf(best.clone()), Res::Params, Res::Step],
             param_off,
             param_len,
@@ -1346,6 +1358,10 @@ impl<'a> Builder<'a> {
                 Some((k, x)) => Some((self.pipelines.get(&self.gpu.device, k)?.0.clone(), x)),
                 None => None,
             };
+            let verify = match s.verify {
+                Some((k, x, tok)) => Some((self.pipelines.get(&self.gpu.device, k)?.0.clone(), x, tok)),
+                None => None,
+            };
             let entries: Vec<wgpu::BindGroupEntry> = s
                 .res
                 .iter()
@@ -1369,7 +1385,7 @@ impl<'a> Builder<'a> {
             if let Some(e) = pollster::block_on(scope.pop()) {
                 return Err(Error::Gpu(format!("binding {label}: {e}")));
             }
-            program.push(Dispatch { label: s.kernel.label(), only: s.only, pipeline, single, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y });
+            program.push(Dispatch { label: s.kernel.label(), only: s.only, pipeline, single, verify, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y });
         }
 
         let streaming = match (&w.expert_files, &moe_bufs) {
