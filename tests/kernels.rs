@@ -364,7 +364,7 @@ struct MatmulCase {
     y_pad: usize,
     /// Some(n): count_sel 1 (the LM head), count = step.n_out = n.
     n_out: Option<usize>,
-    /// Token tile of the pipeline variant (`TOK` in matmul.wgsl): 1 (decode) or 8 (chunks).
+    /// Token tile of the pipeline variant (`TOK` in matmul.wgsl): 1 (decode), 4 (verify) or 8 (chunks).
     tile: usize,
 }
 
@@ -454,6 +454,10 @@ fn matmul_cases() -> Vec<Box<dyn Case>> {
                 // The decode variant (one token per workgroup), as the backend runs M = 1.
                 if tokens <= 3 {
                     v.push(Box::new(MatmulCase { tile: 1, ..MatmulCase::new(fmt, rows, 320, tokens, 64) }));
+                }
+                // The speculative-verify variant (4-token tile, one row per workgroup).
+                if tokens <= 9 {
+                    v.push(Box::new(MatmulCase { tile: MATMUL_VERIFY_TOK as usize, ..MatmulCase::new(fmt, rows, 320, tokens, 64) }));
                 }
             }
         }

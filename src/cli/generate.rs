@@ -201,7 +201,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let peak = peak_rss_bytes();
     print_stats(&stats, backend.as_ref(), peak);
     if let Some(s) = &spec_stats {
-        let acc: Vec<String> = s.acceptance().iter().map(|a| format!("{:.0}%", 100.0 * a)).collect();
+        let acc: Vec<String> = s.acceptance().iter().zip(&s.proposed).map(|(a, &p)| if p == 0 { "-".into() } else { format!("{:.0}%", 100.0 * a) }).collect();
         eprintln!("[speculative] k={} | {} target passes, {:.2} tokens/pass | acceptance by draft position: {}", s.k, s.target_passes, s.tokens_per_pass(), acc.join(" "));
     }
     if args.json {

@@ -82,6 +82,7 @@ pub fn generate(
         return Ok((out, stats, spec));
     }
     backend.reset();
+    let streamed_before = backend.stream_stats();
 
     // ---- prefill, in chunks; the last chunk's last row is the first token
     let t0 = Instant::now();
@@ -114,7 +115,7 @@ pub fn generate(
         // `next` sits at `pos` (not yet in the cache). Draft no more than the tokens still
         // wanted and the cache can hold (the last verified row needs no slot afterwards).
         let room = max_ctx.saturating_sub(pos + 1);
-        let kk = k.min(params.max_new - out.len()).min(room);
+        let kk = k.min(params.max_new - out.len()).min(room).min(backend.max_chunk().saturating_sub(1)).min(crate::backend::wgpu::VERIFY_MAX - 1);
         let drafts: Vec<u32> = if kk == 0 {
             Vec::new()
         } else {
@@ -150,6 +151,10 @@ pub fn generate(
     }
     stats.decode_time = t1.elapsed();
     stats.generated_tokens = out.len();
+    stats.experts = match (backend.stream_stats(), streamed_before) {
+        (Some(now), Some(before)) => Some(now.since(&before)),
+        (now, _) => now,
+    };
     Ok((out, stats, spec))
 }
 
