@@ -15,7 +15,11 @@
 //! [`Streamer`] reads the misses into their slots, then the routed kernels run (once per round
 //! when a step needs more distinct experts than there are slots). The dense shared-expert branch
 //! is submitted before the host waits, so it runs while the misses are read.
-//! Not yet here: the speculative verify/commit steps.
+//!
+//! Speculative verify steps run the decode form of every kernel for all their tokens (split
+//! attention, per-pair experts, a decode-like matmul tile), so each row's logits are bitwise a
+//! decode's; their K/V go to staging rows after each cache's slots (`kv_row` in common.wgsl)
+//! until `commit` copies the accepted ones into the ring.
 
 pub mod context;
 pub mod harness;
