@@ -101,7 +101,7 @@ fn modes(e: usize, k: usize) -> Vec<Mode> {
 
 /// Checks one backend kind over every mode of one fixture form, on the reference prompts `which`.
 fn check_form(name: &str, form: &str, reference: &str, backend: &str, which: &[usize], make: &dyn Fn(&Model, ExpertSlots) -> Option<Box<dyn Backend>>) {
-    let refs: Vec<PromptRef> = load_refs(name, reference).into_iter().enumerate().filter(|(i, _)| which.contains(i)).map(|(_, r)| r).collect();
+    let refs: Vec<(usize, PromptRef)> = load_refs(name, reference).into_iter().enumerate().filter(|(i, _)| which.contains(i)).collect();
     let (_tmp, dir) = install_fixture(name, form, backend);
     let source = open_model(name, form);
     let installed = Model::open(&dir).unwrap();
@@ -113,7 +113,7 @@ fn check_form(name: &str, form: &str, reference: &str, backend: &str, which: &[u
         let label = format!("{backend} {name}/{form} {}", mode.label);
         let mut all = Vec::new();
         let mut worst = 0.0f32;
-        for (i, r) in refs.iter().enumerate() {
+        for (i, r) in refs.iter().map(|(i, r)| (*i, r)) {
             let (ids, logits) = run_prompt(b.as_mut(), r);
             assert_eq!(ids, r.generated, "{label} prompt {i}: ids differ from transformers");
             for (&step, want) in r.steps.iter().zip(&r.step_logits) {

@@ -10,7 +10,7 @@
 // activation (x_slot_stride = I) for down.
 //
 // Bindings: w, scales, biases (format prepended: `load8`, `load1`); idx: u32[n_tokens, top_k];
-//   x: f32; y: f32[n_tokens * top_k, y_stride]; p: MoeMatmulParams; step: Step.
+//   x: f32; y: f32[n_tokens * top_k, y_stride]; p: MoeMatmulParams (moe_params.wgsl); step: Step.
 // Launch: 64 threads; workgroup (i, j, t) owns rows [4i, 4i+4) of slot j of token t;
 //   grid = (ceil(rows / 4), top_k, n_tokens). Same per-lane chunking and fixed reduction tree
 //   order as matmul.wgsl.
@@ -18,20 +18,6 @@
 const WG: u32 = 64u;
 const ROWS: u32 = 4u;
 
-struct MoeMatmulParams {
-    rows: u32,
-    cols: u32,
-    gs: u32,
-    expert_stride: u32,
-    row_off: u32,
-    top_k: u32,
-    x_tok_stride: u32,
-    x_slot_stride: u32,
-    y_stride: u32,
-    group_stride: u32, // moe_matmul_grouped only
-    _pad1: u32,
-    _pad2: u32,
-}
 
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;

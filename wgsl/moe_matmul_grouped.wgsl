@@ -9,27 +9,13 @@
 //
 // Bindings: w, scales, biases (format prepended: `load8`, `load1`); groups: moe_group's lists
 //   (group s at s * group_stride); x: f32; y: f32[n_tokens * top_k, y_stride];
-//   p: MoeMatmulParams (moe_matmul's, its first pad word being group_stride); step: Step.
+//   p: MoeMatmulParams (moe_params.wgsl); step: Step.
 // Launch: 64 threads; grid = (ceil(rows / ROWS), n_groups, 1); empty groups return at once.
 
 const WG: u32 = 64u;
 const ROWS: u32 = 4u;
 const TOK: u32 = 8u;
 
-struct MoeMatmulParams {
-    rows: u32,
-    cols: u32,
-    gs: u32,
-    expert_stride: u32,
-    row_off: u32,
-    top_k: u32,
-    x_tok_stride: u32,
-    x_slot_stride: u32,
-    y_stride: u32,
-    group_stride: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> scales: array<u32>;

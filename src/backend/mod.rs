@@ -88,6 +88,11 @@ pub trait Backend {
         Err(crate::Error::Invalid(format!("the {} backend cannot verify drafts (speculative decoding)", self.name())))
     }
 
+    /// Most tokens one `verify` accepts (the last accepted token plus drafts).
+    fn max_verify(&self) -> usize {
+        0
+    }
+
     /// Appends the first `n` staged K/V rows of the last `verify` to the cache and drops the
     /// rest.
     fn commit(&mut self, n: usize) -> Result<()> {

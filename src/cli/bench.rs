@@ -89,7 +89,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     // Verify cost: one pass over M = 1..5 tokens (the last accepted token + M − 1 drafts) at
     // the position decode reached, relative to one decode step. Staged, never committed.
     let mut verify_ms: Vec<(usize, f64)> = Vec::new();
-    if let Some((_, decode_s)) = tg {
+    if tg.is_some() {
         let pos = b.draft_context().map_or(1 + args.n_gen, |c| c.cached_len());
         let toks = ids(5, vocab);
         for m in 1..=5usize.min(args.model.chunk) {
@@ -101,7 +101,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             }
             verify_ms.push((m, t0.elapsed().as_secs_f64() * 1e3 / reps as f64));
         }
-        let _ = decode_s;
     }
 
     // Greedy vs speculative decode of the same n tokens after the same prompt, same run.

@@ -303,6 +303,20 @@ fn detect_prefix(store: &TensorStore, kind: ModelKind) -> Result<String> {
 }
 
 impl ModelWeights {
+    /// The scaled input embedding of `token`, `E[token] · f32(√H)`, as the forward pass starts
+    /// (and as the MTP drafter reads it).
+    pub fn scaled_embedding(&self, cfg: &Config, token: u32) -> Result<Vec<f32>> {
+        let (vocab, h) = (cfg.text.vocab_size, cfg.text.hidden_size);
+        if token as usize >= vocab {
+            return Err(Error::Invalid(format!("token id {token} is outside the vocabulary (size {vocab})")));
+        }
+        let mut row = vec![0.0f32; h];
+        self.embed.row_f32(token as usize, &mut row);
+        let scale = crate::backend::cpu::embed_scale(h);
+        row.iter_mut().for_each(|v| *v *= scale);
+        Ok(row)
+    }
+
     /// Resolves and checks every tensor the config implies.
     pub fn load(store: &TensorStore, cfg: &Config) -> Result<Self> {
         Self::load_with(store, cfg, true)

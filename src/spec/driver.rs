@@ -28,6 +28,9 @@ pub struct SpecStats {
     pub accepted: Vec<usize>,
     /// Tokens emitted by verify rounds (accepted drafts + bonus tokens).
     pub round_tokens: usize,
+    /// For each emitted token: whether it was an accepted draft (else the target's own token:
+    /// the first one, or a round's bonus).
+    pub from_draft: Vec<bool>,
 }
 
 impl SpecStats {
@@ -110,12 +113,13 @@ pub fn generate(
     };
 
     let t1 = Instant::now();
+    spec.from_draft.push(false);
     let mut done = emit(next, &mut out, &mut stats)?;
     while !done {
         // `next` sits at `pos` (not yet in the cache). Draft no more than the tokens still
         // wanted and the cache can hold (the last verified row needs no slot afterwards).
         let room = max_ctx.saturating_sub(pos + 1);
-        let kk = k.min(params.max_new - out.len()).min(room).min(backend.max_chunk().saturating_sub(1)).min(crate::backend::wgpu::VERIFY_MAX - 1);
+        let kk = k.min(params.max_new - out.len()).min(room).min(backend.max_verify().saturating_sub(1));
         let drafts: Vec<u32> = if kk == 0 {
             Vec::new()
         } else {
@@ -141,8 +145,9 @@ pub fn generate(
         };
         pos += n + 1;
         next = v.argmax[n];
-        for &tok in drafts[..n].iter().chain(std::iter::once(&next)) {
+        for (j, &tok) in drafts[..n].iter().chain(std::iter::once(&next)).enumerate() {
             spec.round_tokens += 1;
+            spec.from_draft.push(j < n);
             done = emit(tok, &mut out, &mut stats)?;
             if done {
                 break;

@@ -107,6 +107,18 @@ impl ExpertFiles {
         self.layers.get(&layer).ok_or_else(|| Error::Invalid(format!("layer {layer} has no expert file in this installation")))
     }
 
+    /// Verifies `layer`'s file and hands every expert's blob to `f(expert, blob)` in order:
+    /// loading all experts resident.
+    pub fn for_each_expert(&self, layer: usize, mut f: impl FnMut(u32, &[u8]) -> Result<()>) -> Result<()> {
+        self.ensure_verified(layer)?;
+        let mut blob = Vec::new();
+        for e in 0..self.layout.n_experts as u32 {
+            self.read(layer, e, &mut blob)?;
+            f(e, &blob)?;
+        }
+        Ok(())
+    }
+
     /// Reads expert `expert` of `layer` (its used bytes) into `buf`. Call
     /// [`ensure_verified`](Self::ensure_verified) first.
     pub fn read(&self, layer: usize, expert: u32, buf: &mut Vec<u8>) -> Result<()> {

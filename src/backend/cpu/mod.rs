@@ -73,12 +73,10 @@ impl CpuBackend {
                 for &layer in l.layers.keys() {
                     let mut m = vec![0u8; n * l.blob_stride as usize];
                     if streamer.is_none() {
-                        files.ensure_verified(layer)?;
-                        let mut buf = Vec::new();
-                        for e in 0..l.n_experts {
-                            files.read(layer, e as u32, &mut buf)?;
-                            m[e * l.blob_stride as usize..][..buf.len()].copy_from_slice(&buf);
-                        }
+                        files.for_each_expert(layer, |e, blob| {
+                            m[e as usize * l.blob_stride as usize..][..blob.len()].copy_from_slice(blob);
+                            Ok(())
+                        })?;
                     }
                     mem.insert(layer, m);
                 }
@@ -271,15 +269,7 @@ impl CpuBackend {
 
     /// The scaled input embedding of `token`: `E[token] · √H`, as the forward pass starts.
     pub fn token_embedding(&self, token: u32) -> Result<Vec<f32>> {
-        let (vocab, h) = (self.cfg.text.vocab_size, self.cfg.text.hidden_size);
-        if token as usize >= vocab {
-            return Err(Error::Invalid(format!("token id {token} is outside the vocabulary (size {vocab})")));
-        }
-        let mut row = vec![0.0f32; h];
-        self.w.embed.row_f32(token as usize, &mut row);
-        let scale = embed_scale(h);
-        row.iter_mut().for_each(|v| *v *= scale);
-        Ok(row)
+        self.w.scaled_embedding(&self.cfg, token)
     }
 
     /// Expert streaming figures, when the experts stream through a slot cache.
@@ -483,6 +473,9 @@ impl Backend for CpuBackend {
             out.logits.clear();
         }
         Ok(out)
+    }
+    fn max_verify(&self) -> usize {
+        self.max_chunk()
     }
     fn commit(&mut self, n: usize) -> Result<()> {
         if n > self.staged_rows {

@@ -94,6 +94,7 @@ impl Kernel {
     fn body(self) -> String {
         let tile = include_str!("../../../wgsl/attention_tile.wgsl");
         let params = include_str!("../../../wgsl/attention_params.wgsl");
+        let moe_params = include_str!("../../../wgsl/moe_params.wgsl");
         match self {
             Kernel::Matmul(f, tok) => {
                 let src = include_str!("../../../wgsl/matmul.wgsl");
@@ -109,9 +110,9 @@ impl Kernel {
             Kernel::GeluMul => include_str!("../../../wgsl/gelu_mul.wgsl").into(),
             Kernel::SoftcapArgmax => include_str!("../../../wgsl/softcap_argmax.wgsl").into(),
             Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
-            Kernel::MoeMatmul(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
+            Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
-            Kernel::MoeMatmulGrouped(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
+            Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
             Kernel::MoeCombine => include_str!("../../../wgsl/moe_combine.wgsl").into(),
         }
     }

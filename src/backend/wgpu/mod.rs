@@ -549,7 +549,8 @@ impl WgpuBackend {
     fn run_streamed_layers(&mut self, st: &mut Streaming, n: usize, n_out: usize, start: &mut usize) -> Result<()> {
         let idx_bytes = (4 * n * st.top_k) as u64;
         let mut scratch = std::mem::take(&mut self.read_scratch);
-        for mk in st.marks.clone() {
+        for mi in 0..st.marks.len() {
+            let mk = st.marks[mi];
             let routed = self.submit_range(*start..mk.route_end, n, n_out, Some((&st.route_idx, &st.idx_read, idx_bytes)));
             // The dense branch does not read the experts: it runs while the host reads misses.
             self.submit_range(mk.route_end..mk.experts_begin, n, n_out, None);
@@ -603,8 +604,8 @@ impl Backend for WgpuBackend {
     }
     fn verify(&mut self, tokens: &[u32], pos: usize, with_logits: bool) -> Result<StepOutput> {
         let n = tokens.len();
-        if n == 0 || n > VERIFY_MAX.min(self.opts.max_chunk) {
-            return Err(Error::Invalid(format!("a verify scores 1..={} tokens, got {n}", VERIFY_MAX.min(self.opts.max_chunk))));
+        if n == 0 || n > self.max_verify() {
+            return Err(Error::Invalid(format!("a verify scores 1..={} tokens, got {n}", self.max_verify())));
         }
         if pos != self.cached {
             return Err(Error::Invalid(format!("verify at position {pos}, but the cache holds {} positions", self.cached)));
@@ -616,6 +617,9 @@ impl Backend for WgpuBackend {
         self.staged = Some((pos, n));
         self.last_rows = n;
         Ok(out)
+    }
+    fn max_verify(&self) -> usize {
+        VERIFY_MAX.min(self.opts.max_chunk)
     }
     fn commit(&mut self, n: usize) -> Result<()> {
         let Some((pos0, rows)) = self.staged.take() else {
@@ -905,30 +909,24 @@ impl<'a> Builder<'a> {
             group_stride: 0,
             _pad: [0; 2],
         };
-        let res = vec![
-            Res::Buf(part.w.clone()),
-            Res::Buf(part.scales.clone()),
-            Res::Buf(part.biases.clone()),
-            Res::Buf(idx.clone()),
-            Res::Buf(x.clone()),
-            Res::Buf(y.clone()),
-            Res::Params,
-            Res::Step,
-        ];
-        self.spec(Kernel::MoeMatmul(m.format), res, &p, (rows as u32).div_ceil(MATMUL_ROWS), GridY::Slots(top_k as u32));
+        // Same bindings but the selector: the per-pair expert ids, or moe_group's lists.
+        let res = |sel: &wgpu::Buffer| {
+            vec![
+                Res::Buf(part.w.clone()),
+                Res::Buf(part.scales.clone()),
+                Res::Buf(part.biases.clone()),
+                Res::Buf(sel.clone()),
+                Res::Buf(x.clone()),
+                Res::Buf(y.clone()),
+                Res::Params,
+                Res::Step,
+            ]
+        };
+        let x_groups = (rows as u32).div_ceil(MATMUL_ROWS);
+        self.spec(Kernel::MoeMatmul(m.format), res(idx), &p, x_groups, GridY::Slots(top_k as u32));
         self.specs.last_mut().expect("just pushed").only = Only::Single;
-        let res = vec![
-            Res::Buf(part.w.clone()),
-            Res::Buf(part.scales.clone()),
-            Res::Buf(part.biases.clone()),
-            Res::Buf(groups.buf.clone()),
-            Res::Buf(x.clone()),
-            Res::Buf(y.clone()),
-            Res::Params,
-            Res::Step,
-        ];
         let p = MoeMatmulParams { group_stride: groups.stride as u32, ..p };
-        self.spec(Kernel::MoeMatmulGrouped(m.format), res, &p, (rows as u32).div_ceil(MATMUL_ROWS), GridY::Fixed(groups.n as u32));
+        self.spec(Kernel::MoeMatmulGrouped(m.format), res(&groups.buf), &p, x_groups, GridY::Fixed(groups.n as u32));
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
     }
 
@@ -1106,12 +1104,10 @@ impl<'a> Builder<'a> {
                                 };
                                 if !streaming {
                                     // Every expert resident: slot e holds expert e, filled once.
-                                    files.ensure_verified(li)?;
-                                    let mut blob = Vec::new();
-                                    for e in 0..t.num_experts as u32 {
-                                        files.read(li, e, &mut blob)?;
-                                        sl.write(&self.gpu.queue, e, &blob);
-                                    }
+                                    files.for_each_expert(li, |e, blob| {
+                                        sl.write(&self.gpu.queue, e, blob);
+                                        Ok(())
+                                    })?;
                                     // Flush the layer's staged copies now: queued writes hold
                                     // host-visible staging memory until a submit completes
                                     // (without this, 26B-A4B peaked at 37 GB of GPU memory).
@@ -1456,15 +1452,7 @@ impl crate::spec::DraftContext for WgpuBackend {
         self.cached
     }
     fn token_embedding(&self, token: u32) -> Result<Vec<f32>> {
-        let h = self.cfg.text.hidden_size;
-        if token as usize >= self.cfg.text.vocab_size {
-            return Err(Error::Invalid(format!("token id {token} is outside the vocabulary")));
-        }
-        let mut row = vec![0.0f32; h];
-        self.weights.embed.row_f32(token as usize, &mut row);
-        let s = embed_scale(h);
-        row.iter_mut().for_each(|v| *v *= s);
-        Ok(row)
+        self.weights.scaled_embedding(&self.cfg, token)
     }
     fn producer_kv(&self, kind: AttnKind, positions: std::ops::Range<usize>) -> Result<crate::spec::KvRows> {
         let layer = self.cfg.producer(kind).ok_or_else(|| Error::Invalid(format!("the target has no cache-owning {kind:?} layer for the drafter to read")))?;
