@@ -366,18 +366,29 @@ struct MatmulCase {
     n_out: Option<usize>,
     /// Token tile of the pipeline variant (`TOK` in matmul.wgsl): 1 (decode), 4 (verify) or 8 (chunks).
     tile: usize,
+    /// Run the 4-bit mat-vec (qmv.wgsl, the backend's decode/verify variant for Q4) instead.
+    qmv: bool,
+    /// Run the 4-bit prefill mat-mat (qmm.wgsl, the backend's chunk variant for Q4) instead.
+    qmm: bool,
 }
 
 impl MatmulCase {
     fn new(fmt: Format, rows: usize, cols: usize, tokens: usize, gs: usize) -> Self {
-        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8 }
+        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8, qmv: false, qmm: false }
     }
 }
 
 impl Case for MatmulCase {
     fn name(&self) -> String {
         let c = self;
-        let mut s = format!("matmul_{}_t{}(rows={},cols={},tokens={}", c.fmt.name(), c.tile, c.rows, c.cols, c.tokens);
+        let kind = if c.qmv {
+            "qmv"
+        } else if c.qmm {
+            "qmm"
+        } else {
+            "matmul"
+        };
+        let mut s = format!("{kind}_{}_t{}(rows={},cols={},tokens={}", c.fmt.name(), c.tile, c.rows, c.cols, c.tokens);
         if is_quant(c.fmt) {
             s += &format!(",gs={}", c.gs);
         }
@@ -394,7 +405,7 @@ impl Case for MatmulCase {
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out, tile } = self;
+        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out, tile, qmv, qmm } = self;
         let w = Weights::new(fmt, rows, cols, gs, rng);
         let count = n_out.unwrap_or(tokens);
         let (x_stride, y_stride) = (cols + x_pad, y_off + rows + y_pad);
@@ -431,11 +442,20 @@ impl Case for MatmulCase {
         };
         let n_out_step = n_out.unwrap_or(1);
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32, ..Default::default() };
-        let grid = (rows.div_ceil(matmul_rows(tile as u32) as usize), count.div_ceil(tile));
-        let mut l = launch(Kernel::Matmul(fmt, tile as u32), bufs, &p, step, grid);
-        if rows == 257 {
-            // Fold x into x·z as the backend does past 65535 workgroups (here past 16): the
-            // 65 row blocks become 17 × 4 (3 blocks past the end that must write nothing).
+        let (kernel, rows_per_wg) = if qmv {
+            qmv_shape(rows, cols, x_stride, tile as u32).expect("qmv applies to this case")
+        } else if qmm {
+            assert!(qmm_applies(fmt, cols, x_stride) && tile == QMM_TILE as usize);
+            (Kernel::Qmm, QMM_TILE)
+        } else {
+            (Kernel::Matmul(fmt, tile as u32), matmul_rows(tile as u32))
+        };
+        let grid = (rows.div_ceil(rows_per_wg as usize), count.div_ceil(tile));
+        let mut l = launch(kernel, bufs, &p, step, grid);
+        if rows == 257 || rows == 1100 {
+            // Fold x into x·z as the backend does past 65535 workgroups (here past 16): e.g. the
+            // 65 row blocks of matmul become 17 × 4 (3 blocks past the end that must write
+            // nothing), qmm's 18 blocks of 1100 rows 9 × 2.
             let (x, z) = fold_grid(l.grid.0, 16);
             l.grid = (x, l.grid.1, z);
         }
@@ -480,7 +500,79 @@ fn matmul_cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(MatmulCase { n_out: Some(n_out), ..MatmulCase::new(fmt, 65, 256, tokens, 64) }));
         }
     }
+    v.extend(qmv_cases());
+    v.extend(qmm_cases());
     v
+}
+
+/// The 4-bit prefill mat-mat: partial row and token tiles (rows 1, 63, 65, 130; tokens 1, 9, 64,
+/// 65, 130), several 32-value steps per group (cols 320: 5 groups of 64, 10 steps) and group
+/// size 128, a strided x, a later part, count = n_out (the LM head), a folded grid.
+fn qmm_cases() -> Vec<Box<dyn Case>> {
+    let q = |rows, cols, tokens| MatmulCase { tile: QMM_TILE as usize, qmm: true, ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for rows in [1, 63, 65, 130] {
+        for tokens in [1, 9, 64, 65, 130] {
+            v.push(Box::new(q(rows, 320, tokens)));
+        }
+    }
+    v.push(Box::new(q(257, 1536, 20)));
+    v.push(Box::new(q(1100, 64, 3)));
+    v.push(Box::new(MatmulCase { gs: 128, ..q(65, 512, 70) }));
+    v.push(Box::new(MatmulCase { x_pad: 16, y_off: 70, y_pad: 13, ..q(63, 256, 9) }));
+    for (tokens, n_out) in [(9, 1), (70, 66)] {
+        v.push(Box::new(MatmulCase { n_out: Some(n_out), ..q(65, 256, tokens) }));
+    }
+    v
+}
+
+/// The 4-bit mat-vec of decode (tile 1) and verify (tile 4) steps: every lane count of
+/// `qmv_shape` (8: cols 320 → 10 chunks; 16: cols 1024; 32: cols 1536 → 48 chunks, so lanes idle
+/// on the second pass; 64: cols 2560; 128: cols 6144), every rows-per-team (1; 2: rows 3000;
+/// 4: rows 4100 and the LM-head rule at 65536 rows), partial row blocks, group size 128, a
+/// strided x, a later part, count = n_out, a folded grid.
+fn qmv_cases() -> Vec<Box<dyn Case>> {
+    let q = |rows, cols, tokens, tile| MatmulCase { tile, qmv: true, ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for tile in [1, MATMUL_VERIFY_TOK as usize] {
+        for rows in [1, 7, 65, 257] {
+            for tokens in [1, 3, 5] {
+                if tile == 1 && tokens > 1 && rows != 65 {
+                    continue;
+                }
+                v.push(Box::new(q(rows, 320, tokens, tile)));
+            }
+        }
+        for (rows, cols) in [(33, 1536), (41, 2560), (9, 6144), (17, 1024), (3000, 2048), (4100, 2048), (65536, 64)] {
+            v.push(Box::new(q(rows, cols, 2, tile)));
+        }
+        v.push(Box::new(MatmulCase { gs: 128, ..q(65, 512, 3, tile) }));
+        v.push(Box::new(MatmulCase { x_pad: 16, y_off: 70, y_pad: 13, ..q(63, 256, 5, tile) }));
+        for (tokens, n_out) in [(9, 1), (17, 5)] {
+            v.push(Box::new(MatmulCase { n_out: Some(n_out), ..q(65, 256, tokens, tile) }));
+        }
+    }
+    v
+}
+
+/// Decode and verify run different token tiles of qmv: a row's result must not depend on the
+/// tile (the speculative path's logits are bitwise a decode's).
+#[test]
+fn qmv_rows_are_bitwise_equal_across_token_tiles() {
+    let Some(mut h) = harness() else { return };
+    for (rows, cols) in [(65, 320), (33, 1536), (41, 2560)] {
+        let outs: Vec<Vec<u8>> = [1, MATMUL_VERIFY_TOK as usize]
+            .iter()
+            .map(|&tile| {
+                let c = MatmulCase { tile, qmv: true, ..MatmulCase::new(Format::Q4, rows, cols, 3, 64) };
+                let l = c.build(&mut Rng(kestrel::synth::SplitMix64(11)));
+                let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+                let out = h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap();
+                out[4].clone()
+            })
+            .collect();
+        assert!(outs[0] == outs[1], "qmv rows={rows} cols={cols}: tile 1 and tile {MATMUL_VERIFY_TOK} differ");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

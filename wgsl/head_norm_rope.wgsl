@@ -9,9 +9,10 @@
 //
 // Bindings: src: f32[n_tokens, src_stride]; wt: f32[..] norm weights; rope: f32 per-step table;
 //   dst: f32; p: HeadParams; step: Step.
-// Launch: 64 threads per (head, token); grid = (n_heads, n_tokens). Host guarantees d ≤ 1024.
+// Launch: 256 threads per (head, token) (a decode step has few heads: one pass over d ≤ 512
+// rather than a loop of dependent loads); grid = (n_heads, n_tokens). Host guarantees d ≤ 1024.
 
-const WG: u32 = 64u;
+const WG: u32 = 256u;
 const NO_WEIGHT: u32 = 0xffffffffu;
 
 struct HeadParams {
@@ -40,7 +41,7 @@ struct HeadParams {
 var<workgroup> red: array<f32, WG>;
 var<workgroup> normed: array<f32, 1024>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let h = wid.x;

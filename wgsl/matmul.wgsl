@@ -25,16 +25,6 @@ const WG: u32 = 64u;
 const ROWS: u32 = {{ROWS}}u;
 const TOK: u32 = {{TOK}}u;
 
-struct MatmulParams {
-    rows: u32,      // rows of this weight part
-    cols: u32,
-    gs: u32,        // quantisation group size (unused for float formats)
-    x_stride: u32,  // f32 elements between tokens in x
-    y_stride: u32,
-    y_off: u32,     // first output column (row offset of this part in the full matrix)
-    count_sel: u32, // 0: count = step.n_tokens, 1: count = step.n_out
-    _pad: u32,
-}
 
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;

@@ -8,10 +8,16 @@
 //
 // Bindings: x: f32[count, x_stride]; wt: f32[..] all norm weights of the model, this one at
 //   w_off (NO_WEIGHT: scale-free norm); out: f32[count, out_stride]; p: NormParams; step: Step.
-// Launch: 128 threads per (segment, token); grid = (segs, count).
+// Launch: 256 threads per (segment, token); grid = (segs, count).
 // Why the fixed-order tree reduce: results must not depend on the chunk a token was run in.
+// Why the unrolled register block (PERF_NOTES.md): a decode step runs this kernel on one
+// workgroup per norm, so its time is the latency of its loads; the first V values of each
+// thread are loaded at once (independent loads in flight) and kept in registers for the output
+// pass instead of a loop that waits on each load in turn. Rows past V · WG values take a plain
+// loop (correct, slower; no Gemma 4 norm is that wide).
 
-const WG: u32 = 128u;
+const WG: u32 = 256u;
+const V: u32 = {{V}}u;
 const NO_WEIGHT: u32 = 0xffffffffu;
 
 struct NormParams {
@@ -38,7 +44,14 @@ struct NormParams {
 
 var<workgroup> red: array<f32, WG>;
 
-@compute @workgroup_size(128)
+fn finish(y0: f32, i: u32, ob: u32) {
+    var y = y0;
+    if (p.w_off != NO_WEIGHT) { y *= wt[p.w_off + i]; }
+    if (p.mode == 1u) { y += out[ob + i]; }
+    out[ob + i] = y * p.post;
+}
+
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let seg = wid.x;
@@ -47,8 +60,15 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     if (t >= count) { return; }
     let xr = select(t, step.out_row0 + t, p.x_row_sel == 1u);
     let xb = xr * p.x_stride + seg * p.n;
+    // @unroll k V
+    var v{k} = 0.0;
+    if (lid + {k}u * WG < p.n) { v{k} = x[xb + lid + {k}u * WG] * p.pre; }
+    // @end k
     var ss = 0.0;
-    for (var i = lid; i < p.n; i += WG) {
+    // @unroll k V
+    ss += v{k} * v{k};
+    // @end k
+    for (var i = lid + V * WG; i < p.n; i += WG) {
         let v = x[xb + i] * p.pre;
         ss += v * v;
     }
@@ -60,10 +80,10 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     }
     let r = 1.0 / sqrt(red[0] / f32(p.n) + p.eps);
     let ob = t * p.out_stride + seg * p.n;
-    for (var i = lid; i < p.n; i += WG) {
-        var y = x[xb + i] * p.pre * r;
-        if (p.w_off != NO_WEIGHT) { y *= wt[p.w_off + i]; }
-        if (p.mode == 1u) { y += out[ob + i]; }
-        out[ob + i] = y * p.post;
+    // @unroll k V
+    if (lid + {k}u * WG < p.n) { finish(v{k} * r, lid + {k}u * WG, ob); }
+    // @end k
+    for (var i = lid + V * WG; i < p.n; i += WG) {
+        finish(x[xb + i] * p.pre * r, i, ob);
     }
 }

@@ -5,9 +5,10 @@
 //
 // Bindings: logits: f32[n_out, vocab] (in/out); best: u32[n_out]; p: ArgmaxParams; step: Step.
 // Launch: 256 threads per row; grid = (n_out, 1). Deterministic: each thread scans a strided
-// slice keeping the first maximum, then a fixed tree picks (value, lower index).
+// slice in index order keeping the first maximum, then a fixed tree picks (value, lower index).
 
 const WG: u32 = 256u;
+const U: u32 = {{U}}u;
 
 struct ArgmaxParams {
     vocab: u32,
@@ -38,13 +39,22 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let base = t * p.vocab;
     var best_v = -3.0e38;
     var best_i = 0xffffffffu;
-    for (var i = lid; i < p.vocab; i += WG) {
-        var v = logits[base + i];
-        if (p.cap > 0.0) {
-            v = p.cap * tanh_stable(v / p.cap);
-            logits[base + i] = v;
+    // U loads per round are issued before any is used (one workgroup scans the whole row, so
+    // the scan is a chain of load latencies); values are still visited in index order.
+    for (var i0 = lid; i0 < p.vocab; i0 += WG * U) {
+        // @unroll u U
+        var v{u} = 0.0;
+        if (i0 + {u}u * WG < p.vocab) { v{u} = logits[base + i0 + {u}u * WG]; }
+        // @end u
+        // @unroll u U
+        if (i0 + {u}u * WG < p.vocab) {
+            if (p.cap > 0.0) {
+                v{u} = p.cap * tanh_stable(v{u} / p.cap);
+                logits[base + i0 + {u}u * WG] = v{u};
+            }
+            if (v{u} > best_v) { best_v = v{u}; best_i = i0 + {u}u * WG; }
         }
-        if (v > best_v) { best_v = v; best_i = i; }
+        // @end u
     }
     bv[lid] = best_v;
     bi[lid] = best_i;

@@ -6,6 +6,7 @@ use wgpu::util::DeviceExt;
 use crate::error::{Error, Result};
 
 /// Instance → adapter → device/queue, created once and shared by everything in the backend.
+#[derive(Clone)]
 pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,

@@ -13,7 +13,7 @@
 use wgpu::util::DeviceExt;
 
 use super::context::Gpu;
-use super::kernels::{Bind, Kernel, Pipelines, Step};
+use super::kernels::{Bind, CopyParams, Kernel, Pipelines, Step};
 use crate::error::{Error, Result};
 
 /// A device plus the pipeline cache, for launching single kernels.
@@ -51,6 +51,108 @@ impl KernelHarness {
     /// count or size, a grid over the device limit) come back as `Error::Gpu` naming the kernel.
     pub fn run(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32)) -> Result<Vec<Vec<u8>>> {
         let label = kernel.label();
+        let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let bound = self.bind(kernel, buffers, params, step)?;
+        let gpu = &self.gpu;
+        let dev = &gpu.device;
+        let staging: Vec<wgpu::Buffer> =
+            bound.storage.iter().enumerate().map(|(i, b)| gpu.staging(&format!("{label} readback {i}"), b.size())).collect();
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&label), timestamp_writes: None });
+            if grid.0 > 0 && grid.1 > 0 && grid.2 > 0 {
+                pass.set_pipeline(&bound.pipeline);
+                pass.set_bind_group(0, &bound.group, &[]);
+                pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+            }
+        }
+        for (src, dst) in bound.storage.iter().zip(&staging) {
+            enc.copy_buffer_to_buffer(src, 0, dst, 0, Some(src.size()));
+        }
+        gpu.queue.submit([enc.finish()]);
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("{label} with grid {grid:?}: {e}")));
+        }
+
+        let mut out = Vec::with_capacity(buffers.len());
+        for (b, s) in buffers.iter().zip(&staging) {
+            let mut v = Vec::new();
+            gpu.read(s, s.size(), &mut v)?;
+            v.truncate(b.len());
+            out.push(v);
+        }
+        Ok(out)
+    }
+
+    /// GPU time of one dispatch of `kernel`, in µs: `reps` identical dispatches back to back in
+    /// one compute pass (each waits for the previous one's writes, as in a decode step), timed
+    /// by timestamps at the pass's ends, after `reps` untimed ones (clocks up, caches as in a
+    /// steady state); the best of three such passes. Arguments as for [`run`](Self::run);
+    /// nothing is read back.
+    pub fn time(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32) -> Result<f64> {
+        let label = kernel.label();
+        if !self.gpu.can_profile() {
+            return Err(Error::Gpu("this adapter has no timestamp queries inside passes: kernels cannot be timed".into()));
+        }
+        let reps = reps.max(1);
+        let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let bound = self.bind(kernel, buffers, params, step)?;
+        let gpu = &self.gpu;
+        let dev = &gpu.device;
+        let queries = dev.create_query_set(&wgpu::QuerySetDescriptor { label: Some("kernel timing"), ty: wgpu::QueryType::Timestamp, count: 2 });
+        let resolve = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("kernel timing resolve"),
+            size: 16,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let read = gpu.staging("kernel timing readback", 16);
+        // The best of three timed runs: single runs of the large shapes varied up to 3× on the
+        // H200 (PERF_NOTES.md), the minimum is what the kernel can do.
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&label), timestamp_writes: None });
+                pass.set_pipeline(&bound.pipeline);
+                pass.set_bind_group(0, &bound.group, &[]);
+                for _ in 0..reps {
+                    pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+                }
+                pass.write_timestamp(&queries, 0);
+                for _ in 0..reps {
+                    pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+                }
+                pass.write_timestamp(&queries, 1);
+            }
+            enc.resolve_query_set(&queries, 0..2, &resolve, 0);
+            enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, Some(16));
+            gpu.queue.submit([enc.finish()]);
+            let mut bytes = Vec::new();
+            gpu.read(&read, 16, &mut bytes)?;
+            let t: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
+            let ns = t[1].saturating_sub(t[0]) as f64 * gpu.queue.get_timestamp_period() as f64;
+            best = best.min(ns / 1e3 / reps as f64);
+        }
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("{label} with grid {grid:?}: {e}")));
+        }
+        Ok(best)
+    }
+
+    /// Copy bandwidth of this device in GB/s (bytes read + bytes written per second) through
+    /// the `copy` kernel on two `bytes`-sized buffers: the roofline benchmarks compare with.
+    pub fn copy_roofline(&mut self, bytes: u64, reps: u32) -> Result<f64> {
+        let bytes = bytes.min(self.gpu.limits.max_storage_buffer_binding_size.min(self.gpu.limits.max_buffer_size)) / 16 * 16;
+        let buf = vec![0u8; bytes as usize];
+        let p = CopyParams { n: (bytes / 16) as u32, _pad: [0; 3] };
+        let us = self.time(Kernel::Copy, &[buf.clone(), buf], bytemuck::bytes_of(&p), Step::default(), (8192, 1, 1), reps)?;
+        Ok(2.0 * bytes as f64 / us / 1e3)
+    }
+
+    /// Uploads `buffers` and the two uniforms, and binds them for `kernel`.
+    fn bind(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step) -> Result<Bound> {
+        let label = kernel.label();
         let want = Self::storage_bindings(kernel);
         if buffers.len() != want {
             return Err(Error::Invalid(format!("{label} takes {want} storage buffers, got {}", buffers.len())));
@@ -58,8 +160,6 @@ impl KernelHarness {
         let (pipeline, layout) = self.pipelines.get(&self.gpu.device, kernel)?.clone();
         let gpu = &self.gpu;
         let dev = &gpu.device;
-
-        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
         let storage: Vec<wgpu::Buffer> =
             buffers.iter().enumerate().map(|(i, b)| gpu.upload(&format!("{label} binding {i}"), b)).collect();
         let uniform = |what: &str, bytes: &[u8]| {
@@ -74,7 +174,6 @@ impl KernelHarness {
         };
         let params_buf = uniform("params", params);
         let step_buf = uniform("step", bytemuck::bytes_of(&step));
-
         let mut storage_iter = storage.iter();
         let mut uniforms = [&params_buf, &step_buf].into_iter();
         let entries: Vec<wgpu::BindGroupEntry> = kernel
@@ -92,34 +191,14 @@ impl KernelHarness {
                 }
             })
             .collect();
-        let bind_group = dev.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(&label), layout: &layout, entries: &entries });
-
-        let staging: Vec<wgpu::Buffer> =
-            storage.iter().enumerate().map(|(i, b)| gpu.staging(&format!("{label} readback {i}"), b.size())).collect();
-        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&label), timestamp_writes: None });
-            if grid.0 > 0 && grid.1 > 0 && grid.2 > 0 {
-                pass.set_pipeline(&pipeline);
-                pass.set_bind_group(0, &bind_group, &[]);
-                pass.dispatch_workgroups(grid.0, grid.1, grid.2);
-            }
-        }
-        for (src, dst) in storage.iter().zip(&staging) {
-            enc.copy_buffer_to_buffer(src, 0, dst, 0, Some(src.size()));
-        }
-        gpu.queue.submit([enc.finish()]);
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Gpu(format!("{label} with grid {grid:?}: {e}")));
-        }
-
-        let mut out = Vec::with_capacity(buffers.len());
-        for (b, s) in buffers.iter().zip(&staging) {
-            let mut v = Vec::new();
-            gpu.read(s, s.size(), &mut v)?;
-            v.truncate(b.len());
-            out.push(v);
-        }
-        Ok(out)
+        let group = dev.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(&label), layout: &layout, entries: &entries });
+        Ok(Bound { pipeline, group, storage })
     }
+}
+
+/// A kernel ready to dispatch: its pipeline, bind group and storage buffers (in binding order).
+struct Bound {
+    pipeline: wgpu::ComputePipeline,
+    group: wgpu::BindGroup,
+    storage: Vec<wgpu::Buffer>,
 }

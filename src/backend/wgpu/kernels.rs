@@ -44,6 +44,11 @@ impl Format {
 pub enum Kernel {
     /// `tokens`: tokens per workgroup tile (`TOK` in matmul.wgsl): 1 for decode, 8 for chunks.
     Matmul(Format, u32),
+    /// The 4-bit mat-vec of decode (`tok` 1) and verify steps: `lanes` per row, `rpt` rows per
+    /// team of lanes (see qmv.wgsl and [`qmv_shape`]).
+    Qmv { tok: u32, lanes: u32, rpt: u32 },
+    /// The 4-bit mat-mat of prefill chunks: 64 rows × [`QMM_TILE`] tokens per workgroup.
+    Qmm,
     Embed(Format),
     RmsNorm,
     HeadNormRope,
@@ -63,12 +68,16 @@ pub enum Kernel {
     MoeMatmulGrouped(Format),
     /// MoE: weighted sum of the routed experts' outputs.
     MoeCombine,
+    /// vec4 buffer copy: the bandwidth roofline of benchmarks (not part of the forward pass).
+    Copy,
 }
 
 impl Kernel {
     pub fn label(self) -> String {
         match self {
             Kernel::Matmul(f, tok) => format!("matmul_{}_t{tok}", f.name()),
+            Kernel::Qmv { tok, lanes, rpt } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}"),
+            Kernel::Qmm => "qmm_q4".into(),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm => "rmsnorm".into(),
             Kernel::HeadNormRope => "head_norm_rope".into(),
@@ -82,6 +91,7 @@ impl Kernel {
             Kernel::MoeGroup => "moe_group".into(),
             Kernel::MoeMatmulGrouped(f) => format!("moe_matmul_grouped_{}", f.name()),
             Kernel::MoeCombine => "moe_combine".into(),
+            Kernel::Copy => "copy".into(),
         }
     }
 
@@ -95,27 +105,69 @@ impl Kernel {
         let tile = include_str!("../../../wgsl/attention_tile.wgsl");
         let params = include_str!("../../../wgsl/attention_params.wgsl");
         let moe_params = include_str!("../../../wgsl/moe_params.wgsl");
+        let matmul_params = include_str!("../../../wgsl/matmul_params.wgsl");
         match self {
             Kernel::Matmul(f, tok) => {
                 let src = include_str!("../../../wgsl/matmul.wgsl");
                 let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
-                format!("{}\n{src}", f.source())
+                format!("{}\n{matmul_params}\n{src}", f.source())
             }
+            Kernel::Qmv { tok, lanes, rpt } => {
+                let src = include_str!("../../../wgsl/qmv.wgsl");
+                let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{LANES}}", &lanes.to_string()).replace("{{RPT}}", &rpt.to_string());
+                format!("{matmul_params}\n{}", unroll(&src, &[("RPT", rpt), ("TOK", tok)]))
+            }
+            Kernel::Qmm => format!("{matmul_params}\n{}", unroll(include_str!("../../../wgsl/qmm.wgsl"), &[])),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
-            Kernel::RmsNorm => include_str!("../../../wgsl/rmsnorm.wgsl").into(),
+            Kernel::RmsNorm => {
+                let src = include_str!("../../../wgsl/rmsnorm.wgsl").replace("{{V}}", &RMSNORM_V.to_string());
+                unroll(&src, &[("V", RMSNORM_V)])
+            }
             Kernel::HeadNormRope => include_str!("../../../wgsl/head_norm_rope.wgsl").into(),
             Kernel::Attention => format!("{params}\n{}\n{tile}", include_str!("../../../wgsl/attention.wgsl")),
             Kernel::AttentionSplit => format!("{params}\n{}\n{tile}", include_str!("../../../wgsl/attention_split.wgsl")),
             Kernel::AttentionCombine => format!("{params}\n{}", include_str!("../../../wgsl/attention_combine.wgsl")),
             Kernel::GeluMul => include_str!("../../../wgsl/gelu_mul.wgsl").into(),
-            Kernel::SoftcapArgmax => include_str!("../../../wgsl/softcap_argmax.wgsl").into(),
+            Kernel::SoftcapArgmax => unroll(&include_str!("../../../wgsl/softcap_argmax.wgsl").replace("{{U}}", "16"), &[("U", 16)]),
             Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
             Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
             Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
             Kernel::MoeCombine => include_str!("../../../wgsl/moe_combine.wgsl").into(),
+            Kernel::Copy => include_str!("../../../wgsl/copy.wgsl").into(),
         }
     }
+}
+
+/// Expands `// @unroll NAME COUNT` … `// @end NAME` blocks: the lines between are repeated for
+/// NAME = 0..COUNT with `{NAME}` replaced by the index (COUNT is a number or one of `counts`).
+/// Blocks nest. WGSL has no unrolling directive, and a loop the driver leaves rolled puts the
+/// arrays it indexes in local memory; expanded code keeps every value in a register.
+pub fn unroll(src: &str, counts: &[(&str, u32)]) -> String {
+    let lines: Vec<&str> = src.lines().collect();
+    let mut out = String::with_capacity(src.len() * 2);
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let Some(rest) = line.trim_start().strip_prefix("// @unroll ") else {
+            out.push_str(line);
+            out.push('\n');
+            i += 1;
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let (Some(name), Some(count)) = (words.next(), words.next()) else { panic!("malformed unroll line: {line}") };
+        let n = counts.iter().find(|(k, _)| *k == count).map(|&(_, v)| v).or_else(|| count.parse().ok()).unwrap_or_else(|| panic!("unknown unroll count {count}"));
+        let end = format!("// @end {name}");
+        let close = (i + 1..lines.len()).find(|&j| lines[j].trim() == end).unwrap_or_else(|| panic!("unroll {name} without {end}"));
+        let body = lines[i + 1..close].join("\n");
+        let body = unroll(&body, counts);
+        for k in 0..n {
+            out.push_str(&body.replace(&format!("{{{name}}}"), &k.to_string()));
+        }
+        i = close + 1;
+    }
+    out
 }
 
 /// How a kernel binds one resource (the WGSL `var<...>` it declares).
@@ -132,10 +184,10 @@ impl Kernel {
     pub fn bindings(self) -> &'static [Bind] {
         use Bind::*;
         match self {
-            Kernel::Matmul(..) | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::Qmm | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::RmsNorm => &[Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::HeadNormRope | Kernel::Attention | Kernel::AttentionSplit => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
-            Kernel::AttentionCombine => &[Read, ReadWrite, Uniform, Uniform],
+            Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
@@ -175,6 +227,48 @@ pub const fn matmul_rows(tok: u32) -> u32 {
         4
     }
 }
+/// Rows and tokens of one `qmm` workgroup (`TILE` in qmm.wgsl).
+pub const QMM_TILE: u32 = 64;
+
+/// True when the prefill mat-mat `qmm` applies: 4-bit weights in whole 64-value groups and an
+/// x stride of whole vec4s (as for `qmv`).
+pub fn qmm_applies(format: Format, cols: usize, x_stride: usize) -> bool {
+    format == Format::Q4 && cols % 64 == 0 && x_stride % 4 == 0
+}
+
+/// Values of a row each rmsnorm thread holds in registers (`V` in rmsnorm.wgsl): with 256
+/// threads, rows up to 3072 values (every Gemma 4 hidden size) are loaded in one round.
+pub const RMSNORM_V: u32 = 12;
+
+/// Threads of one `qmv` workgroup (`WG` in qmv.wgsl).
+pub const QMV_WG: u32 = 128;
+
+/// The `qmv` variant for a `rows × cols` 4-bit matrix and a token tile of `tok`, and its rows per
+/// workgroup; `None` where qmv does not apply (cols not whole 64-value groups, or an x stride
+/// that is not whole vec4s). Lanes per row follow the matrix shape only, so every token tile of
+/// a matrix (decode, verify) reduces a row the same way: bitwise-identical rows.
+///
+/// The rule is the H200 sweep of `cargo bench --bench kernels -- --sweep` (PERF_NOTES.md):
+/// about two 32-value chunks per lane (lanes = the power of two ≥ chunks / 2, at most the
+/// workgroup), four rows per team while that still leaves ≥ 256 workgroups (2 per SM), fewer
+/// otherwise; the LM head (≥ 65536 rows: workgroups to spare) does best with 8 lanes × 4 rows,
+/// i.e. more chunks per lane in flight.
+pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
+    if cols % 64 != 0 || x_stride % 4 != 0 {
+        return None;
+    }
+    let chunks = (cols / 32) as u32;
+    let (lanes, rpt) = if rows >= 65536 {
+        (8, 4)
+    } else {
+        let lanes = chunks.div_ceil(2).next_power_of_two().clamp(8, QMV_WG);
+        let teams = (QMV_WG / lanes) as usize;
+        let rpt = [4u32, 2].into_iter().find(|&r| rows.div_ceil(teams * r as usize) >= 256).unwrap_or(1);
+        (lanes, rpt)
+    };
+    Some((Kernel::Qmv { tok, lanes, rpt }, QMV_WG / lanes * rpt))
+}
+
 /// Sentinel for "no norm weight" (`NO_WEIGHT` in the WGSL).
 pub const NO_WEIGHT: u32 = u32::MAX;
 
@@ -317,6 +411,14 @@ pub struct GroupParams {
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct CopyParams {
+    /// vec4 elements to copy.
+    pub n: u32,
+    pub _pad: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
 pub struct CombineParams {
     pub n: u32,
     pub top_k: u32,
@@ -389,5 +491,17 @@ impl Pipelines {
             self.cache.insert(k, (pipeline, bgl));
         }
         Ok(&self.cache[&k])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unroll;
+
+    #[test]
+    fn unroll_expands_nested_blocks() {
+        let src = "a\n  // @unroll r R\n  x{r}\n  // @unroll t 2\n  y{r}_{t}\n  // @end t\n  // @end r\nb\n";
+        assert_eq!(unroll(src, &[("R", 2)]), "a\n  x0\n  y0_0\n  y0_1\n  x1\n  y1_0\n  y1_1\nb\n");
+        assert_eq!(unroll("// @unroll r 0\nz\n// @end r\nq\n", &[]), "q\n");
     }
 }

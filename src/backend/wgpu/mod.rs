@@ -165,10 +165,10 @@ struct Dispatch {
     pipeline: wgpu::ComputePipeline,
     /// The variant for steps where the grid's count is 1 (decode): same bindings, no token
     /// tile, and its own grid x.
-    single: Option<(wgpu::ComputePipeline, u32)>,
-    /// The variant for verify steps of several tokens (matmul: a 4-token tile, one row per
-    /// workgroup), its grid x and token tile.
-    verify: Option<(wgpu::ComputePipeline, u32, u32)>,
+    single: Option<Variant>,
+    /// The variant for verify steps of several tokens (matmul: a 4-token tile), its grid x and
+    /// token tile.
+    verify: Option<Variant>,
     bind_group: wgpu::BindGroup,
     /// Grid x (fixed), or, when `x_from_out`, one per output row, or when `x_from_tokens`,
     /// one per token.
@@ -176,6 +176,17 @@ struct Dispatch {
     x_from_out: bool,
     x_from_tokens: bool,
     y: GridY,
+}
+
+/// Another pipeline for the same bindings, run for some steps instead of a dispatch's own.
+struct Variant {
+    pipeline: wgpu::ComputePipeline,
+    /// Grid x (rows / rows per workgroup).
+    x: u32,
+    /// Token tile: the grid's y is ceil(count / tok).
+    tok: u32,
+    /// Kernel label, for profiles.
+    label: String,
 }
 
 /// A resource of a dispatch under construction, in WGSL binding order.
@@ -198,8 +209,8 @@ enum Only {
 struct Spec {
     only: Only,
     kernel: Kernel,
-    /// The decode variant and its grid x.
-    single: Option<(Kernel, u32)>,
+    /// The decode variant, its grid x and token tile (1).
+    single: Option<(Kernel, u32, u32)>,
     verify: Option<(Kernel, u32, u32)>,
     res: Vec<Res>,
     param_off: u64,
@@ -292,8 +303,8 @@ impl WgpuBackend {
             return Err(Error::Invalid("this is a gemma4_assistant drafter: pass it as --draft, not --model".into()));
         }
         for l in &cfg.layers {
-            if l.head_dim > 1024 {
-                return Err(Error::Invalid(format!("layer {}: head_dim {} exceeds the kernels' 1024", l.index, l.head_dim)));
+            if l.head_dim > 1024 || l.head_dim % 8 != 0 {
+                return Err(Error::Invalid(format!("layer {}: head_dim {} is not a multiple of 8 up to 1024, as the attention kernels need", l.index, l.head_dim)));
             }
         }
         Builder::new(gpu, &cfg, &w, opts)
@@ -349,7 +360,7 @@ impl WgpuBackend {
         &self.profile
     }
 
-    fn collect_profile(&mut self, executed: &[usize]) -> Result<()> {
+    fn collect_profile(&mut self, executed: &[(usize, u8)]) -> Result<()> {
         let p = self.profiler.as_ref().expect("called with a profiler");
         let n = executed.len() + 1;
         debug_assert!(n as u32 <= p.capacity);
@@ -358,9 +369,13 @@ impl WgpuBackend {
         let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
         let ns_per_tick = self.gpu.queue.get_timestamp_period() as f64;
         let mut by_kernel: Vec<KernelTime> = Vec::new();
-        for (k, &di) in executed.iter().enumerate() {
+        for (k, &(di, variant)) in executed.iter().enumerate() {
             let us = ticks[k + 1].saturating_sub(ticks[k]) as f64 * ns_per_tick / 1e3;
-            let label = &self.program[di].label;
+            let d = &self.program[di];
+            let label = match (variant, &d.single, &d.verify) {
+                (1, Some(v), _) | (2, _, Some(v)) => &v.label,
+                _ => &d.label,
+            };
             match by_kernel.iter_mut().find(|t| &t.kernel == label) {
                 Some(t) => {
                     t.micros += us;
@@ -413,7 +428,7 @@ impl WgpuBackend {
         // Validation errors (a bug, or a device limit the recording missed) become an Err here
         // instead of wgpu's default panic.
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let mut executed: Vec<usize> = Vec::new();
+        let mut executed: Vec<(usize, u8)> = Vec::new();
         let mut start = 0;
         if let Some(mut st) = self.streaming.take() {
             let r = self.run_streamed_layers(&mut st, n, n_out, &mut start);
@@ -467,7 +482,7 @@ impl WgpuBackend {
         Ok(out)
     }
     /// Records dispatches `range` of the program for a step of `n` tokens and `n_out` output rows.
-    fn encode(&self, pass: &mut wgpu::ComputePass, range: std::ops::Range<usize>, n: usize, n_out: usize, executed: &mut Vec<usize>) {
+    fn encode(&self, pass: &mut wgpu::ComputePass, range: std::ops::Range<usize>, n: usize, n_out: usize, executed: &mut Vec<(usize, u8)>) {
         // Verify steps run the decode form of every kernel (split attention, per-pair experts) for
         // all their tokens: that is what makes each row's logits bitwise a decode's.
         let single_form = n == 1 || self.verifying;
@@ -506,16 +521,16 @@ impl WgpuBackend {
                 GridY::Out | GridY::OutTiles(_) => n_out,
                 _ => n,
             };
-            let (pipeline, x, y, z) = match (&d.single, &d.verify) {
-                (Some((p, sx)), _) if count == 1 => {
-                    let (sx, sz) = fold_grid(*sx, self.max_groups);
-                    (p, sx, 1, sz)
+            let (pipeline, x, y, z, variant) = match (&d.single, &d.verify) {
+                (Some(v), _) if count == 1 => {
+                    let (sx, sz) = fold_grid(v.x, self.max_groups);
+                    (&v.pipeline, sx, 1, sz, 1)
                 }
-                (_, Some((p, vx, tok))) if self.verifying => {
-                    let (vx, vz) = fold_grid(*vx, self.max_groups);
-                    (p, vx, (count as u32).div_ceil(*tok), vz)
+                (_, Some(v)) if self.verifying => {
+                    let (vx, vz) = fold_grid(v.x, self.max_groups);
+                    (&v.pipeline, vx, (count as u32).div_ceil(v.tok), vz, 2)
                 }
-                _ => (&d.pipeline, x, y, z),
+                _ => (&d.pipeline, x, y, z, 0),
             };
             // Slot grids put the tokens on z, so their x must not need folding (rows ≤
             // 4 · 65535 for the expert and attention kernels that use them).
@@ -525,7 +540,7 @@ impl WgpuBackend {
             pass.set_bind_group(0, &d.bind_group, &[]);
             pass.dispatch_workgroups(x, y, z);
             if let Some(p) = &self.profiler {
-                executed.push(di);
+                executed.push((di, variant));
                 pass.write_timestamp(&p.queries, executed.len() as u32);
             }
         }
@@ -880,12 +895,25 @@ impl<'a> Builder<'a> {
                 Res::Params,
                 Res::Step,
             ];
-            let gy = if on_out { GridY::OutTiles(MATMUL_TOK) } else { GridY::TokenTiles(MATMUL_TOK) };
-            self.spec(Kernel::Matmul(m.format, MATMUL_TOK), res, &p, (part.rows as u32).div_ceil(matmul_rows(MATMUL_TOK)), gy);
+            // Chunks: the tiled 4-bit mat-mat where it applies, else the 8-token matmul tile.
+            let (kernel, tile, rows_per_wg) = if qmm_applies(m.format, m.cols, x_stride) {
+                (Kernel::Qmm, QMM_TILE, QMM_TILE)
+            } else {
+                (Kernel::Matmul(m.format, MATMUL_TOK), MATMUL_TOK, matmul_rows(MATMUL_TOK))
+            };
+            let gy = if on_out { GridY::OutTiles(tile) } else { GridY::TokenTiles(tile) };
+            self.spec(kernel, res, &p, (part.rows as u32).div_ceil(rows_per_wg), gy);
             let sp = self.specs.last_mut().expect("just pushed");
-            sp.single = Some((Kernel::Matmul(m.format, 1), (part.rows as u32).div_ceil(matmul_rows(1))));
             let vt = MATMUL_VERIFY_TOK;
-            sp.verify = Some((Kernel::Matmul(m.format, vt), (part.rows as u32).div_ceil(matmul_rows(vt)), vt));
+            let qmv = |tok| if m.format == Format::Q4 { qmv_shape(part.rows, m.cols, x_stride, tok) } else { None };
+            sp.single = Some(match qmv(1) {
+                Some((k, rows_per_wg)) => (k, (part.rows as u32).div_ceil(rows_per_wg), 1),
+                None => (Kernel::Matmul(m.format, 1), (part.rows as u32).div_ceil(matmul_rows(1)), 1),
+            });
+            sp.verify = Some(match qmv(vt) {
+                Some((k, rows_per_wg)) => (k, (part.rows as u32).div_ceil(rows_per_wg), vt),
+                None => (Kernel::Matmul(m.format, vt), (part.rows as u32).div_ceil(matmul_rows(vt)), vt),
+            });
         }
     }
 
@@ -1354,14 +1382,14 @@ impl<'a> Builder<'a> {
         let specs = std::mem::take(&mut self.specs);
         for s in specs {
             let (pipeline, layout) = self.pipelines.get(&self.gpu.device, s.kernel)?.clone();
-            let single = match s.single {
-                Some((k, x)) => Some((self.pipelines.get(&self.gpu.device, k)?.0.clone(), x)),
-                None => None,
+            let mut variant = |v: Option<(Kernel, u32, u32)>| -> Result<Option<Variant>> {
+                Ok(match v {
+                    Some((k, x, tok)) => Some(Variant { pipeline: self.pipelines.get(&self.gpu.device, k)?.0.clone(), x, tok, label: k.label() }),
+                    None => None,
+                })
             };
-            let verify = match s.verify {
-                Some((k, x, tok)) => Some((self.pipelines.get(&self.gpu.device, k)?.0.clone(), x, tok)),
-                None => None,
-            };
+            let single = variant(s.single)?;
+            let verify = variant(s.verify)?;
             let entries: Vec<wgpu::BindGroupEntry> = s
                 .res
                 .iter()

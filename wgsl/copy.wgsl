@@ -1,0 +1,27 @@
+// copy: dst[i] = src[i] for i < p.n vec4 elements — the bandwidth roofline `kestrel bench` and
+// `benches/kernels.rs` measure kernels against (what a streaming kernel can move on this device
+// through the same API, rather than a vendor figure).
+//
+// Bindings: src: vec4<f32>[n]; dst: vec4<f32>[n]; p: CopyParams; step: Step (unused, bound for
+//   a uniform interface).
+// Launch: 256 threads per workgroup, any grid: a grid-stride loop covers n.
+
+struct CopyParams {
+    n: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
+@group(0) @binding(2) var<uniform> p: CopyParams;
+@group(0) @binding(3) var<uniform> step: Step;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let total = nwg.x * 256u;
+    for (var i = gid.x; i < p.n; i += total) {
+        dst[i] = src[i];
+    }
+}
