@@ -1048,6 +1048,41 @@ impl Case for AttnCase {
     }
 }
 
+/// Decode attention: attention_split (keys over ATTN_SPLITS workgroups per head) then
+/// attention_combine, as the backend runs one-token and verify steps, against the same CPU
+/// reference as `attention`: E2B's sliding and global heads, fewer keys than splits (empty
+/// splits), a wrapped sliding ring with several tokens, and splits of more than one 64-key tile.
+#[test]
+fn split_attention_matches_the_cpu_reference() {
+    let Some(mut h) = harness() else { return };
+    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots };
+    let cases = [
+        a(256, 8, 1, 1, 130, 512, 640),
+        a(512, 8, 1, 1, 600, 0, 602),
+        a(32, 4, 1, 5, 0, 0, 16),
+        a(32, 4, 1, 3, 200, 16, 18),
+        a(64, 4, 2, 1, 2100, 0, 2101),
+        a(64, 8, 2, 4, 70, 0, 80),
+    ];
+    for c in cases {
+        let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&c.name()))));
+        let Check::F32 { want, tol } = &l.bufs[3].check else { unreachable!("attention's o is an f32 output") };
+        let splits = ATTN_SPLITS as usize;
+        let mut p: AttnParams = *bytemuck::from_bytes(&l.params[..std::mem::size_of::<AttnParams>()]);
+        p.n_splits = ATTN_SPLITS;
+        let part = vec![0u8; 4 * c.tokens * c.heads * splits * (c.d + 2)];
+        let bufs = vec![l.bufs[0].bytes.clone(), l.bufs[1].bytes.clone(), l.bufs[2].bytes.clone(), part];
+        let out = h.run(Kernel::AttentionSplit, &bufs, bytemuck::bytes_of(&p), l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
+        let o = h.run(Kernel::AttentionCombine, &[out[3].clone(), l.bufs[3].bytes.clone()], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap();
+        let got: Vec<f32> = words(&o[1]).into_iter().map(f32::from_bits).collect();
+        let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
+        match compare(&g, &r, *tol) {
+            Ok(nmse) => println!("split {} [wgpu]: o NMSE {nmse:.1e} OK", c.name()),
+            Err(e) => panic!("split {}: {e}", c.name()),
+        }
+    }
+}
+
 fn attention_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots };

@@ -15,7 +15,8 @@
 // Bindings: q: f32[n_tokens, n_heads * d]; kc, vc: f32[slots, n_kv_heads * d];
 //   part: f32[n_tokens, n_heads, n_splits, d + 2] (m, l, acc); p: AttnParams; step: Step.
 // Launch: 64 threads per (head, split, token); grid = (n_heads, n_splits, n_tokens).
-// The key loop is attend_keys (attention_tile.wgsl, prepended by the host).
+// The key loop is attend_keys_lanes below (load_query and the shared state come from
+// attention_tile.wgsl, prepended by the host).
 
 
 
@@ -25,6 +26,66 @@
 @group(0) @binding(3) var<storage, read_write> part: array<f32>;
 @group(0) @binding(4) var<uniform> p: AttnParams;
 @group(0) @binding(5) var<uniform> step: Step;
+
+// Scores of one tile of keys, [key][lane]: lane partial dot products, then a tree per key.
+var<workgroup> sred: array<f32, 4096>;
+
+// attend_keys (attention_tile.wgsl) with the q·k dot products spread over the lanes: a split
+// holds a few keys (≈ context / n_splits), so one thread per key left most lanes idle and made
+// each score a chain of d dependent loads (PERF_NOTES.md). Here lane lid reads dims
+// lid, lid + 64, … of every key (independent loads), a fixed tree adds the 64 partials per
+// key, and the softmax and V sums run in key order as in attend_keys.
+fn attend_keys_lanes(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f32> {
+    let kv_stride = p.n_kv_heads * d;
+    var m = NEG;
+    var l = 0.0;
+    for (var k = 0u; k < 16u; k++) { acc[k] = 0.0; }
+    for (var base = start; base < end; base += WG) {
+        let n_valid = min(WG, end - base);
+        for (var j = 0u; j < n_valid; j++) {
+            let kb = kv_row(base + j, p.slots) * kv_stride + kvh * d;
+            var s = 0.0;
+            for (var k = 0u; k < 16u; k++) {
+                let i = k * WG + lid;
+                if (i < d) { s += qs[i] * kc[kb + i]; }
+            }
+            sred[j * WG + lid] = s;
+        }
+        workgroupBarrier();
+        for (var hw = WG / 2u; hw > 0u; hw >>= 1u) {
+            if (lid < hw) {
+                for (var j = 0u; j < n_valid; j++) { sred[j * WG + lid] += sred[j * WG + lid + hw]; }
+            }
+            workgroupBarrier();
+        }
+        var s = NEG;
+        if (lid < n_valid) { s = sred[lid * WG]; }
+        probs[lid] = s;
+        workgroupBarrier();
+        var tmax = NEG;
+        for (var j = 0u; j < n_valid; j++) { tmax = max(tmax, probs[j]); }
+        let new_m = max(m, tmax);
+        workgroupBarrier();
+        probs[lid] = select(0.0, exp(s - new_m), lid < n_valid);
+        workgroupBarrier();
+        var tsum = 0.0;
+        for (var j = 0u; j < n_valid; j++) { tsum += probs[j]; }
+        let corr = exp(m - new_m);
+        l = l * corr + tsum;
+        for (var k = 0u; k < 16u; k++) { acc[k] *= corr; }
+        for (var j = 0u; j < n_valid; j++) {
+            let vb = kv_row(base + j, p.slots) * kv_stride + kvh * d;
+            let pj = probs[j];
+            for (var k = 0u; k < 16u; k++) {
+                let i = k * WG + lid;
+                if (i < d) { acc[k] += pj * vc[vb + i]; }
+            }
+        }
+        m = new_m;
+        workgroupBarrier();
+    }
+    return vec2<f32>(m, l);
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -39,7 +100,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let chunk = (pos + 1u - lo + p.n_splits - 1u) / p.n_splits;
     let start = lo + sp * chunk;
     let end = min(start + chunk, pos + 1u); // exclusive; empty when start > pos
-    let ml = attend_keys(h / (p.n_heads / p.n_kv_heads), d, start, max(start, end), lid);
+    let ml = attend_keys_lanes(h / (p.n_heads / p.n_kv_heads), d, start, max(start, end), lid);
     let pb = ((t * p.n_heads + h) * p.n_splits + sp) * (d + 2u);
     if (lid == 0u) {
         part[pb] = ml.x;
