@@ -115,8 +115,9 @@ pub struct ModelArgs {
     #[arg(long)]
     pub ctx: Option<usize>,
 
-    /// Prefill chunk size in tokens.
-    #[arg(long, default_value_t = 128)]
+    /// Prefill chunk size in tokens. Larger chunks read each weight once per more tokens
+    /// (H200, E2B pp512: 1153 tok/s with 128, 2270 with 512); the cost is activation memory.
+    #[arg(long, default_value_t = 512)]
     pub chunk: usize,
 
     /// MoE installations: expert cache slots per layer, or `all` to keep every expert resident

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The BENCHMARKS.md run on the H200: single-kernel benches, then `kestrel bench -p 512 -n 128`
+# (text and --json) on synthetic E2B, E4B and 26B-A4B (all experts resident), and the
+# transformers peer (tools/peer/hf_bench.py, bf16) in the same call. PEER_MODES picks the peer's
+# modes per arch (default: eager; the compile mode takes ≈ 3 min of compilation per arch).
+# Needs target/release/kestrel, target/release/kbench (see kernels.sh) and .gl/ (PERF_NOTES.md).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+for f in .gl/*.deb; do dpkg -x "$f" / ; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
+K=./target/release/kestrel
+date -u | tee "$OUT/final.txt"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee -a "$OUT/final.txt"
+./target/release/kbench > "$OUT/kernels.txt" 2>&1
+for arch in ${ARCHS:-e2b e4b 26b-a4b}; do
+  echo "== $arch" | tee -a "$OUT/final.txt"
+  $K synth --arch $arch --quant 4bit /tmp/$arch 2>&1 | tee -a "$OUT/final.txt"
+  $K bench --model /tmp/$arch -p 512 -n 128 >> "$OUT/final.txt" 2>&1
+  $K bench --model /tmp/$arch -p 512 -n 128 --json > "$OUT/kestrel-$arch.json" 2>>"$OUT/final.txt"
+  python3 tools/peer/hf_bench.py --config /tmp/$arch/config.json -p 512 -n 128 --modes ${PEER_MODES:-eager} --json "$OUT/peer-$arch.json" 2>&1 | grep -E "transformers|model|Error|error" | tee -a "$OUT/final.txt"
+  rm -rf /tmp/$arch
+done
