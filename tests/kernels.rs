@@ -1442,6 +1442,10 @@ struct MoeMatmulCase {
     y_pad: usize,
     /// The prefill form: moe_group's lists (computed here) drive moe_matmul_grouped.
     grouped: bool,
+    /// The 4-bit decode form the backend runs (qmv_moe.wgsl) instead of moe_matmul.
+    qmv: bool,
+    /// Every third pair SKIP (another round of a streamed step): its rows must stay untouched.
+    skips: bool,
 }
 
 /// moe_group's output for `idx`: per group, the count then the ascending pair indices.
@@ -1476,7 +1480,7 @@ impl MoeMatmulCase {
     /// Split layout, gate/up input mode.
     fn new(fmt: Format, experts: usize, top_k: usize, rows: usize, cols: usize, tokens: usize) -> Self {
         let gs = if is_quant(fmt) { 64 } else { 0 };
-        MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride: rows, row_off: 0, per_slot: false, y_pad: 0, grouped: false }
+        MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride: rows, row_off: 0, per_slot: false, y_pad: 0, grouped: false, qmv: false, skips: false }
     }
     fn grouped(self) -> Self {
         MoeMatmulCase { grouped: true, ..self }
@@ -1494,7 +1498,13 @@ impl Case for MoeMatmulCase {
     fn name(&self) -> String {
         let c = self;
         let (xt, xs) = c.x_strides();
-        let kind = if c.grouped { "moe_matmul_grouped" } else { "moe_matmul" };
+        let kind = if c.grouped {
+            "moe_matmul_grouped"
+        } else if c.qmv {
+            "qmv_moe"
+        } else {
+            "moe_matmul"
+        };
         let mut s = format!("{kind}_{}(experts={},top_k={},rows={},cols={},tokens={}", c.fmt.name(), c.experts, c.top_k, c.rows, c.cols, c.tokens);
         if is_quant(c.fmt) {
             s += &format!(",gs={}", c.gs);
@@ -1503,13 +1513,19 @@ impl Case for MoeMatmulCase {
         if c.y_pad > 0 {
             s += &format!(",y_stride={}", c.rows + c.y_pad);
         }
+        if c.skips {
+            s += ",skips";
+        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
         let &MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride, row_off, y_pad, .. } = self;
         let w = Weights::new(fmt, experts * expert_stride, cols, gs, rng);
-        let idx = route(rng, experts, top_k, tokens);
+        let mut idx = route(rng, experts, top_k, tokens);
+        if self.skips {
+            idx.iter_mut().step_by(3).for_each(|e| *e = u32::MAX);
+        }
         let (x_tok, x_slot) = self.x_strides();
         let x = rng.vec(tokens * x_tok);
         let y_stride = rows + y_pad;
@@ -1517,6 +1533,9 @@ impl Case for MoeMatmulCase {
         let mut row = vec![0.0f32; cols];
         for t in 0..tokens {
             for j in 0..top_k {
+                if idx[t * top_k + j] == u32::MAX {
+                    continue;
+                }
                 let e = idx[t * top_k + j] as usize;
                 let xs = &x[t * x_tok + j * x_slot..][..cols];
                 for r in 0..rows {
@@ -1555,8 +1574,13 @@ impl Case for MoeMatmulCase {
             // GridY::Fixed(n_groups): (ceil(rows / 4), experts, 1).
             return launch(Kernel::MoeMatmulGrouped(fmt), bufs, &p, step, (rows.div_ceil(MATMUL_ROWS as usize), experts));
         }
-        // GridY::Slots: (ceil(rows / 4), top_k, n_tokens).
-        let mut l = launch(Kernel::MoeMatmul(fmt), bufs, &p, step, (rows.div_ceil(MATMUL_ROWS as usize), top_k));
+        // GridY::Slots: (ceil(rows / rows per workgroup), top_k, n_tokens).
+        let (kernel, per_wg) = if self.qmv {
+            qmv_moe_shape(rows, cols, top_k, x_tok, x_slot).expect("qmv_moe applies to this case")
+        } else {
+            (Kernel::MoeMatmul(fmt), MATMUL_ROWS)
+        };
+        let mut l = launch(kernel, bufs, &p, step, (rows.div_ceil(per_wg as usize), top_k));
         l.grid.2 = tokens as u32;
         l
     }
@@ -1611,6 +1635,27 @@ fn moe_matmul_cases() -> Vec<Box<dyn Case>> {
         v.push(Box::new(MoeMatmulCase::new(fmt, 9, 8, 9, 2816, 11).fused_up().grouped()));
         v.push(Box::new(MoeMatmulCase { per_slot: true, y_pad: 3, ..MoeMatmulCase::new(fmt, 9, 8, 9, 704, 11) }.grouped()));
     }
+    // The 4-bit decode/verify form (qmv_moe): partial row blocks, both input modes, fused up,
+    // SKIP pairs, group size 128, a padded y, the 26B widths (hidden 2816: 64 lanes; expert
+    // width 704: 16 lanes, 22 chunks over 2 passes).
+    let q = |experts, top_k, rows, cols, tokens| MoeMatmulCase { qmv: true, ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens) };
+    for rows in [1, 7, 64, 65] {
+        for per_slot in [false, true] {
+            for skips in [false, true] {
+                let c = MoeMatmulCase { per_slot, skips, ..q(16, 4, rows, 320, 3) };
+                v.push(Box::new(c));
+                v.push(Box::new(c.fused_up()));
+            }
+        }
+    }
+    v.push(Box::new(q(2, 1, 7, 64, 1)));
+    v.push(Box::new(MoeMatmulCase { gs: 128, per_slot: true, ..q(4, 4, 65, 512, 3) }));
+    v.push(Box::new(MoeMatmulCase { y_pad: 5, ..q(16, 4, 7, 320, 3).fused_up() }));
+    v.push(Box::new(q(9, 8, 9, 2816, 3).fused_up()));
+    v.push(Box::new(MoeMatmulCase { per_slot: true, skips: true, ..q(9, 8, 9, 704, 3) }));
+    // The real 26B shapes (4 rows per team): gate_up 704 rows × 2816, down 2816 rows × 704.
+    v.push(Box::new(q(9, 8, 704, 2816, 1).fused_up()));
+    v.push(Box::new(MoeMatmulCase { per_slot: true, skips: true, ..q(9, 8, 2816, 704, 1) }));
     v
 }
 
@@ -1666,9 +1711,10 @@ fn group_cases() -> Vec<Box<dyn Case>> {
     v
 }
 
-/// The prefill expert kernel computes each pair exactly as the decode one does (same chunking,
-/// same sums, same tree): their outputs must be bitwise equal, which is what keeps a chunk's
-/// logits equal to token-by-token decoding.
+/// The prefill expert kernel computes each pair exactly as the per-pair moe_matmul does (same
+/// chunking, same sums, same tree): their outputs must be bitwise equal. (4-bit experts decode
+/// through qmv_moe instead, whose arithmetic differs: there, as for dense 4-bit matrices, a
+/// chunk's logits agree with token-by-token decoding within tolerance, not bitwise.)
 #[test]
 fn grouped_expert_kernel_is_bitwise_the_decode_kernel() {
     let Some(mut h) = harness() else { return };

@@ -49,6 +49,8 @@ pub enum Kernel {
     Qmv { tok: u32, lanes: u32, rpt: u32 },
     /// The 4-bit mat-mat of prefill chunks: 64 rows × [`QMM_TILE`] tokens per workgroup.
     Qmm,
+    /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
+    QmvMoe { lanes: u32, rpt: u32 },
     Embed(Format),
     RmsNorm,
     HeadNormRope,
@@ -78,6 +80,7 @@ impl Kernel {
             Kernel::Matmul(f, tok) => format!("matmul_{}_t{tok}", f.name()),
             Kernel::Qmv { tok, lanes, rpt } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}"),
             Kernel::Qmm => "qmm_q4".into(),
+            Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm => "rmsnorm".into(),
             Kernel::HeadNormRope => "head_norm_rope".into(),
@@ -112,11 +115,8 @@ impl Kernel {
                 let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
-            Kernel::Qmv { tok, lanes, rpt } => {
-                let src = include_str!("../../../wgsl/qmv.wgsl");
-                let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{LANES}}", &lanes.to_string()).replace("{{RPT}}", &rpt.to_string());
-                format!("{matmul_params}\n{}", unroll(&src, &[("RPT", rpt), ("TOK", tok)]))
-            }
+            Kernel::Qmv { tok, lanes, rpt } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, rpt)),
+            Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt)),
             Kernel::Qmm => format!("{matmul_params}\n{}", unroll(include_str!("../../../wgsl/qmm.wgsl"), &[])),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => {
@@ -137,6 +137,14 @@ impl Kernel {
             Kernel::Copy => include_str!("../../../wgsl/copy.wgsl").into(),
         }
     }
+}
+
+/// A qmv kernel (`qmv.wgsl`, `qmv_moe.wgsl`) followed by the shared loop (`qmv_core.wgsl`),
+/// with the tile constants substituted and the `@unroll` blocks expanded.
+fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32) -> String {
+    let src = format!("{kernel}\n{}", include_str!("../../../wgsl/qmv_core.wgsl"));
+    let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{LANES}}", &lanes.to_string()).replace("{{RPT}}", &rpt.to_string());
+    unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok)])
 }
 
 /// Expands `// @unroll NAME COUNT` … `// @end NAME` blocks: the lines between are repeated for
@@ -191,7 +199,7 @@ impl Kernel {
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmvMoe { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeCombine => &[Read, Read, ReadWrite, Uniform, Uniform],
         }
@@ -227,6 +235,20 @@ pub const fn matmul_rows(tok: u32) -> u32 {
         4
     }
 }
+/// The `qmv_moe` variant for 4-bit experts of `rows` rows (per expert) × `cols`, routed
+/// `top_k` per token, and its rows per workgroup; `None` where it does not apply (as
+/// [`qmv_shape`], with both x strides in whole vec4s). Shaped as `qmv_shape` would shape the
+/// `rows · top_k` rows one token's pairs cover.
+pub fn qmv_moe_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize, x_slot_stride: usize) -> Option<(Kernel, u32)> {
+    if x_slot_stride % 4 != 0 {
+        return None;
+    }
+    match qmv_shape((rows * top_k).min(65535), cols, x_tok_stride, 1)? {
+        (Kernel::Qmv { lanes, rpt, .. }, per_wg) => Some((Kernel::QmvMoe { lanes, rpt }, per_wg)),
+        _ => None,
+    }
+}
+
 /// Rows and tokens of one `qmm` workgroup (`TILE` in qmm.wgsl).
 pub const QMM_TILE: u32 = 64;
 

@@ -951,7 +951,13 @@ impl<'a> Builder<'a> {
             ]
         };
         let x_groups = (rows as u32).div_ceil(MATMUL_ROWS);
-        self.spec(Kernel::MoeMatmul(m.format), res(idx), &p, x_groups, GridY::Slots(top_k as u32));
+        // Decode/verify: qmv's loop per pair for 4-bit experts, else the one-row-group kernel.
+        let qmv = if m.format == Format::Q4 { qmv_moe_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride) } else { None };
+        let (kernel, x_pairs) = match qmv {
+            Some((k, per_wg)) => (k, (rows as u32).div_ceil(per_wg)),
+            None => (Kernel::MoeMatmul(m.format), x_groups),
+        };
+        self.spec(kernel, res(idx), &p, x_pairs, GridY::Slots(top_k as u32));
         self.specs.last_mut().expect("just pushed").only = Only::Single;
         let p = MoeMatmulParams { group_stride: groups.stride as u32, ..p };
         self.spec(Kernel::MoeMatmulGrouped(m.format), res(&groups.buf), &p, x_groups, GridY::Fixed(groups.n as u32));

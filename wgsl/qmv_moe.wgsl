@@ -1,0 +1,48 @@
+// qmv_moe: the routed-expert mat-vec of decode and verify steps on 4-bit experts, with the
+// loop of qmv.wgsl (qmv_core.wgsl, appended by the host): for token t, routed slot j (expert
+// e = idx[t, j]) and row r < rows:
+//   y[(t * top_k + j) * y_stride + r] = Σ_c W[e * expert_stride + row_off + r, c] · x[t * x_tok_stride + j * x_slot_stride + c]
+// Same contract as moe_matmul.wgsl (which it replaces for 4-bit experts): `e` is the expert, or
+// the cache slot holding it when experts stream; e = 0xffffffff (SKIP) marks a pair of another
+// round, left untouched.
+//
+// Bindings: w: 4-bit experts stacked along rows, read as vec4<u32>; scales, biases: bf16 pairs;
+//   idx: u32[n_tokens, top_k]; x: f32 read as vec4<f32>; y: f32[n_tokens * top_k, y_stride];
+//   p: MoeMatmulParams (moe_params.wgsl); step: Step.
+// Launch: 128 threads (TOK = 1); workgroup (i, j, t) owns rows [TEAMS·RPT·i, …) of slot j of
+//   token t; grid = (ceil(rows / (TEAMS·RPT)), top_k, n_tokens).
+// Host guarantees: cols % 64 == 0, x_tok_stride % 4 == 0, x_slot_stride % 4 == 0.
+
+@group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read> scales: array<u32>;
+@group(0) @binding(2) var<storage, read> biases: array<u32>;
+@group(0) @binding(3) var<storage, read> idx: array<u32>;
+@group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;
+@group(0) @binding(6) var<uniform> p: MoeMatmulParams;
+@group(0) @binding(7) var<uniform> step: Step;
+
+@compute @workgroup_size(128)
+fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let lid = lid3.x;
+    let lane = lid % LANES;
+    let t = wid.z;
+    let j = wid.y;
+    // Uniform per workgroup, so returning before the barriers of qmv_reduce is safe.
+    if (t >= step.n_tokens) { return; }
+    let e = idx[t * p.top_k + j];
+    if (e == 0xffffffffu) { return; }
+    let r0 = (wid.x * TEAMS + lid / LANES) * RPT;
+    var rows: array<u32, RPT>;
+    // @unroll r RPT
+    rows[{r}] = e * p.expert_stride + p.row_off + min(r0 + {r}u, p.rows - 1u);
+    // @end r
+    var xrows: array<u32, TOK>;
+    xrows[0] = (t * p.x_tok_stride + j * p.x_slot_stride) / 4u;
+    qmv_reduce(qmv_dots(rows, xrows, lane, p.cols, p.gs), lid, lane);
+    if (lane == 0u) {
+        // @unroll r RPT
+        if (r0 + {r}u < p.rows) { y[(t * p.top_k + j) * p.y_stride + r0 + {r}u] = red[{r}u * WG + lid]; }
+        // @end r
+    }
+}
