@@ -1,8 +1,12 @@
 //! WGSL sources, the Rust mirrors of their params structs, and the pipeline cache.
 //!
-//! Kernels that read weights (`matmul`, `embed`) are written once against a `load8` function;
-//! the weight format (`wgsl/formats/{q4,q8,bf16,f32}.wgsl`) is prepended at pipeline creation,
-//! and the pipeline is named `<kernel>_<format>` (the label validation errors quote).
+//! The generic weight-reading kernels (`matmul`, `embed`, `moe_matmul*`) are written once
+//! against a `load8` function; the weight format (`wgsl/formats/{q4,q8,bf16,f32}.wgsl`) is
+//! prepended at pipeline creation, and the pipeline is named `<kernel>_<format>` (the label
+//! validation errors quote). 4-bit weights, the format that matters for speed, have their own
+//! kernels of the same bindings: `qmv` (decode/verify mat-vec), `qmv_moe` (routed experts) and
+//! `qmm` (prefill mat-mat), with tile constants substituted and `// @unroll` blocks expanded
+//! here ([`unroll`]); the label carries the tile (`qmv_q4_t1_l32_r4`).
 //! Every params struct here has a WGSL struct of the same name and field order.
 
 use std::collections::HashMap;

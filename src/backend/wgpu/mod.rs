@@ -7,6 +7,10 @@
 //! the rope table, encodes the program into ONE compute pass, submits once, and reads back the
 //! argmax (and logits when asked). Nothing is allocated in the decode loop.
 //!
+//! Matrix products pick a variant per step kind: prefill chunks the tiled mat-mat (`qmm` for
+//! 4-bit, the 8-token `matmul` tile otherwise), decode the mat-vec (`qmv` for 4-bit), verify
+//! the mat-vec's 4-token tile (see [`kernels::qmv_shape`]).
+//!
 //! Activations are f32 (the reference path). MoE layers (26B-A4B): router top-k on the GPU, then
 //! gathered expert mat-vecs over the layer's expert matrix. That matrix is the checkpoint's
 //! stacked experts, or (an installation) `n_slots` expert-sized slots in long-lived buffers: with
@@ -17,7 +21,7 @@
 //! is submitted before the host waits, so it runs while the misses are read.
 //!
 //! Speculative verify steps run the decode form of every kernel for all their tokens (split
-//! attention, per-pair experts, a decode-like matmul tile), so each row's logits are bitwise a
+//! attention, per-pair experts, the mat-vec's token tile), so each row's logits are bitwise a
 //! decode's; their K/V go to staging rows after each cache's slots (`kv_row` in common.wgsl)
 //! until `commit` copies the accepted ones into the ring.
 
