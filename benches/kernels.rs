@@ -11,11 +11,14 @@
 //! The decode mat-vec shapes are those of E2B and E4B (q/k/v/o, gate/up/down, the LM head)
 //! plus the 256 MiB matrix; every one runs through the decode kernel the backend picks
 //! (`qmv_shape`) and through the previous one-row-per-workgroup `matmul_q4_t1` for comparison.
-//! Weights are random bits with finite scales: timing only, the values are checked in
-//! tests/kernels.rs.
+//! The last table times the routed-expert decode kernels on 26B-A4B shapes (qmv_moe against
+//! the per-pair moe_matmul it replaced). Weights are random bits with finite scales: timing
+//! only, the values are checked in tests/kernels.rs.
 
 use kestrel::backend::wgpu::harness::KernelHarness;
-use kestrel::backend::wgpu::kernels::{fold_grid, matmul_rows, qmv_shape, Format, Kernel, MatmulParams, Step, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TILE};
+use kestrel::backend::wgpu::kernels::{
+    fold_grid, matmul_rows, qmv_moe_shape, qmv_shape, Format, Kernel, MatmulParams, MoeMatmulParams, Step, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TILE,
+};
 
 struct Shape {
     name: &'static str,
@@ -149,6 +152,60 @@ fn main() {
                     println!("| {} | {rows} × {cols} × {tokens} | {label} | {us:.1} | {:.2} | {:.0} |", sh.name, flops / us / 1e6, (w.len() + 2 * sb.len()) as f64 / us / 1e3);
                 }
                 Err(e) => println!("| {} | {rows} × {cols} × {tokens} | {label} | error: {e} | | |", sh.name),
+            }
+        }
+    }
+
+    // Routed experts, one decode token (26B-A4B: 128 experts, top 8): the fused gate_up half
+    // (704 rows of a 1408-row expert, 2816 cols) and down (2816 rows × 704), through the 4-bit
+    // decode kernel the backend picks (qmv_moe) and the per-pair kernel it replaced.
+    println!("\n| 26B experts (top 8 of 128, 1 token) | rows × cols per expert | kernel | µs | GB read | GB/s | % of copy |");
+    println!("|---|---|---|---|---|---|---|");
+    let (experts, top_k) = (128usize, 8usize);
+    for (name, rows, cols, stride, per_slot) in [("gate (fused gate_up)", 704usize, 2816usize, 1408usize, false), ("down", 2816, 704, 2816, true)] {
+        let total_rows = experts * stride;
+        if total_rows * cols / 2 > max_binding {
+            println!("| {name} | {rows} × {cols} | skipped: the expert stack exceeds one binding here | | | | |");
+            continue;
+        }
+        let w = random_bytes(total_rows * cols / 2, 99 + rows as u64);
+        let sb: Vec<u8> = std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), total_rows * cols / 64).flatten().collect();
+        let idx: Vec<u8> = (0..top_k as u32).flat_map(|j| (j * 13 % experts as u32).to_le_bytes()).collect();
+        let (x_tok, x_slot) = if per_slot { (top_k * cols, cols) } else { (cols, 0) };
+        let x: Vec<u8> = std::iter::repeat_n(0.5f32.to_le_bytes(), x_tok).flatten().collect();
+        let y = vec![0u8; 4 * top_k * rows];
+        let p = MoeMatmulParams {
+            rows: rows as u32,
+            cols: cols as u32,
+            gs: 64,
+            expert_stride: stride as u32,
+            row_off: 0,
+            top_k: top_k as u32,
+            x_tok_stride: x_tok as u32,
+            x_slot_stride: x_slot as u32,
+            y_stride: rows as u32,
+            group_stride: 0,
+            _pad: [0; 2],
+        };
+        let step = Step { n_tokens: 1, n_out: 1, ..Default::default() };
+        // Bytes one token reads: its 8 experts' rows, scales and biases.
+        let bytes = (top_k * rows * (cols / 2 + 2 * 2 * cols / 64)) as f64;
+        let mut variants = vec![(Kernel::MoeMatmul(Format::Q4), MATMUL_ROWS)];
+        if let Some(v) = qmv_moe_shape(rows, cols, top_k, x_tok, x_slot) {
+            variants.insert(0, v);
+        }
+        for (kernel, per_wg) in variants {
+            let label = kernel.label();
+            if !label.contains(&filter) {
+                continue;
+            }
+            let grid = ((rows as u32).div_ceil(per_wg), top_k as u32, 1);
+            match h.time(kernel, &[w.clone(), sb.clone(), sb.clone(), idx.clone(), x.clone(), y.clone()], bytemuck::bytes_of(&p), step, grid, 100) {
+                Ok(us) => {
+                    let gbs = bytes / us / 1e3;
+                    println!("| {name} | {rows} × {cols} | {label} | {us:.2} | {:.4} | {gbs:.0} | {:.1} % |", bytes / 1e9, 100.0 * gbs / copy);
+                }
+                Err(e) => println!("| {name} | {rows} × {cols} | {label} | error: {e} | | | |"),
             }
         }
     }
