@@ -62,7 +62,7 @@ fn main() {
         }
     };
     println!("device: {}", h.gpu().describe());
-    let copy = match h.copy_roofline(1 << 30, 20) {
+    let copy = match h.copy_roofline() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("cannot time kernels here: {e}");

@@ -34,7 +34,7 @@ var<workgroup> sred: array<f32, 4096>;
 // holds a few keys (≈ context / n_splits), so one thread per key left most lanes idle and made
 // each score a chain of d dependent loads (PERF_NOTES.md). Here lane lid reads dims
 // lid, lid + 64, … of every key (independent loads), a fixed tree adds the 64 partials per
-// key, and the softmax and V sums run in key order as in attend_keys.
+// key; the softmax step is attend_keys' (tile_softmax) and the V sums run in key order.
 fn attend_keys_lanes(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f32> {
     let kv_stride = p.n_kv_heads * d;
     var m = NEG;
@@ -60,18 +60,9 @@ fn attend_keys_lanes(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f
         }
         var s = NEG;
         if (lid < n_valid) { s = sred[lid * WG]; }
-        probs[lid] = s;
-        workgroupBarrier();
-        var tmax = NEG;
-        for (var j = 0u; j < n_valid; j++) { tmax = max(tmax, probs[j]); }
-        let new_m = max(m, tmax);
-        workgroupBarrier();
-        probs[lid] = select(0.0, exp(s - new_m), lid < n_valid);
-        workgroupBarrier();
-        var tsum = 0.0;
-        for (var j = 0u; j < n_valid; j++) { tsum += probs[j]; }
-        let corr = exp(m - new_m);
-        l = l * corr + tsum;
+        let mlc = tile_softmax(s, lid, n_valid, m, l);
+        l = mlc.y;
+        let corr = mlc.z;
         for (var k = 0u; k < 16u; k++) { acc[k] *= corr; }
         for (var j = 0u; j < n_valid; j++) {
             let vb = kv_row(base + j, p.slots) * kv_stride + kvh * d;
@@ -81,7 +72,7 @@ fn attend_keys_lanes(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f
                 if (i < d) { acc[k] += pj * vc[vb + i]; }
             }
         }
-        m = new_m;
+        m = mlc.x;
         workgroupBarrier();
     }
     return vec2<f32>(m, l);

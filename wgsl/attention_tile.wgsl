@@ -1,5 +1,6 @@
-// attention_tile: the online-softmax loop shared by attention.wgsl (prefill) and
-// attention_split.wgsl (decode). Prepended after the kernel's bindings are known by name:
+// attention_tile: the online-softmax loop of attention.wgsl (prefill) and the state and
+// softmax step it shares with attention_split.wgsl (decode, whose key loop scores keys over the
+// lanes instead). Prepended after the kernel's bindings are known by name:
 // the kernel declares `kc`, `vc` (the K/V cache bindings) and `p` (AttnParams with `slots`).
 //
 // attend_keys(kvh, d, start, end, lid): over cached positions [start, end) of KV head kvh, with
@@ -40,19 +41,10 @@ fn attend_keys(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f32> {
                 for (var u = 0u; u < 8u; u++) { s += qs[i0 + u] * kc[kb + i0 + u]; }
             }
         }
-        probs[lid] = s;
-        workgroupBarrier();
-        var tmax = NEG;
-        for (var j = 0u; j < WG; j++) { tmax = max(tmax, probs[j]); }
-        let new_m = max(m, tmax);
-        workgroupBarrier();
-        probs[lid] = select(0.0, exp(s - new_m), kp < end);
-        workgroupBarrier();
-        var tsum = 0.0;
-        for (var j = 0u; j < WG; j++) { tsum += probs[j]; }
-        let corr = exp(m - new_m);
-        l = l * corr + tsum;
         let n_valid = min(WG, end - base);
+        let mlc = tile_softmax(s, lid, n_valid, m, l);
+        l = mlc.y;
+        let corr = mlc.z;
         // Constant trip count (unrolled, `acc` stays in registers); lanes past d idle.
         for (var k = 0u; k < 16u; k++) {
             let i = k * WG + lid;
@@ -64,8 +56,29 @@ fn attend_keys(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f32> {
                 acc[k] = a;
             }
         }
-        m = new_m;
+        m = mlc.x;
         workgroupBarrier();
     }
     return vec2<f32>(m, l);
+}
+
+// The online-softmax step of one tile of keys, shared by attend_keys and attention_split's
+// attend_keys_lanes: thread lid holds the score s of key lid of the tile (NEG when
+// lid ≥ n_valid; the valid keys are the first n_valid). Leaves the tile's unnormalised weights
+// e^(s − m') in `probs` for the caller's V sums and returns (m', l', corr): the new running max,
+// the new running sum and the factor e^(m − m') that rescales what was accumulated before.
+// Every thread must call it (barriers).
+fn tile_softmax(s: f32, lid: u32, n_valid: u32, m: f32, l: f32) -> vec3<f32> {
+    probs[lid] = s;
+    workgroupBarrier();
+    var tmax = NEG;
+    for (var j = 0u; j < n_valid; j++) { tmax = max(tmax, probs[j]); }
+    let new_m = max(m, tmax);
+    workgroupBarrier();
+    probs[lid] = select(0.0, exp(s - new_m), lid < n_valid);
+    workgroupBarrier();
+    var tsum = 0.0;
+    for (var j = 0u; j < n_valid; j++) { tsum += probs[j]; }
+    let corr = exp(m - new_m);
+    return vec3<f32>(new_m, l * corr + tsum, corr);
 }

@@ -31,10 +31,6 @@ const KS: u32 = 32u;
 var<workgroup> ws: array<vec4<f32>, 512>;
 var<workgroup> xs: array<vec4<f32>, 512>;
 
-fn bf16_pair(word: u32, odd: bool) -> f32 {
-    return bitcast<f32>(select(word << 16u, word & 0xffff0000u, odd));
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -59,8 +55,8 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         // Stage W[r0.., k0..k0+32) dequantised, transposed to [k][row].
         let word = w[wr * words + k0 / 8u + wword];
         let g = wr * groups + k0 / p.gs;
-        let s = bf16_pair(scales[g >> 1u], (g & 1u) == 1u);
-        let b = bf16_pair(biases[g >> 1u], (g & 1u) == 1u);
+        let s = scale_at(g);
+        let b = bias_at(g);
         for (var j = 0u; j < 8u; j++) {
             ws[(wword * 8u + j) * 16u + wrow / 4u][wrow % 4u] = s * f32((word >> (4u * j)) & 0xfu) + b;
         }

@@ -1,7 +1,8 @@
 // qmv_core: the 4-bit mat-vec loop shared by qmv.wgsl (dense decode/verify) and qmv_moe.wgsl
 // (routed experts, per (token, slot) pair). Prepended by the host after the kernel's bindings
 // (`w`: array<vec4<u32>>, `scales`, `biases`: array<u32>, `x`: array<vec4<f32>>, declared by
-// the kernel) and with LANES, RPT, TOK substituted and the `@unroll` blocks expanded.
+// the kernel), with formats/groups.wgsl (scale_at, bias_at), LANES, RPT, TOK substituted and
+// the `@unroll` blocks expanded.
 //
 // A team of LANES lanes owns RPT rows of W (absolute row indices `rows`) and TOK x vectors
 // (vec4 offsets `xrows`); lane `lane` walks the 32-value chunks c = lane, lane + LANES, … and
@@ -26,10 +27,6 @@ const TOK: u32 = {{TOK}}u;
 const TEAMS: u32 = WG / LANES;
 
 var<workgroup> red: array<f32, RPT * TOK * WG>; // [RPT * TOK][WG]
-
-fn bf16_pair(word: u32, odd: bool) -> f32 {
-    return bitcast<f32>(select(word << 16u, word & 0xffff0000u, odd));
-}
 
 // q·16^j for the four nibbles of the low 16 bits of h (nibble j at bits 4j..4j+3).
 fn nibbles(h: u32) -> vec4<f32> {
@@ -62,8 +59,8 @@ fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32,
         // @unroll r RPT
         let w{r} = w[rows[{r}] * chunks + c];
         let g{r} = rows[{r}] * groups + c / per_group;
-        let s{r} = bf16_pair(scales[g{r} >> 1u], (g{r} & 1u) == 1u);
-        let b{r} = bf16_pair(biases[g{r} >> 1u], (g{r} & 1u) == 1u);
+        let s{r} = scale_at(g{r});
+        let b{r} = bias_at(g{r});
         // @end r
         // @unroll t TOK
         {

@@ -123,15 +123,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     // streaming kernel reaches through this API: ≈ 4.0 TB/s on the H200), else host-timed
     // buffer copies (these read ≈ 0.84 TB/s on the H200: submit and wait dominate).
     let copy_gbs = if b.gpu().can_profile() {
-        // 1 GiB × 20 copies (as measured for BENCHMARKS.md) on a real GPU; a slow device (software
-        // Vulkan: ~1 GB/s) keeps its one-copy figure instead of spending a minute on it.
-        let mut h = crate::backend::wgpu::harness::KernelHarness::with_gpu(b.gpu().clone());
-        let quick = h.copy_roofline(1 << 30, 1)?;
-        if quick > 100.0 {
-            h.copy_roofline(1 << 30, 20)?
-        } else {
-            quick
-        }
+        crate::backend::wgpu::harness::KernelHarness::with_gpu(b.gpu().clone()).copy_roofline()?
     } else {
         b.gpu().copy_bandwidth(1 << 30, 10)?
     };

@@ -2,9 +2,7 @@
 # kestrel bench on full-size synthetic models on the H200 (see PERF_NOTES.md). Needs the release
 # binary at target/release/kestrel and the Vulkan loader .debs in .gl/.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" / ; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
+. tools/device/env.sh
 K=./target/release/kestrel
 for arch in ${ARCHS:-e2b e4b}; do
   $K synth --arch $arch --quant 4bit /tmp/$arch 2>&1 | tee -a "$OUT/bench.txt"

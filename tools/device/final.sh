@@ -5,9 +5,7 @@
 # modes per arch (default: eager; the compile mode takes ≈ 3 min of compilation per arch).
 # Needs target/release/kestrel, target/release/kbench (see kernels.sh) and .gl/ (PERF_NOTES.md).
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" / ; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
+. tools/device/env.sh
 K=./target/release/kestrel
 date -u | tee "$OUT/final.txt"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee -a "$OUT/final.txt"
 ./target/release/kbench > "$OUT/kernels.txt" 2>&1

@@ -3,9 +3,7 @@
 # full-size synthetic E2B/E4B (4-bit) decode at? Run from the repo root with the release binary
 # at target/release/kestrel and the Vulkan loader .debs in .gl/ (see PERF_NOTES.md).
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" / ; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
+. tools/device/env.sh
 K=./target/release/kestrel
 nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv
 # Correctness on NVIDIA: fixture 'long' prompt, both forms (compared with the references afterwards).

@@ -4,9 +4,7 @@
 # resident, recording peak RSS (the bench's own VmHWM) and GPU memory (nvidia-smi, sampled).
 # Needs target/release/kestrel and the Vulkan loader .debs in .gl/ (see PERF_NOTES.md).
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" / ; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
+. tools/device/env.sh
 K=./target/release/kestrel
 L="$OUT/moe.txt"
 { date; df -h /tmp; free -g; nproc; } >> "$L"

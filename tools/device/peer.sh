@@ -6,9 +6,7 @@
 # target/release/kestrel, the Vulkan loader .debs in .gl/ (see PERF_NOTES.md) and the machine's
 # preinstalled torch + transformers. PEER_ARGS adds options to hf_bench.py (e.g. "--modes eager").
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in .gl/*.deb; do dpkg -x "$f" / ; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
+. tools/device/env.sh
 K=./target/release/kestrel
 L="$OUT/peer.txt"
 python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)' 2>&1 | tee -a "$L"

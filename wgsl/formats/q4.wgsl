@@ -1,16 +1,8 @@
 // Weight format q4: MLX affine 4-bit, group size gs (a multiple of 64; host-checked).
 // w: u32[rows * cols / 8], 8 values per word, element j of a word at bits 4j..4j+3.
 // scales, biases: bf16[rows * cols / gs], two per u32 word (element 2i in the low half).
-// Value: w = scale * q + bias, in f32.
+// Value: w = scale * q + bias, in f32 (scale_at, bias_at: groups.wgsl, prepended with it).
 // Prepended to kernels that declare `w`, `scales`, `biases` as storage arrays of u32.
-
-fn bf16_at(buf_word: u32, odd: bool) -> f32 {
-    let bits = select(buf_word & 0xffffu, buf_word >> 16u, odd);
-    return bitcast<f32>(bits << 16u);
-}
-
-fn scale_at(g: u32) -> f32 { return bf16_at(scales[g >> 1u], (g & 1u) == 1u); }
-fn bias_at(g: u32) -> f32 { return bf16_at(biases[g >> 1u], (g & 1u) == 1u); }
 
 // The 8 values of row `row`, columns 8*c8 .. 8*c8+7.
 fn load8(row: u32, c8: u32, cols: u32, gs: u32) -> array<f32, 8> {

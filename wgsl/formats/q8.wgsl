@@ -1,15 +1,7 @@
 // Weight format q8: MLX affine 8-bit, group size gs (a multiple of 64; host-checked).
 // w: u32[rows * cols / 4], 4 values per word, element j of a word at bits 8j..8j+7.
 // scales, biases: bf16[rows * cols / gs], two per u32 word (element 2i in the low half).
-// Value: w = scale * q + bias, in f32.
-
-fn bf16_at(buf_word: u32, odd: bool) -> f32 {
-    let bits = select(buf_word & 0xffffu, buf_word >> 16u, odd);
-    return bitcast<f32>(bits << 16u);
-}
-
-fn scale_at(g: u32) -> f32 { return bf16_at(scales[g >> 1u], (g & 1u) == 1u); }
-fn bias_at(g: u32) -> f32 { return bf16_at(biases[g >> 1u], (g & 1u) == 1u); }
+// Value: w = scale * q + bias, in f32 (scale_at, bias_at: groups.wgsl, prepended with it).
 
 fn load8(row: u32, c8: u32, cols: u32, gs: u32) -> array<f32, 8> {
     let base = row * (cols / 4u) + 2u * c8;

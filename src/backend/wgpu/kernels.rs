@@ -35,8 +35,8 @@ impl Format {
     }
     fn source(self) -> &'static str {
         match self {
-            Format::Q4 => include_str!("../../../wgsl/formats/q4.wgsl"),
-            Format::Q8 => include_str!("../../../wgsl/formats/q8.wgsl"),
+            Format::Q4 => concat!(include_str!("../../../wgsl/formats/groups.wgsl"), include_str!("../../../wgsl/formats/q4.wgsl")),
+            Format::Q8 => concat!(include_str!("../../../wgsl/formats/groups.wgsl"), include_str!("../../../wgsl/formats/q8.wgsl")),
             Format::Bf16 => include_str!("../../../wgsl/formats/bf16.wgsl"),
             Format::F32 => include_str!("../../../wgsl/formats/f32.wgsl"),
         }
@@ -113,6 +113,7 @@ impl Kernel {
         let params = include_str!("../../../wgsl/attention_params.wgsl");
         let moe_params = include_str!("../../../wgsl/moe_params.wgsl");
         let matmul_params = include_str!("../../../wgsl/matmul_params.wgsl");
+        let groups = include_str!("../../../wgsl/formats/groups.wgsl");
         match self {
             Kernel::Matmul(f, tok) => {
                 let src = include_str!("../../../wgsl/matmul.wgsl");
@@ -121,7 +122,7 @@ impl Kernel {
             }
             Kernel::Qmv { tok, lanes, rpt } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, rpt)),
             Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt)),
-            Kernel::Qmm => format!("{matmul_params}\n{}", unroll(include_str!("../../../wgsl/qmm.wgsl"), &[])),
+            Kernel::Qmm => format!("{matmul_params}\n{groups}\n{}", unroll(include_str!("../../../wgsl/qmm.wgsl"), &[])),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => {
                 let src = include_str!("../../../wgsl/rmsnorm.wgsl").replace("{{V}}", &RMSNORM_V.to_string());
@@ -146,7 +147,7 @@ impl Kernel {
 /// A qmv kernel (`qmv.wgsl`, `qmv_moe.wgsl`) followed by the shared loop (`qmv_core.wgsl`),
 /// with the tile constants substituted and the `@unroll` blocks expanded.
 fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32) -> String {
-    let src = format!("{kernel}\n{}", include_str!("../../../wgsl/qmv_core.wgsl"));
+    let src = format!("{kernel}\n{}\n{}", include_str!("../../../wgsl/formats/groups.wgsl"), include_str!("../../../wgsl/qmv_core.wgsl"));
     let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{LANES}}", &lanes.to_string()).replace("{{RPT}}", &rpt.to_string());
     unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok)])
 }
@@ -241,16 +242,14 @@ pub const fn matmul_rows(tok: u32) -> u32 {
 }
 /// The `qmv_moe` variant for 4-bit experts of `rows` rows (per expert) × `cols`, routed
 /// `top_k` per token, and its rows per workgroup; `None` where it does not apply (as
-/// [`qmv_shape`], with both x strides in whole vec4s). Shaped as `qmv_shape` would shape the
-/// `rows · top_k` rows one token's pairs cover.
+/// [`qmv_shape`], with both x strides in whole vec4s). Shaped by the general qmv rule for the
+/// `rows · top_k` rows one token's pairs cover (never the LM-head rule: experts are narrow).
 pub fn qmv_moe_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize, x_slot_stride: usize) -> Option<(Kernel, u32)> {
-    if x_slot_stride % 4 != 0 {
+    if cols % 64 != 0 || x_tok_stride % 4 != 0 || x_slot_stride % 4 != 0 {
         return None;
     }
-    match qmv_shape((rows * top_k).min(65535), cols, x_tok_stride, 1)? {
-        (Kernel::Qmv { lanes, rpt, .. }, per_wg) => Some((Kernel::QmvMoe { lanes, rpt }, per_wg)),
-        _ => None,
-    }
+    let (lanes, rpt) = qmv_tile(rows * top_k, cols);
+    Some((Kernel::QmvMoe { lanes, rpt }, QMV_WG / lanes * rpt))
 }
 
 /// Rows and tokens of one `qmm` workgroup (`TILE` in qmm.wgsl).
@@ -283,16 +282,17 @@ pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<
     if cols % 64 != 0 || x_stride % 4 != 0 {
         return None;
     }
-    let chunks = (cols / 32) as u32;
-    let (lanes, rpt) = if rows >= 65536 {
-        (8, 4)
-    } else {
-        let lanes = chunks.div_ceil(2).next_power_of_two().clamp(8, QMV_WG);
-        let teams = (QMV_WG / lanes) as usize;
-        let rpt = [4u32, 2].into_iter().find(|&r| rows.div_ceil(teams * r as usize) >= 256).unwrap_or(1);
-        (lanes, rpt)
-    };
+    let (lanes, rpt) = if rows >= 65536 { (8, 4) } else { qmv_tile(rows, cols) };
     Some((Kernel::Qmv { tok, lanes, rpt }, QMV_WG / lanes * rpt))
+}
+
+/// Lanes per row and rows per team of the general qmv rule (see [`qmv_shape`]) for `rows` rows
+/// spread over the grid.
+fn qmv_tile(rows: usize, cols: usize) -> (u32, u32) {
+    let lanes = ((cols / 32) as u32).div_ceil(2).next_power_of_two().clamp(8, QMV_WG);
+    let teams = (QMV_WG / lanes) as usize;
+    let rpt = [4u32, 2].into_iter().find(|&r| rows.div_ceil(teams * r as usize) >= 256).unwrap_or(1);
+    (lanes, rpt)
 }
 
 /// Sentinel for "no norm weight" (`NO_WEIGHT` in the WGSL).
