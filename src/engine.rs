@@ -103,20 +103,38 @@ pub fn generate(
 
     // ---- decode, one token per step
     let t1 = Instant::now();
-    loop {
-        out.push(next);
+    let stop = |id: u32| !params.ignore_eos && params.stop_ids.contains(&id);
+    out.push(next);
+    on_token(next)?;
+    if stop(next) {
+        stats.finish_reason = "stop";
+    } else if greedy {
+        // Greedy ids never leave the device between steps: the backend may run ahead.
+        let first = next;
+        let remaining = params.max_new - 1;
+        backend.decode_greedy(first, pos, remaining, &mut |id| {
+            out.push(id);
+            on_token(id)?;
+            if stop(id) {
+                stats.finish_reason = "stop";
+                return Ok(false);
+            }
+            Ok(out.len() < params.max_new)
+        })?;
+    } else {
         history.push(next);
-        on_token(next)?;
-        if !params.ignore_eos && params.stop_ids.contains(&next) {
-            stats.finish_reason = "stop";
-            break;
+        while out.len() < params.max_new {
+            let step = backend.decode(next, pos, last_readback)?;
+            pos += 1;
+            next = pick(sampler, greedy, step, &history);
+            out.push(next);
+            history.push(next);
+            on_token(next)?;
+            if stop(next) {
+                stats.finish_reason = "stop";
+                break;
+            }
         }
-        if out.len() >= params.max_new {
-            break;
-        }
-        let step = backend.decode(next, pos, last_readback)?;
-        pos += 1;
-        next = pick(sampler, greedy, step, &history);
     }
     stats.decode_time = t1.elapsed();
     stats.generated_tokens = out.len();

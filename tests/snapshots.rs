@@ -98,3 +98,49 @@ fn embedded_default() {
     // The embedded model is the tiny-e2b fixture in MLX 4-bit form.
     check(&model, &format!("embedded__{name}"), &reference("tiny-e2b", "dequant4bit_reference"));
 }
+
+/// Greedy decode that stops early and resumes: the wgpu backend runs one step ahead of the host,
+/// so when the host stops, a step past the last id has already written K/V at the next
+/// position. Resuming there (as the next decode or chat turn does) must give the reference ids,
+/// and so must a plain `decode` resumed after a second early stop.
+#[test]
+fn run_ahead_decode_stops_and_resumes() {
+    let model = common::open_model("tiny-e2b", "mlx-4bit");
+    let want = reference("tiny-e2b", "dequant4bit_reference");
+    let Some(mut b) = common::wgpu_backend(&model, WgpuOptions { max_ctx: CTX, max_chunk: 128, max_binding: None, ..Default::default() }) else {
+        return;
+    };
+    let prompt = chat_prompt();
+    let first = b.prefill(&prompt, 0, kestrel::backend::Readback::Argmax).unwrap().argmax[0];
+    assert_eq!(first, want[0]);
+    let mut got = vec![first];
+    let mut pos = prompt.len();
+    // Stop after 5 ids (a run-ahead step is in flight), resume, stop after 7 more, then
+    // single decode steps, then run-ahead to the end.
+    for stop_after in [5usize, 7] {
+        let mut n = 0;
+        let produced = b
+            .decode_greedy(*got.last().unwrap(), pos, NEW, &mut |id| {
+                got.push(id);
+                n += 1;
+                Ok(n < stop_after)
+            })
+            .unwrap();
+        assert_eq!(produced, stop_after);
+        pos += produced;
+    }
+    for _ in 0..3 {
+        let id = b.decode(*got.last().unwrap(), pos, kestrel::backend::Readback::Argmax).unwrap().argmax[0];
+        got.push(id);
+        pos += 1;
+    }
+    let rest = NEW - got.len();
+    let produced = b
+        .decode_greedy(*got.last().unwrap(), pos, rest, &mut |id| {
+            got.push(id);
+            Ok(true)
+        })
+        .unwrap();
+    assert_eq!(produced, rest);
+    assert_eq!(got, want, "run-ahead greedy decode with stops differs from the transformers ids");
+}

@@ -74,6 +74,23 @@ pub trait Backend {
         self.prefill(&[token], pos, readback)
     }
 
+    /// Greedy decode: runs `token` at `pos`, then each step's argmax at the next position,
+    /// handing every new id to `on_token` until it returns `false` or `max` ids were produced;
+    /// returns how many were. A backend may start the next step before the host has seen an id
+    /// (the id stays on the device); the cache then holds the positions of the ids handed out,
+    /// as if each had been a [`decode`](Backend::decode).
+    fn decode_greedy(&mut self, token: u32, pos: usize, max: usize, on_token: &mut dyn FnMut(u32) -> Result<bool>) -> Result<usize> {
+        let mut tok = token;
+        for i in 0..max {
+            let out = self.decode(tok, pos + i, Readback::Argmax)?;
+            tok = *out.argmax.last().ok_or_else(|| crate::Error::Gpu("a decode step read back no argmax".into()))?;
+            if !on_token(tok)? {
+                return Ok(i + 1);
+            }
+        }
+        Ok(max)
+    }
+
     /// Forgets the sequence (the cache contents become unused).
     fn reset(&mut self);
 

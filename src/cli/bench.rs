@@ -60,18 +60,28 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
 
     // tg: greedy decode of n tokens after a one-token context (llama-bench's tg).
+    // As `generate` runs it: the backend runs one step ahead of the host (decode_greedy).
     let mut tg = None;
     let mut profile = Vec::new();
     let mut streamed = None;
+    let mut step_gpu_us = None;
+    let mut host_us = None;
     if args.n_gen > 0 {
         b.reset();
         let mut tok = b.prefill(&ids(1, vocab), 0, Readback::Argmax)?.argmax[0];
         let streamed_before = b.stream_stats();
+        let (enc0, steps0) = b.host_encode();
         let t0 = Instant::now();
-        for i in 0..args.n_gen {
-            tok = b.decode(tok, 1 + i, Readback::Argmax)?.argmax[0];
-        }
+        b.decode_greedy(tok, 1, args.n_gen, &mut |id| {
+            tok = id;
+            Ok(true)
+        })?;
         let secs = t0.elapsed().as_secs_f64();
+        let (enc1, steps1) = b.host_encode();
+        let steps = steps1 - steps0;
+        if steps > 0 {
+            host_us = Some((enc1 - enc0).as_secs_f64() * 1e6 / steps as f64);
+        }
         tg = Some((args.n_gen as f64 / secs, secs / args.n_gen as f64));
         streamed = match (b.stream_stats(), streamed_before) {
             (Some(now), Some(before)) => Some(now.since(&before)),
@@ -82,6 +92,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             b.set_profiling(true)?;
             b.decode(tok, 1 + args.n_gen, Readback::Argmax)?;
             profile = b.last_profile().to_vec();
+            // The step's own GPU time, without a timestamp after every dispatch: the median
+            // of 9 steps timed at the pass's two ends.
+            b.set_step_timing(true)?;
+            let mut us = Vec::new();
+            for _ in 0..9 {
+                b.decode(tok, 1 + args.n_gen, Readback::Argmax)?;
+                us.push(b.last_profile()[0].micros);
+            }
+            us.sort_by(f64::total_cmp);
+            step_gpu_us = Some(us[us.len() / 2]);
             b.set_profiling(false)?;
         }
     }
@@ -142,6 +162,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 "bytes_per_token": bytes, "gb_s": bytes / s / 1e9,
                 "roofline_gb_s": copy_gbs, "roofline_fraction": bytes / s / 1e9 / copy_gbs,
                 "gpu_us_per_token": if profile.is_empty() { None } else { Some(gpu_us) },
+                "step_gpu_us": step_gpu_us,
+                "host_encode_us": host_us,
+                "dispatches": b.decode_dispatches(),
             })),
             "experts": streamed.map(|e| e.to_json()),
             "verify": verify_ms.iter().map(|&(m, ms)| json!({"m": m, "ms": ms, "vs_decode": tg.map(|(_, s)| ms / (s * 1e3))})).collect::<Vec<_>>(),
@@ -206,8 +229,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 println!("| {} | {} | {:.1} | {:.1} |", k.kernel, k.dispatches, k.micros, 100.0 * k.micros / us);
             }
         }
+        if let Some((_, s)) = tg {
+            let opt = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.0} µs"));
+            println!(
+                "\ndecode step: wall {:.0} µs | GPU {} (pass timestamps, median of 9) | host recording + submit {} | {} dispatches",
+                s * 1e6,
+                opt(step_gpu_us),
+                opt(host_us),
+                b.decode_dispatches()
+            );
+        }
         if !profile.is_empty() {
-            println!("\nGPU time of one decode step: {gpu_us:.1} µs over {} dispatches", profile.iter().map(|k| k.dispatches).sum::<usize>());
+            println!("\nGPU time of one decode step with a timestamp after every dispatch: {gpu_us:.1} µs over {} dispatches", profile.iter().map(|k| k.dispatches).sum::<usize>());
             println!("| kernel | dispatches | µs | % |");
             println!("|---|---|---|---|");
             for k in &profile {

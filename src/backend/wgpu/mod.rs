@@ -235,10 +235,25 @@ pub struct KernelTime {
 
 /// Timestamp queries around every dispatch of one step (`kestrel bench`).
 struct Profiler {
+    /// A timestamp after every dispatch (per-kernel times), or only at the pass's two ends
+    /// (the step's GPU time, undisturbed by hundreds of timestamp writes).
+    per_dispatch: bool,
     queries: wgpu::QuerySet,
     resolve: wgpu::Buffer,
     read: wgpu::Buffer,
     capacity: u32,
+}
+
+impl Profiler {
+    /// Timestamps one step writes for `dispatches` dispatches: the pass start, then one per
+    /// dispatch or only the pass end.
+    fn queries_written(&self, dispatches: usize) -> u32 {
+        if self.per_dispatch {
+            dispatches as u32 + 1
+        } else {
+            2
+        }
+    }
 }
 
 /// The portable GPU backend.
@@ -254,6 +269,12 @@ pub struct WgpuBackend {
     best_buf: wgpu::Buffer,
     logits_buf: wgpu::Buffer,
     best_read: wgpu::Buffer,
+    /// Argmax readback of run-ahead greedy decode (`decode_greedy`): step i lands in buffer
+    /// i % 2 while the host maps the other.
+    chain_read: [wgpu::Buffer; 2],
+    /// Host time spent recording and submitting steps, and how many (`host_encode`).
+    encode_time: std::time::Duration,
+    encode_steps: u64,
     logits_read: wgpu::Buffer,
     /// Rows of logits one step can produce (bounded by the binding limit).
     logit_rows: usize,
@@ -331,6 +352,27 @@ impl WgpuBackend {
     /// Times every dispatch of the following steps (timestamps inside the pass) until turned
     /// off; read the result of the last step with [`WgpuBackend::last_profile`].
     pub fn set_profiling(&mut self, on: bool) -> Result<()> {
+        self.set_timing(on, true)
+    }
+
+    /// Times the whole pass of the following steps (two timestamps) until turned off; the last
+    /// step's GPU time is [`WgpuBackend::last_profile`]'s one entry, `step`.
+    pub fn set_step_timing(&mut self, on: bool) -> Result<()> {
+        self.set_timing(on, false)
+    }
+
+    /// Host time spent recording and submitting steps so far (what run-ahead decode hides
+    /// behind the GPU), and how many steps.
+    pub fn host_encode(&self) -> (std::time::Duration, u64) {
+        (self.encode_time, self.encode_steps)
+    }
+
+    /// Dispatches one decode step records.
+    pub fn decode_dispatches(&self) -> usize {
+        self.program.iter().filter(|d| d.only != Only::Multi).count()
+    }
+
+    fn set_timing(&mut self, on: bool, per_dispatch: bool) -> Result<()> {
         if !on {
             self.profiler = None;
             return Ok(());
@@ -355,7 +397,7 @@ impl WgpuBackend {
             mapped_at_creation: false,
         });
         let read = self.gpu.staging("timestamp readback", size);
-        self.profiler = Some(Profiler { queries, resolve, read, capacity });
+        self.profiler = Some(Profiler { per_dispatch, queries, resolve, read, capacity });
         Ok(())
     }
 
@@ -366,12 +408,17 @@ impl WgpuBackend {
 
     fn collect_profile(&mut self, executed: &[(usize, u8)]) -> Result<()> {
         let p = self.profiler.as_ref().expect("called with a profiler");
-        let n = executed.len() + 1;
+        let n = p.queries_written(executed.len()) as usize;
         debug_assert!(n as u32 <= p.capacity);
         let mut bytes = Vec::new();
         self.gpu.read(&p.read, 8 * n as u64, &mut bytes)?;
         let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
         let ns_per_tick = self.gpu.queue.get_timestamp_period() as f64;
+        if !p.per_dispatch {
+            let us = ticks[1].saturating_sub(ticks[0]) as f64 * ns_per_tick / 1e3;
+            self.profile = vec![KernelTime { kernel: "step".into(), dispatches: executed.len(), micros: us }];
+            return Ok(());
+        }
         let mut by_kernel: Vec<KernelTime> = Vec::new();
         for (k, &(di, variant)) in executed.iter().enumerate() {
             let us = ticks[k + 1].saturating_sub(ticks[k]) as f64 * ns_per_tick / 1e3;
@@ -442,6 +489,7 @@ impl WgpuBackend {
                 return Err(e);
             }
         }
+        let t_enc = std::time::Instant::now();
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
@@ -449,9 +497,12 @@ impl WgpuBackend {
                 pass.write_timestamp(&p.queries, 0);
             }
             self.encode(&mut pass, start..self.program.len(), n, n_out, &mut executed);
+            if let Some(p) = self.profiler.as_ref().filter(|p| !p.per_dispatch) {
+                pass.write_timestamp(&p.queries, 1);
+            }
         }
         if let Some(p) = &self.profiler {
-            let n = executed.len() as u32 + 1;
+            let n = p.queries_written(executed.len());
             enc.resolve_query_set(&p.queries, 0..n, &p.resolve, 0);
             enc.copy_buffer_to_buffer(&p.resolve, 0, &p.read, 0, Some(8 * n as u64));
         }
@@ -463,6 +514,8 @@ impl WgpuBackend {
             }
         }
         self.gpu.queue.submit([enc.finish()]);
+        self.encode_time += t_enc.elapsed();
+        self.encode_steps += 1;
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("step rejected by the device: {e}")));
         }
@@ -485,6 +538,37 @@ impl WgpuBackend {
         self.read_scratch = scratch;
         Ok(out)
     }
+    /// Submits one decode step at `pos` whose input id is `token`, or, when `None`, the argmax
+    /// the previous step left in the ids buffer (run-ahead: the host has not read it yet). The
+    /// step's argmax goes to `read` and to the ids buffer for the step after it.
+    fn submit_decode(&mut self, token: Option<u32>, pos: usize, read: usize) -> Result<wgpu::SubmissionIndex> {
+        if pos + 1 > self.kv.max_ctx {
+            return Err(Error::Invalid(format!("position {} is past the context of {} (raise --ctx)", pos + 1, self.kv.max_ctx)));
+        }
+        let step = Step { n_tokens: 1, pos0: pos as u32, n_out: 1, out_row0: 0, staged: 0, ..Default::default() };
+        self.gpu.queue.write_buffer(&self.step_buf, 0, bytemuck::bytes_of(&step));
+        if let Some(t) = token {
+            self.gpu.queue.write_buffer(&self.ids_buf, 0, bytemuck::bytes_of(&t));
+        }
+        self.write_rope(pos, 1);
+        let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let t_enc = std::time::Instant::now();
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("decode step") });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
+            self.encode(&mut pass, 0..self.program.len(), 1, 1, &mut Vec::new());
+        }
+        enc.copy_buffer_to_buffer(&self.best_buf, 0, &self.chain_read[read], 0, Some(4));
+        enc.copy_buffer_to_buffer(&self.best_buf, 0, &self.ids_buf, 0, Some(4));
+        let index = self.gpu.queue.submit([enc.finish()]);
+        self.encode_time += t_enc.elapsed();
+        self.encode_steps += 1;
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("step rejected by the device: {e}")));
+        }
+        Ok(index)
+    }
+
     /// Records dispatches `range` of the program for a step of `n` tokens and `n_out` output rows.
     fn encode(&self, pass: &mut wgpu::ComputePass, range: std::ops::Range<usize>, n: usize, n_out: usize, executed: &mut Vec<(usize, u8)>) {
         // Verify steps run the decode form of every kernel (split attention, per-pair experts) for
@@ -545,7 +629,9 @@ impl WgpuBackend {
             pass.dispatch_workgroups(x, y, z);
             if let Some(p) = &self.profiler {
                 executed.push((di, variant));
-                pass.write_timestamp(&p.queries, executed.len() as u32);
+                if p.per_dispatch {
+                    pass.write_timestamp(&p.queries, executed.len() as u32);
+                }
             }
         }
     }
@@ -639,6 +725,67 @@ impl Backend for WgpuBackend {
     }
     fn max_verify(&self) -> usize {
         VERIFY_MAX.min(self.opts.max_chunk)
+    }
+    /// Runs one step ahead of the host: step i + 1 (its id taken from step i's argmax on the
+    /// GPU) is recorded and submitted before the host waits for step i's id, so the recording
+    /// of a step overlaps the GPU's work on the previous one. Streamed experts need the host
+    /// between the router and the experts, and profiles one step alone: both take the plain
+    /// loop.
+    fn decode_greedy(&mut self, token: u32, pos: usize, max: usize, on_token: &mut dyn FnMut(u32) -> Result<bool>) -> Result<usize> {
+        if self.streaming.is_some() || self.profiler.is_some() {
+            let mut tok = token;
+            for i in 0..max {
+                tok = self.decode(tok, pos + i, Readback::Argmax)?.argmax[0];
+                if !on_token(tok)? {
+                    return Ok(i + 1);
+                }
+            }
+            return Ok(max);
+        }
+        if max == 0 {
+            return Ok(0);
+        }
+        self.staged = None;
+        let mut scratch = std::mem::take(&mut self.read_scratch);
+        let mut in_flight = self.submit_decode(Some(token), pos, 0)?;
+        let mut produced = 0;
+        let result = loop {
+            // Step `produced` is in flight; queue the one after it unless it is the last.
+            let next = if produced + 1 < max { Some(self.submit_decode(None, pos + produced + 1, (produced + 1) % 2)) } else { None };
+            let next = match next.transpose() {
+                Ok(n) => n,
+                Err(e) => break Err(e),
+            };
+            if let Err(e) = self.gpu.read_after(&self.chain_read[produced % 2], 4, Some(in_flight), &mut scratch) {
+                break Err(e);
+            }
+            let tok: u32 = bytemuck::pod_read_unaligned(&scratch[..4]);
+            produced += 1;
+            // The cache holds the positions of the ids handed out. A step run ahead past the
+            // last one wrote K/V at the next position, which the next step there overwrites
+            // before any read (reads reach only positions this sequence has written).
+            self.cached = pos + produced;
+            match on_token(tok) {
+                Ok(true) => {}
+                Ok(false) => {
+                    // The final-norm hidden row is the run-ahead step's, not the last id's.
+                    if next.is_some() {
+                        self.last_rows = 0;
+                        self.read_scratch = scratch;
+                        return Ok(produced);
+                    }
+                    break Ok(produced);
+                }
+                Err(e) => break Err(e),
+            }
+            match next {
+                Some(n) => in_flight = n,
+                None => break Ok(produced),
+            }
+        };
+        self.read_scratch = scratch;
+        self.last_rows = 1;
+        result
     }
     fn commit(&mut self, n: usize) -> Result<()> {
         let Some((pos0, rows)) = self.staged.take() else {
@@ -1440,6 +1587,7 @@ impl<'a> Builder<'a> {
         };
         let commit_scratch = self.gpu.storage("commit scratch", (VERIFY_MAX * kv.caches.iter().map(|c| c.slot_elems()).max().unwrap_or(1) * 4) as u64);
         let best_read = self.gpu.staging("argmax readback", (4 * logit_rows) as u64);
+        let chain_read = [self.gpu.staging("run-ahead argmax 0", 4), self.gpu.staging("run-ahead argmax 1", 4)];
         let logits_read = self.gpu.staging("logits readback", (4 * logit_rows * vocab) as u64);
         Ok(WgpuBackend {
             cfg: cfg.clone(),
@@ -1452,6 +1600,9 @@ impl<'a> Builder<'a> {
             best_buf: best,
             logits_buf: logits,
             best_read,
+            chain_read,
+            encode_time: std::time::Duration::ZERO,
+            encode_steps: 0,
             logits_read,
             logit_rows,
             max_groups: self.gpu.limits.max_compute_workgroups_per_dimension,
