@@ -501,6 +501,7 @@ fn matmul_cases() -> Vec<Box<dyn Case>> {
         }
     }
     v.extend(qmv_cases());
+    v.extend(glu_cases());
     v.extend(qmm_cases());
     v
 }
@@ -555,6 +556,63 @@ fn qmv_cases() -> Vec<Box<dyn Case>> {
     v
 }
 
+/// The decode/verify mat-vec of a stacked [gate; up] 4-bit matrix with the GeGLU epilogue
+/// (qmv_glu.wgsl): `y[t, r] = gelu_tanh(G x[t]) · (U x[t])` for r < rows in rows `2 · rows`
+/// apart (the up half of each y row must stay untouched), token tile `tile`.
+#[derive(Clone, Copy)]
+struct GluCase {
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+    tile: usize,
+}
+
+impl Case for GluCase {
+    fn name(&self) -> String {
+        format!("qmv_glu_q4_t{}(rows={},cols={},tokens={})", self.tile, self.rows, self.cols, self.tokens)
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &GluCase { rows, cols, tokens, tile } = self;
+        let w = Weights::new(Format::Q4, 2 * rows, cols, 64, rng);
+        let xs = rng.vec(tokens * cols);
+        let y_ref = ops::matmul(&w.matrix, &xs, tokens);
+        let y_stride = 2 * rows;
+        let mut want = vec![None; tokens * y_stride];
+        for t in 0..tokens {
+            for r in 0..rows {
+                let (g, u) = (y_ref[t * 2 * rows + r], y_ref[t * 2 * rows + rows + r]);
+                want[t * y_stride + r] = Some(ops::gelu_tanh(g) as f64 * u as f64);
+            }
+        }
+        let [wb, sb, bb] = w.part(0, 2 * rows);
+        let bufs = vec![
+            input("w", wb),
+            input("scales", sb),
+            input("biases", bb),
+            input_words("x", &bits(&xs)),
+            // gelu(g)·u: the dot products' error (tol::DOT) times |gelu'| ≤ 1.13, plus one product.
+            output_f32("y", vec![POISON; tokens * y_stride], want, tol::DOT),
+        ];
+        let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: y_stride as u32, y_off: 0, count_sel: 0, _pad: 0 };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let (kernel, rows_per_wg) = qmv_glu_shape(rows, cols, cols, tile as u32).expect("qmv_glu applies to this case");
+        launch(kernel, bufs, &p, step, (rows.div_ceil(rows_per_wg as usize), tokens.div_ceil(tile)))
+    }
+}
+
+/// Partial team blocks (rows 1, 7, 65), one and two pairs per team (rows 3000 → 6000 stacked
+/// rows), the lane counts of E2B/E4B widths (cols 1536, 2560) and the down-width 6144.
+fn glu_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for tile in [1, MATMUL_VERIFY_TOK as usize] {
+        for (rows, cols, tokens) in [(1, 320, 1), (7, 320, 3), (65, 320, 5), (3000, 256, 2), (70, 1536, 1), (40, 2560, 3), (9, 6144, 2)] {
+            v.push(Box::new(GluCase { rows, cols, tokens, tile }));
+        }
+    }
+    v
+}
+
 /// Decode and verify run different token tiles of qmv: a row's result must not depend on the
 /// tile (the speculative path's logits are bitwise a decode's).
 #[test]
@@ -572,6 +630,18 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
             })
             .collect();
         assert!(outs[0] == outs[1], "qmv rows={rows} cols={cols}: tile 1 and tile {MATMUL_VERIFY_TOK} differ");
+    }
+    // The GeGLU form: the same for its gate/up rows.
+    for (rows, cols) in [(65, 320), (70, 1536)] {
+        let outs: Vec<Vec<u8>> = [1, MATMUL_VERIFY_TOK as usize]
+            .iter()
+            .map(|&tile| {
+                let l = GluCase { rows, cols, tokens: 3, tile }.build(&mut Rng(kestrel::synth::SplitMix64(11)));
+                let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+                h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4].clone()
+            })
+            .collect();
+        assert!(outs[0] == outs[1], "qmv_glu rows={rows} cols={cols}: tile 1 and tile {MATMUL_VERIFY_TOK} differ");
     }
 }
 
@@ -687,11 +757,13 @@ struct NormCase {
     out_pad: usize,
     /// Some(n): x_row_sel 1 and count_sel 1 (the final norm of the LM head rows).
     n_out: Option<usize>,
+    /// Some(pad): chain 1, out2[t] = norm(out[t]) · w2 with out2_stride = n + pad.
+    chain: Option<usize>,
 }
 
 impl NormCase {
     fn new(n: usize, tokens: usize, mode: u32) -> Self {
-        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None }
+        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None }
     }
 }
 
@@ -713,11 +785,14 @@ impl Case for NormCase {
         if let Some(n) = c.n_out {
             s += &format!(",x_row_sel=1,count_sel=1,n_out={n}");
         }
+        if let Some(pad) = c.chain {
+            s += &format!(",chain,out2_stride={}", c.n + pad);
+        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out } = self;
+        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain } = self;
         let count = n_out.unwrap_or(tokens);
         let out_row0 = tokens - n_out.unwrap_or(1);
         let (x_stride, out_stride) = (segs * n + x_pad, segs * n + out_pad);
@@ -725,12 +800,16 @@ impl Case for NormCase {
         for t in 0..tokens {
             x[t * x_stride..t * x_stride + segs * n].copy_from_slice(&bits(&rng.vec(segs * n)));
         }
-        // Norm weights sit at w_off inside a larger buffer; everything else in it is poison.
+        // Norm weights sit at w_off inside a larger buffer (the chained norm's at w2_off, after
+        // them); everything else in it is poison.
         let wv = rng.vec(n);
-        let mut wt = vec![POISON; w_off + n + 4];
+        let w2 = rng.vec(n);
+        let w2_off = w_off + n + 3;
+        let mut wt = vec![POISON; w2_off + n + 4];
         if weight {
             wt[w_off..w_off + n].copy_from_slice(&bits(&wv));
         }
+        wt[w2_off..w2_off + n].copy_from_slice(&bits(&w2));
         let mut out = vec![POISON; count * out_stride];
         let mut want = vec![None; count * out_stride];
         for t in 0..count {
@@ -751,7 +830,24 @@ impl Case for NormCase {
                 }
             }
         }
-        let bufs = vec![input_words("x", &x), input_words("wt", &wt), output_f32("out", out, want, tol::NORM)];
+        // The chained norm, from the expected out rows rounded to f32 (what the kernel holds).
+        let out2_stride = n + chain.unwrap_or(0);
+        let out2 = match chain {
+            Some(_) => {
+                let mut want2 = vec![None; count * out2_stride];
+                for t in 0..count {
+                    let mut v: Vec<f32> = (0..n).map(|i| want[t * out_stride + i].expect("row written") as f32).collect();
+                    ops::rmsnorm(&mut v, Some(&w2), EPS);
+                    for i in 0..n {
+                        want2[t * out2_stride + i] = Some(v[i] as f64);
+                    }
+                }
+                output_f32("out2", vec![POISON; count * out2_stride], want2, tol::NORM)
+            }
+            // Unchained: out2 must stay untouched.
+            None => output_f32("out2", vec![POISON; 4], vec![None; 4], tol::NORM),
+        };
+        let bufs = vec![input_words("x", &x), input_words("wt", &wt), output_f32("out", out, want, tol::NORM), out2];
         let p = NormParams {
             n: n as u32,
             segs: segs as u32,
@@ -764,7 +860,10 @@ impl Case for NormCase {
             pre,
             post,
             eps: EPS,
-            _pad: 0,
+            chain: chain.is_some() as u32,
+            w2_off: w2_off as u32,
+            out2_stride: out2_stride as u32,
+            ..Default::default()
         };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32, ..Default::default() };
         launch(Kernel::RmsNorm, bufs, &p, step, (segs, count))
@@ -801,6 +900,12 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
         v.push(Box::new(NormCase { w_off: 11, x_pad: 5, out_pad: 3, ..NormCase::new(129, 3, mode) }));
     }
     v.push(Box::new(NormCase { segs: 3, x_pad: 7, out_pad: 2, w_off: 4, ..NormCase::new(65, 9, 0) }));
+    // A residual post-norm chained into the next block's input norm (E2B/E4B widths, the layer
+    // scalar, a width past the register block's 12 · 256 values, strided rows).
+    for (n, tokens, post) in [(1536, 1, 1.0), (2560, 9, 0.37), (3200, 3, 1.0), (129, 3, 1.0)] {
+        v.push(Box::new(NormCase { post, chain: Some(0), ..NormCase::new(n, tokens, 1) }));
+    }
+    v.push(Box::new(NormCase { chain: Some(5), out_pad: 3, w_off: 11, ..NormCase::new(129, 3, 0) }));
     v
 }
 
@@ -1126,11 +1231,13 @@ struct GeluCase {
     b_off: usize,
     /// a is uniform in [-range, range) (1 by the rule; 8 to reach tanh saturation).
     range: f32,
+    /// b_in_a 1: the up values sit in a's own rows at b_off (stacked gate/up); b is unused.
+    in_a: bool,
 }
 
 impl GeluCase {
     fn new(n: usize, tokens: usize) -> Self {
-        GeluCase { n, tokens, a_pad: 0, b_stride: n, b_off: 0, range: 1.0 }
+        GeluCase { n, tokens, a_pad: 0, b_stride: n, b_off: 0, range: 1.0, in_a: false }
     }
 }
 
@@ -1147,11 +1254,14 @@ impl Case for GeluCase {
         if c.range != 1.0 {
             s += &format!(",range={}", c.range);
         }
+        if c.in_a {
+            s += ",b_in_a";
+        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &GeluCase { n, tokens, a_pad, b_stride, b_off, range } = self;
+        let &GeluCase { n, tokens, a_pad, b_stride, b_off, range, in_a } = self;
         let a_stride = n + a_pad;
         let mut a = vec![POISON; tokens * a_stride];
         let mut b = vec![POISON; tokens * b_stride];
@@ -1160,12 +1270,18 @@ impl Case for GeluCase {
             for i in 0..n {
                 let (x, y) = (rng.uniform() * range, rng.uniform());
                 a[t * a_stride + i] = x.to_bits();
-                b[t * b_stride + b_off + i] = y.to_bits();
+                if in_a {
+                    // The up half is read, never written: it must keep its value.
+                    a[t * a_stride + b_off + i] = y.to_bits();
+                    want[t * a_stride + b_off + i] = Some(y as f64);
+                } else {
+                    b[t * b_stride + b_off + i] = y.to_bits();
+                }
                 want[t * a_stride + i] = Some(ops::gelu_tanh(x) as f64 * y as f64);
             }
         }
         let bufs = vec![output_f32("a", a, want, tol::GELU), input_words("b", &b)];
-        let p = GeluParams { n: n as u32, a_stride: a_stride as u32, b_stride: b_stride as u32, b_off: b_off as u32 };
+        let p = GeluParams { n: n as u32, a_stride: a_stride as u32, b_stride: b_stride as u32, b_off: b_off as u32, b_in_a: in_a as u32, ..Default::default() };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::GeluMul, bufs, &p, step, (n.div_ceil(64), tokens))
     }
@@ -1188,6 +1304,10 @@ fn gelu_cases() -> Vec<Box<dyn Case>> {
     }
     v.push(Box::new(GeluCase { a_pad: 5, b_stride: 80, b_off: 9, ..GeluCase::new(65, 3) }));
     v.push(Box::new(GeluCase { range: 8.0, ..GeluCase::new(1000, 2) }));
+    // Stacked gate/up chunks: a row is [gate (n) | up (n)], output over the gate half.
+    for (n, tokens) in [(6144, 2), (65, 3)] {
+        v.push(Box::new(GeluCase { a_pad: n, b_off: n, in_a: true, ..GeluCase::new(n, tokens) }));
+    }
     v
 }
 

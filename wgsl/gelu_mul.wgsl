@@ -1,8 +1,8 @@
-// gelu_mul: a[t, i] = gelu_tanh(a[t, i]) · b[t, b_off + i]   for i < n, t < step.n_tokens.
-// GeGLU of the MLP (a = gate projection, b = up projection) and the PLE gate (a = gate
-// projection, b = the layer's slice of the per-layer inputs).
-// gelu_tanh(x) = ½x(1 + tanh(√(2/π)(x + 0.044715x³))); tanh is computed from exp so that large
-// |x| saturate cleanly instead of relying on the platform tanh.
+// gelu_mul: a[t, i] = gelu_tanh(a[t, i]) · b'[t, i]   for i < n, t < step.n_tokens, where
+//   b'[t, i] = b[t, b_off + i] (b_in_a 0) or a[t, b_off + i] (b_in_a 1: gate and up stacked in
+//   one row of a, b_off ≥ n, the output over the gate half).
+// GeGLU of the MLP (a = gate projection, b = up projection, or both in a) and the PLE gate
+// (a = gate projection, b = the layer's slice of the per-layer inputs). gelu_tanh: gelu.wgsl.
 //
 // Bindings: a: f32[n_tokens, a_stride] (in/out); b: f32[n_tokens, b_stride]; p: GeluParams; step.
 // Launch: 64 threads, one element each; grid = (ceil(n / 64), n_tokens).
@@ -12,6 +12,10 @@ struct GeluParams {
     a_stride: u32,
     b_stride: u32,
     b_off: u32,
+    b_in_a: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 
@@ -20,17 +24,16 @@ struct GeluParams {
 @group(0) @binding(2) var<uniform> p: GeluParams;
 @group(0) @binding(3) var<uniform> step: Step;
 
-fn tanh_stable(z: f32) -> f32 {
-    let e = exp(-2.0 * abs(z));
-    return sign(z) * (1.0 - e) / (1.0 + e);
-}
-
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x;
     let t = gid.y;
     if (i >= p.n || t >= step.n_tokens) { return; }
-    let x = a[t * p.a_stride + i];
-    let g = 0.5 * x * (1.0 + tanh_stable(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    a[t * p.a_stride + i] = g * b[t * p.b_stride + p.b_off + i];
+    var up: f32;
+    if (p.b_in_a == 1u) {
+        up = a[t * p.a_stride + p.b_off + i];
+    } else {
+        up = b[t * p.b_stride + p.b_off + i];
+    }
+    a[t * p.a_stride + i] = gelu_tanh(a[t * p.a_stride + i]) * up;
 }

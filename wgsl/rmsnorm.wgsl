@@ -1,13 +1,17 @@
 // rmsnorm: out[t, s] = ((mode == 1 ? out[t, s] : 0) + norm(x[t', s] · pre) · w) · post
 //   where norm(v) = v · (mean(v²) + eps)^-½, s is one of `segs` segments of length n per token,
 //   and t' = t (x_row_sel 0) or step.out_row0 + t (x_row_sel 1: the rows the LM head reads).
+//   chain == 1 (segs 1): then also out2[t] = norm(out[t]) · w2, the next block's input norm of
+//   the residual stream this norm just updated, from the values still in registers (one
+//   dispatch instead of two; the same arithmetic as a second rmsnorm over out, bitwise).
 // One kernel covers every norm of the layer: input norms (mode 0), sandwich post-norms folded
 // into the residual add (mode 1, post = layer_scalar on the layer's last add), the PLE
 // projection norm (segs = n_layers, pre = hidden^-½, post = 2^-½ over the token term in out),
 // and the final norm.
 //
 // Bindings: x: f32[count, x_stride]; wt: f32[..] all norm weights of the model, this one at
-//   w_off (NO_WEIGHT: scale-free norm); out: f32[count, out_stride]; p: NormParams; step: Step.
+//   w_off (NO_WEIGHT: scale-free norm), the chained one at w2_off; out: f32[count, out_stride];
+//   out2: f32[count, out2_stride] (chain == 1; else any buffer); p: NormParams; step: Step.
 // Launch: 256 threads per (segment, token); grid = (segs, count).
 // Why the fixed-order tree reduce: results must not depend on the chunk a token was run in.
 // Why the unrolled register block (PERF_NOTES.md): a decode step runs this kernel on one
@@ -32,23 +36,45 @@ struct NormParams {
     pre: f32,
     post: f32,
     eps: f32,
-    _pad: u32,
+    chain: u32,
+    w2_off: u32,
+    out2_stride: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> wt: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: NormParams;
-@group(0) @binding(4) var<uniform> step: Step;
+@group(0) @binding(3) var<storage, read_write> out2: array<f32>;
+@group(0) @binding(4) var<uniform> p: NormParams;
+@group(0) @binding(5) var<uniform> step: Step;
 
 var<workgroup> red: array<f32, WG>;
 
-fn finish(y0: f32, i: u32, ob: u32) {
+// Writes and returns out[ob + i].
+fn finish(y0: f32, i: u32, ob: u32) -> f32 {
     var y = y0;
     if (p.w_off != NO_WEIGHT) { y *= wt[p.w_off + i]; }
     if (p.mode == 1u) { y += out[ob + i]; }
-    out[ob + i] = y * p.post;
+    y *= p.post;
+    out[ob + i] = y;
+    return y;
+}
+
+// The workgroup's sum of `ss` over its threads (fixed tree). Every thread must call it.
+fn workgroup_sum(ss: f32, lid: u32) -> f32 {
+    red[lid] = ss;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) { red[lid] += red[lid + s]; }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    // `red` is reused by the next call: every thread has read the total first.
+    workgroupBarrier();
+    return total;
 }
 
 @compute @workgroup_size(256)
@@ -72,18 +98,30 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         let v = x[xb + i] * p.pre;
         ss += v * v;
     }
-    red[lid] = ss;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) { red[lid] += red[lid + s]; }
-        workgroupBarrier();
-    }
-    let r = 1.0 / sqrt(red[0] / f32(p.n) + p.eps);
+    let r = 1.0 / sqrt(workgroup_sum(ss, lid) / f32(p.n) + p.eps);
     let ob = t * p.out_stride + seg * p.n;
     // @unroll k V
-    if (lid + {k}u * WG < p.n) { finish(v{k} * r, lid + {k}u * WG, ob); }
+    if (lid + {k}u * WG < p.n) { v{k} = finish(v{k} * r, lid + {k}u * WG, ob); }
     // @end k
     for (var i = lid + V * WG; i < p.n; i += WG) {
         finish(x[xb + i] * p.pre * r, i, ob);
+    }
+    if (p.chain != 1u) { return; }
+    // The chained norm of the updated rows (this thread's own writes are read back past V · WG).
+    var ss2 = 0.0;
+    // @unroll k V
+    ss2 += v{k} * v{k};
+    // @end k
+    for (var i = lid + V * WG; i < p.n; i += WG) {
+        let v = out[ob + i];
+        ss2 += v * v;
+    }
+    let r2 = 1.0 / sqrt(workgroup_sum(ss2, lid) / f32(p.n) + p.eps);
+    let ob2 = t * p.out2_stride;
+    // @unroll k V
+    if (lid + {k}u * WG < p.n) { out2[ob2 + lid + {k}u * WG] = v{k} * r2 * wt[p.w2_off + lid + {k}u * WG]; }
+    // @end k
+    for (var i = lid + V * WG; i < p.n; i += WG) {
+        out2[ob2 + i] = out[ob + i] * r2 * wt[p.w2_off + i];
     }
 }

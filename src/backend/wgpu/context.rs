@@ -110,6 +110,28 @@ impl Gpu {
         })
     }
 
+    /// A storage buffer holding `pieces` one after another (padded to 4 bytes): a stacked
+    /// weight matrix, written straight from the mapped files without a joined host copy.
+    pub fn upload_concat(&self, label: &str, pieces: &[&[u8]]) -> Result<wgpu::Buffer> {
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: len.max(4).next_multiple_of(4) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        {
+            let mut view = buf.slice(..).get_mapped_range_mut().map_err(|e| Error::Gpu(format!("{label}: mapping for upload: {e}")))?;
+            let mut off = 0;
+            for p in pieces {
+                view.slice(off..off + p.len()).copy_from_slice(p);
+                off += p.len();
+            }
+        }
+        buf.unmap();
+        Ok(buf)
+    }
+
     /// A host-readable staging buffer for readback.
     pub fn staging(&self, label: &str, size: u64) -> wgpu::Buffer {
         self.device.create_buffer(&wgpu::BufferDescriptor {

@@ -51,6 +51,9 @@ pub enum Kernel {
     /// The 4-bit mat-vec of decode (`tok` 1) and verify steps: `lanes` per row, `rpt` rows per
     /// team of lanes (see qmv.wgsl and [`qmv_shape`]).
     Qmv { tok: u32, lanes: u32, rpt: u32 },
+    /// `Qmv` over a stacked [gate; up] matrix with the GeGLU as epilogue (qmv_glu.wgsl): `pairs`
+    /// output rows per team.
+    QmvGlu { tok: u32, lanes: u32, pairs: u32 },
     /// The 4-bit mat-mat of prefill chunks: 64 rows × [`QMM_TILE`] tokens per workgroup.
     Qmm,
     /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
@@ -83,6 +86,7 @@ impl Kernel {
         match self {
             Kernel::Matmul(f, tok) => format!("matmul_{}_t{tok}", f.name()),
             Kernel::Qmv { tok, lanes, rpt } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}"),
+            Kernel::QmvGlu { tok, lanes, pairs } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}"),
             Kernel::Qmm => "qmm_q4".into(),
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
@@ -120,8 +124,12 @@ impl Kernel {
                 let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
-            Kernel::Qmv { tok, lanes, rpt } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, rpt)),
-            Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt)),
+            Kernel::Qmv { tok, lanes, rpt } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, rpt, 0)),
+            Kernel::QmvGlu { tok, lanes, pairs } => {
+                let glu = format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/qmv_glu.wgsl"));
+                format!("{matmul_params}\n{}", qmv_source(&glu, tok, lanes, 2 * pairs, pairs))
+            }
+            Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0)),
             Kernel::Qmm => format!("{matmul_params}\n{groups}\n{}", unroll(include_str!("../../../wgsl/qmm.wgsl"), &[])),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => {
@@ -132,7 +140,7 @@ impl Kernel {
             Kernel::Attention => format!("{params}\n{}\n{tile}", include_str!("../../../wgsl/attention.wgsl")),
             Kernel::AttentionSplit => format!("{params}\n{}\n{tile}", include_str!("../../../wgsl/attention_split.wgsl")),
             Kernel::AttentionCombine => format!("{params}\n{}", include_str!("../../../wgsl/attention_combine.wgsl")),
-            Kernel::GeluMul => include_str!("../../../wgsl/gelu_mul.wgsl").into(),
+            Kernel::GeluMul => format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/gelu_mul.wgsl")),
             Kernel::SoftcapArgmax => unroll(&include_str!("../../../wgsl/softcap_argmax.wgsl").replace("{{U}}", "16"), &[("U", 16)]),
             Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
             Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
@@ -144,12 +152,17 @@ impl Kernel {
     }
 }
 
-/// A qmv kernel (`qmv.wgsl`, `qmv_moe.wgsl`) followed by the shared loop (`qmv_core.wgsl`),
-/// with the tile constants substituted and the `@unroll` blocks expanded.
-fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32) -> String {
+/// A qmv kernel (`qmv.wgsl`, `qmv_glu.wgsl`, `qmv_moe.wgsl`) followed by the shared loop
+/// (`qmv_core.wgsl`), with the tile constants substituted and the `@unroll` blocks expanded
+/// (`pairs`: qmv_glu's rows per team, else unused).
+fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32) -> String {
     let src = format!("{kernel}\n{}\n{}", include_str!("../../../wgsl/formats/groups.wgsl"), include_str!("../../../wgsl/qmv_core.wgsl"));
-    let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{LANES}}", &lanes.to_string()).replace("{{RPT}}", &rpt.to_string());
-    unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok)])
+    let src = src
+        .replace("{{TOK}}", &tok.to_string())
+        .replace("{{LANES}}", &lanes.to_string())
+        .replace("{{RPT}}", &rpt.to_string())
+        .replace("{{PAIRS}}", &pairs.to_string());
+    unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok), ("PAIRS", pairs)])
 }
 
 /// Expands `// @unroll NAME COUNT` … `// @end NAME` blocks: the lines between are repeated for
@@ -197,8 +210,8 @@ impl Kernel {
     pub fn bindings(self) -> &'static [Bind] {
         use Bind::*;
         match self {
-            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::Qmm | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
-            Kernel::RmsNorm => &[Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::HeadNormRope | Kernel::Attention | Kernel::AttentionSplit => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
@@ -295,6 +308,19 @@ fn qmv_tile(rows: usize, cols: usize) -> (u32, u32) {
     (lanes, rpt)
 }
 
+/// The `qmv_glu` variant for a stacked [gate; up] matrix of `2 · rows` rows × `cols` and a
+/// token tile of `tok`, and its output rows per workgroup; `None` where qmv does not apply.
+/// Lanes and rows per team follow qmv's rule for the stacked matrix (at least one gate/up pair
+/// per team), so rows reduce as qmv would reduce them.
+pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
+    if cols % 64 != 0 || x_stride % 4 != 0 {
+        return None;
+    }
+    let (lanes, rpt) = qmv_tile(2 * rows, cols);
+    let pairs = (rpt / 2).max(1);
+    Some((Kernel::QmvGlu { tok, lanes, pairs }, QMV_WG / lanes * pairs))
+}
+
 /// Sentinel for "no norm weight" (`NO_WEIGHT` in the WGSL).
 pub const NO_WEIGHT: u32 = u32::MAX;
 
@@ -349,7 +375,12 @@ pub struct NormParams {
     pub pre: f32,
     pub post: f32,
     pub eps: f32,
-    pub _pad: u32,
+    /// 1: also write the next block's input norm of `out` (weight at `w2_off`) to the second
+    /// output, rows `out2_stride` apart.
+    pub chain: u32,
+    pub w2_off: u32,
+    pub out2_stride: u32,
+    pub _pad: [u32; 2],
 }
 
 #[repr(C)]
@@ -392,6 +423,9 @@ pub struct GeluParams {
     pub a_stride: u32,
     pub b_stride: u32,
     pub b_off: u32,
+    /// 1: the up values are in `a` itself, at `b_off` within each row (stacked gate/up).
+    pub b_in_a: u32,
+    pub _pad: [u32; 3],
 }
 
 #[repr(C)]

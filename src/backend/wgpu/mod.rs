@@ -908,6 +908,33 @@ impl<'a> Builder<'a> {
         self.upload_matrix_parts(m, self.gpu.max_binding)
     }
 
+    /// Uploads `a` and `b` stacked along rows as one 4-bit matrix (`a`'s rows first) when both are
+    /// 4-bit of the same width and groups, the decode kernels apply (whole 64-value groups), and
+    /// the stack fits one binding; `None` otherwise.
+    fn upload_stacked(&mut self, a: &Matrix, b: &Matrix) -> Result<Option<GpuMatrix>> {
+        let (Matrix::Quant { layout: la, w: wa, scales: sa, biases: ba, .. }, Matrix::Quant { layout: lb, w: wb, scales: sb, biases: bb, .. }) = (a, b) else {
+            return Ok(None);
+        };
+        let cols = a.cols();
+        if la.bits != 4 || lb.bits != 4 || la.group_size != lb.group_size || b.cols() != cols || cols % 64 != 0 {
+            return Ok(None);
+        }
+        if (wa.bytes().len() + wb.bytes().len()) as u64 > self.gpu.max_binding {
+            return Ok(None);
+        }
+        let rows = a.rows() + b.rows();
+        let label = format!("{}+{}", a.name(), b.name());
+        let part = GpuPart {
+            row0: 0,
+            rows,
+            w: self.gpu.upload_concat(&label, &[wa.bytes(), wb.bytes()])?,
+            scales: self.gpu.upload_concat(&format!("{label}.scales"), &[sa.bytes(), sb.bytes()])?,
+            biases: self.gpu.upload_concat(&format!("{label}.biases"), &[ba.bytes(), bb.bytes()])?,
+        };
+        self.weight_bytes += [wa, wb, sa, sb, ba, bb].iter().map(|t| t.bytes().len() as u64).sum::<u64>();
+        Ok(Some(GpuMatrix { format: Format::Q4, cols, gs: la.group_size, parts: vec![part] }))
+    }
+
     /// Uploads a matrix that kernels index as a whole (an expert stack): one part, or an error
     /// when it exceeds the adapter's binding limit.
     fn upload_matrix_whole(&mut self, m: &Matrix) -> Result<GpuMatrix> {
@@ -1068,6 +1095,41 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// `y[t, r] = gelu_tanh(G x[t]) · (U x[t])` for a stacked [G; U] 4-bit matrix `m` of
+    /// `2 · rows` rows, into the first `rows` of each `2 · rows`-wide row of `y`. Chunks run the
+    /// stacked mat-mat and gelu_mul over the two halves; decode and verify steps one qmv_glu.
+    fn matmul_glu(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer) {
+        self.matmul(m, x, x_stride, y, 2 * rows, false);
+        let sp = self.specs.last_mut().expect("just pushed");
+        (sp.only, sp.single, sp.verify) = (Only::Multi, None, None);
+        let dummy = self.dummy.clone();
+        self.gelu_mul(y, &dummy, GeluParams { n: rows as u32, a_stride: 2 * rows as u32, b_off: rows as u32, b_in_a: 1, ..Default::default() });
+        self.specs.last_mut().expect("just pushed").only = Only::Multi;
+
+        let part = &m.parts[0];
+        debug_assert_eq!((m.parts.len(), part.rows), (1, 2 * rows), "a stacked matrix is one part");
+        let p = MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, _pad: 0 };
+        let res = vec![
+            Res::Buf(part.w.clone()),
+            Res::Buf(part.scales.clone()),
+            Res::Buf(part.biases.clone()),
+            Res::Buf(x.clone()),
+            Res::Buf(y.clone()),
+            Res::Params,
+            Res::Step,
+        ];
+        let shape = |tok| {
+            let (k, per_wg) = qmv_glu_shape(rows, m.cols, x_stride, tok).expect("stacked only where qmv applies");
+            (k, (rows as u32).div_ceil(per_wg), tok)
+        };
+        let (vk, vx, vt) = shape(MATMUL_VERIFY_TOK);
+        self.spec(vk, res, &p, vx, GridY::TokenTiles(vt));
+        let sp = self.specs.last_mut().expect("just pushed");
+        sp.only = Only::Single;
+        sp.single = Some(shape(1));
+        sp.verify = Some((vk, vx, vt));
+    }
+
     /// Routed-expert mat-vec: `y[t, j, r] = W[idx[t,j] · stride + off + r] · x[t, j]`; decode
     /// steps run it per (token, expert) pair, chunks per expert over `groups` (see moe_group).
     #[allow(clippy::too_many_arguments)]
@@ -1138,11 +1200,28 @@ impl<'a> Builder<'a> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn norm(&mut self, x: &wgpu::Buffer, wt: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams) {
+    /// Records an rmsnorm; returns its spec index (for [`Builder::chain_norm`]).
+    fn norm(&mut self, x: &wgpu::Buffer, wt: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams) -> usize {
         let y = if p.count_sel == 1 { GridY::Out } else { GridY::Tokens };
-        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), Res::Params, Res::Step];
+        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), Res::Buf(self.dummy.clone()), Res::Params, Res::Step];
         self.spec(Kernel::RmsNorm, res, &p, p.segs, y);
+        self.specs.len() - 1
+    }
+
+    /// Folds the next block's input norm (weight at `w_off`, into `out2`, rows `stride` apart)
+    /// into the residual norm `spec` just recorded, which wrote the rows it normalises: one
+    /// dispatch instead of two, the same arithmetic.
+    fn chain_norm(&mut self, spec: usize, w_off: u32, out2: &wgpu::Buffer, stride: usize) {
+        let sp = &mut self.specs[spec];
+        debug_assert!(matches!(sp.kernel, Kernel::RmsNorm), "chained onto a non-norm");
+        let range = sp.param_off as usize..(sp.param_off + sp.param_len) as usize;
+        let mut p: NormParams = bytemuck::pod_read_unaligned(&self.params[range.clone()]);
+        debug_assert!(p.segs == 1 && p.chain == 0, "chain needs one segment, once");
+        p.chain = 1;
+        p.w2_off = w_off;
+        p.out2_stride = stride as u32;
+        self.params[range].copy_from_slice(bytemuck::bytes_of(&p));
+        sp.res[3] = Res::Buf(out2.clone());
     }
 
     fn head_norm_rope(&mut self, src: &wgpu::Buffer, wt: &wgpu::Buffer, rope: &wgpu::Buffer, dst: &wgpu::Buffer, p: HeadParams) {
@@ -1222,11 +1301,16 @@ impl<'a> Builder<'a> {
             k: Option<GpuMatrix>,
             v: Option<GpuMatrix>,
             o: GpuMatrix,
-            gate: GpuMatrix,
-            up: GpuMatrix,
+            mlp: Mlp,
             down: GpuMatrix,
             ple: Option<(GpuMatrix, GpuMatrix)>,
             moe: Option<GpuMoe>,
+        }
+        /// The MLP's gate and up projections: one stacked 4-bit matrix whose decode mat-vec
+        /// applies the GeGLU itself (qmv_glu), or two matrices and gelu_mul.
+        enum Mlp {
+            Split { gate: GpuMatrix, up: GpuMatrix },
+            Stacked(GpuMatrix),
         }
         /// Routed experts, every expert resident (stacked along rows).
         struct GpuMoe {
@@ -1253,8 +1337,10 @@ impl<'a> Builder<'a> {
                 k: lw.k_proj.as_ref().map(|m| self.upload_matrix(m)).transpose()?,
                 v: lw.v_proj.as_ref().map(|m| self.upload_matrix(m)).transpose()?,
                 o: self.upload_matrix(&lw.o_proj)?,
-                gate: self.upload_matrix(&lw.gate_proj)?,
-                up: self.upload_matrix(&lw.up_proj)?,
+                mlp: match self.upload_stacked(&lw.gate_proj, &lw.up_proj)? {
+                    Some(gu) => Mlp::Stacked(gu),
+                    None => Mlp::Split { gate: self.upload_matrix(&lw.gate_proj)?, up: self.upload_matrix(&lw.up_proj)? },
+                },
                 down: self.upload_matrix(&lw.down_proj)?,
                 ple: match &lw.ple {
                     Some(p) => Some((self.upload_matrix(&p.input_gate)?, self.upload_matrix(&p.projection)?)),
@@ -1334,7 +1420,8 @@ impl<'a> Builder<'a> {
         let heads_max = cfg.layers.iter().map(|l| l.n_heads).max().unwrap_or(0);
         let d_max = cfg.layers.iter().map(|l| l.head_dim).max().unwrap_or(0);
         let attn_part = self.act("attention splits", VERIFY_MAX * heads_max * ATTN_SPLITS as usize * (d_max + 2))?;
-        let g = self.act("ffn gate", c * mlp_max)?;
+        // Gate and up side by side per token when stacked; the GeGLU lands in the gate half.
+        let g = self.act("ffn gate", c * 2 * mlp_max)?;
         let u = self.act("ffn up", c * mlp_max)?;
         let xf = self.act("final hidden", logit_rows * h)?;
         let logits = self.act("logits", logit_rows * vocab)?;
@@ -1386,13 +1473,15 @@ impl<'a> Builder<'a> {
             self.norm(ple_ctx, &norm_buf, ple_all, NormParams {
                 n: pd as u32, segs: nl as u32, x_stride: (nl * pd) as u32, x_row_sel: 0, out_stride: (nl * pd) as u32,
                 w_off: ple_norm, mode: 1, count_sel: 0, pre: (h as f64).powf(-0.5) as f32,
-                post: std::f32::consts::FRAC_1_SQRT_2, eps, _pad: 0,
+                post: std::f32::consts::FRAC_1_SQRT_2, eps, ..Default::default()
             });
         }
         let plain = |n: usize, w_off: u32, mode: u32, post: f32| NormParams {
             n: n as u32, segs: 1, x_stride: n as u32, x_row_sel: 0, out_stride: n as u32,
-            w_off, mode, count_sel: 0, pre: 1.0, post, eps, _pad: 0,
+            w_off, mode, count_sel: 0, pre: 1.0, post, eps, ..Default::default()
         };
+        // The residual norm that ended the last layer (it wrote x), for the next input norm.
+        let mut residual: Option<usize> = None;
         for (li, (l, gl)) in cfg.layers.iter().zip(&layers).enumerate() {
             let ln = &layer_norms[li];
             let lw = &w.layers[li];
@@ -1401,8 +1490,13 @@ impl<'a> Builder<'a> {
             let rc = kv.read_cache[li];
             let slots = kv.caches[rc].slots as u32;
 
-            // attention block
-            self.norm(&x, &norm_buf, &xn, plain(h, ln.input, 0, 1.0));
+            // attention block; the input norm rides on the last layer's final residual norm
+            match residual.take() {
+                Some(prev) => self.chain_norm(prev, ln.input, &xn, h),
+                None => {
+                    self.norm(&x, &norm_buf, &xn, plain(h, ln.input, 0, 1.0));
+                }
+            }
             self.matmul(&gl.q, &xn, h, &att, l.q_dim(), false);
             if let KvSource::Own { cache } = l.kv {
                 let k = gl.k.as_ref().expect("owning layers have k_proj");
@@ -1443,10 +1537,10 @@ impl<'a> Builder<'a> {
             self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
             self.specs.last_mut().expect("just pushed").only = Only::Single;
             self.matmul(&gl.o, &att, l.q_dim(), &o, h, false);
-            self.norm(&o, &norm_buf, &x, plain(h, ln.post_attn, 1, 1.0));
+            let post_attn = self.norm(&o, &norm_buf, &x, plain(h, ln.post_attn, 1, 1.0));
 
             // feed-forward block
-            self.norm(&x, &norm_buf, &xn, plain(h, ln.pre_ff, 0, 1.0));
+            self.chain_norm(post_attn, ln.pre_ff, &xn, h);
             // MoE layers route first, so that a streamed step can hand the top-k to the host and
             // run the dense branch while the host reads the missing experts.
             let mut route_end = None;
@@ -1464,10 +1558,19 @@ impl<'a> Builder<'a> {
                 }
                 route_end = Some(self.specs.len());
             }
-            self.matmul(&gl.gate, &xn, h, &g, l.mlp_width, false);
-            self.matmul(&gl.up, &xn, h, &u, l.mlp_width, false);
-            self.gelu_mul(&g, &u, GeluParams { n: l.mlp_width as u32, a_stride: l.mlp_width as u32, b_stride: l.mlp_width as u32, b_off: 0 });
-            self.matmul(&gl.down, &g, l.mlp_width, &o, h, false);
+            let down_x_stride = match &gl.mlp {
+                Mlp::Split { gate, up } => {
+                    self.matmul(gate, &xn, h, &g, l.mlp_width, false);
+                    self.matmul(up, &xn, h, &u, l.mlp_width, false);
+                    self.gelu_mul(&g, &u, GeluParams { n: l.mlp_width as u32, a_stride: l.mlp_width as u32, b_stride: l.mlp_width as u32, b_off: 0, ..Default::default() });
+                    l.mlp_width
+                }
+                Mlp::Stacked(gu) => {
+                    self.matmul_glu(gu, l.mlp_width, &xn, h, &g);
+                    2 * l.mlp_width
+                }
+            };
+            self.matmul(&gl.down, &g, down_x_stride, &o, h, false);
             let mut ff_out = &o;
             if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, pre2, post1, post2])) = (&gl.moe, &moe_bufs, ln.moe) {
                 // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h)))
@@ -1484,7 +1587,7 @@ impl<'a> Builder<'a> {
                     None => (gm, *gstride, moe.up_off),
                 };
                 self.moe_matmul(um, ustride, uoff, iw, sel, groups, &xn, h, 0, eu, tk);
-                self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0 });
+                self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0, ..Default::default() });
                 self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk);
                 if streaming {
                     let route_end = route_end.expect("recorded above for MoE layers");
@@ -1496,14 +1599,15 @@ impl<'a> Builder<'a> {
                 ff_out = m1;
             }
             let post_ff_scale = if gl.ple.is_some() { 1.0 } else { lw.layer_scalar };
-            self.norm(ff_out, &norm_buf, &x, plain(h, ln.post_ff, 1, post_ff_scale));
+            let post_ff = self.norm(ff_out, &norm_buf, &x, plain(h, ln.post_ff, 1, post_ff_scale));
+            residual = Some(post_ff);
 
             // per-layer input, then the layer scalar
             if let (Some((gate, proj)), Some((ple_all, _, ple_g))) = (&gl.ple, &ple_bufs) {
                 self.matmul(gate, &x, h, ple_g, pd, false);
-                self.gelu_mul(ple_g, ple_all, GeluParams { n: pd as u32, a_stride: pd as u32, b_stride: (nl * pd) as u32, b_off: (li * pd) as u32 });
+                self.gelu_mul(ple_g, ple_all, GeluParams { n: pd as u32, a_stride: pd as u32, b_stride: (nl * pd) as u32, b_off: (li * pd) as u32, ..Default::default() });
                 self.matmul(proj, ple_g, pd, &o, h, false);
-                self.norm(&o, &norm_buf, &x, plain(h, ln.ple_post, 1, lw.layer_scalar));
+                residual = Some(self.norm(&o, &norm_buf, &x, plain(h, ln.ple_post, 1, lw.layer_scalar)));
             }
         }
 
