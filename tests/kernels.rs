@@ -1156,7 +1156,8 @@ impl Case for AttnCase {
 /// Decode attention: attention_split (keys over ATTN_SPLITS workgroups per head) then
 /// attention_combine, as the backend runs one-token and verify steps, against the same CPU
 /// reference as `attention`: E2B's sliding and global heads, fewer keys than splits (empty
-/// splits), a wrapped sliding ring with several tokens, and splits of more than one 64-key tile.
+/// splits), a wrapped sliding ring with several tokens, splits of more than one 64-key tile, and
+/// head dims that are not whole 64-lane rounds.
 #[test]
 fn split_attention_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
@@ -1168,6 +1169,10 @@ fn split_attention_matches_the_cpu_reference() {
         a(32, 4, 1, 3, 200, 16, 18),
         a(64, 4, 2, 1, 2100, 0, 2101),
         a(64, 8, 2, 4, 70, 0, 80),
+        // Head dims that leave lanes idle (40: one dim per lane on 40 lanes; 200: the fourth
+        // dim on 8 lanes), more keys than one round of loads leaves in flight.
+        a(40, 4, 1, 2, 90, 0, 100),
+        a(200, 2, 1, 1, 70, 0, 80),
     ];
     for c in cases {
         let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&c.name()))));
@@ -1177,7 +1182,7 @@ fn split_attention_matches_the_cpu_reference() {
         p.n_splits = ATTN_SPLITS;
         let part = vec![0u8; 4 * c.tokens * c.heads * splits * (c.d + 2)];
         let bufs = vec![l.bufs[0].bytes.clone(), l.bufs[1].bytes.clone(), l.bufs[2].bytes.clone(), part];
-        let out = h.run(Kernel::AttentionSplit, &bufs, bytemuck::bytes_of(&p), l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
+        let out = h.run(attention_split(c.d), &bufs, bytemuck::bytes_of(&p), l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
         let o = h.run(Kernel::AttentionCombine, &[out[3].clone(), l.bufs[3].bytes.clone()], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap();
         let got: Vec<f32> = words(&o[1]).into_iter().map(f32::from_bits).collect();
         let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();

@@ -8,12 +8,12 @@
 // Host guarantees n_splits ≤ 64.
 //
 // Why this shape (PERF_NOTES.md): a decode step runs one small workgroup per head, so the
-// kernel's time is its chain of dependent loads. The split maxima and weights are computed
-// once into workgroup memory (not by every thread), and each output dim's sum over the splits
-// reads U splits per round with a constant-trip inner loop, so U loads are in flight at once.
-// The sums still run in split order: results do not depend on the unrolling.
+// kernel's time is its chain of dependent loads (a GPU issues in order: a load then its use
+// waits a full round trip). Each split's (m, l) is loaded by its own thread, the weights are
+// computed once into workgroup memory, and each output dim's sum over the splits issues U loads
+// (an unrolled block) before adding them. The sums still run in split order.
 const WG: u32 = 256u;
-const U: u32 = 8u;
+const U: u32 = {{U}}u;
 const MAX_SPLITS: u32 = 64u;
 const NEG: f32 = -3.0e38;
 
@@ -24,6 +24,7 @@ const NEG: f32 = -3.0e38;
 
 var<workgroup> m_s: array<f32, MAX_SPLITS>;
 var<workgroup> wt: array<f32, MAX_SPLITS>;
+var<workgroup> l_s: array<f32, MAX_SPLITS>;
 var<workgroup> inv_l: f32;
 
 @compute @workgroup_size(256)
@@ -35,7 +36,12 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let d = p.d;
     let ns = p.n_splits;
     let base = (t * p.n_heads + h) * ns * (d + 2u);
-    if (lid < ns) { m_s[lid] = part[base + lid * (d + 2u)]; }
+    // One thread per split loads its (m, l) (all in flight at once); the sums below read them
+    // from workgroup memory instead of one global load per split in turn.
+    if (lid < ns) {
+        m_s[lid] = part[base + lid * (d + 2u)];
+        l_s[lid] = part[base + lid * (d + 2u) + 1u];
+    }
     workgroupBarrier();
     if (lid < ns) {
         var mx = NEG;
@@ -45,7 +51,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     workgroupBarrier();
     if (lid == 0u) {
         var l = 0.0;
-        for (var s = 0u; s < ns; s++) { l += wt[s] * part[base + s * (d + 2u) + 1u]; }
+        for (var s = 0u; s < ns; s++) { l += wt[s] * l_s[s]; }
         inv_l = l;
     }
     workgroupBarrier();
@@ -53,10 +59,14 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     for (var i = lid; i < d; i += WG) {
         var a = 0.0;
         for (var s0 = 0u; s0 < ns; s0 += U) {
-            for (var u = 0u; u < U; u++) {
-                let s = s0 + u;
-                if (s < ns) { a += wt[s] * part[base + s * (d + 2u) + 2u + i]; }
-            }
+            // U loads issued, then summed in split order.
+            // @unroll u U
+            var pv{u} = 0.0;
+            if (s0 + {u}u < ns) { pv{u} = part[base + (s0 + {u}u) * (d + 2u) + 2u + i]; }
+            // @end u
+            // @unroll u U
+            if (s0 + {u}u < ns) { a += wt[s0 + {u}u] * pv{u}; }
+            // @end u
         }
         o[t * p.n_heads * d + h * d + i] = a / l;
     }

@@ -30,26 +30,45 @@
 // Scores of one tile of keys, [key][lane]: lane partial dot products, then a tree per key.
 var<workgroup> sred: array<f32, 4096>;
 
+const DK: u32 = {{DK}}u; // dims per lane: ceil(d / 64)
+const G: u32 = {{G}}u;   // keys whose loads are in flight together
+
 // attend_keys (attention_tile.wgsl) with the q·k dot products spread over the lanes: a split
 // holds a few keys (≈ context / n_splits), so one thread per key left most lanes idle and made
-// each score a chain of d dependent loads (PERF_NOTES.md). Here lane lid reads dims
-// lid, lid + 64, … of every key (independent loads), a fixed tree adds the 64 partials per
-// key; the softmax step is attend_keys' (tile_softmax) and the V sums run in key order.
+// each score a chain of d dependent loads (PERF_NOTES.md). Here lane lid owns dims
+// lid, lid + 64, … (DK of them: the query and the output accumulators stay in registers), a
+// fixed tree adds the 64 partials per key; the softmax step is attend_keys' (tile_softmax) and
+// the V sums run in key order. Keys go G at a time with all G · DK loads issued before any is
+// used: a GPU issues in order, so a load followed by its use waits a full memory round trip,
+// and a rolled loop of them is a chain of round trips (PERF_NOTES.md, session 4).
 fn attend_keys_lanes(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f32> {
     let kv_stride = p.n_kv_heads * d;
     var m = NEG;
     var l = 0.0;
-    for (var k = 0u; k < 16u; k++) { acc[k] = 0.0; }
+    // @unroll k DK
+    var q{k} = 0.0;
+    if ({k}u * WG + lid < d) { q{k} = qs[{k}u * WG + lid]; }
+    var acc{k} = 0.0;
+    // @end k
     for (var base = start; base < end; base += WG) {
         let n_valid = min(WG, end - base);
-        for (var j = 0u; j < n_valid; j++) {
-            let kb = kv_row(base + j, p.slots) * kv_stride + kvh * d;
-            var s = 0.0;
-            for (var k = 0u; k < 16u; k++) {
-                let i = k * WG + lid;
-                if (i < d) { s += qs[i] * kc[kb + i]; }
+        for (var j0 = 0u; j0 < n_valid; j0 += G) {
+            // @unroll g G
+            let kb{g} = kv_row(base + min(j0 + {g}u, n_valid - 1u), p.slots) * kv_stride + kvh * d;
+            // @unroll k DK
+            var k{g}_{k} = 0.0;
+            if ({k}u * WG + lid < d) { k{g}_{k} = kc[kb{g} + {k}u * WG + lid]; }
+            // @end k
+            // @end g
+            // @unroll g G
+            if (j0 + {g}u < n_valid) {
+                var s = 0.0;
+                // @unroll k DK
+                s += q{k} * k{g}_{k};
+                // @end k
+                sred[(j0 + {g}u) * WG + lid] = s;
             }
-            sred[j * WG + lid] = s;
+            // @end g
         }
         workgroupBarrier();
         for (var hw = WG / 2u; hw > 0u; hw >>= 1u) {
@@ -63,18 +82,33 @@ fn attend_keys_lanes(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f
         let mlc = tile_softmax(s, lid, n_valid, m, l);
         l = mlc.y;
         let corr = mlc.z;
-        for (var k = 0u; k < 16u; k++) { acc[k] *= corr; }
-        for (var j = 0u; j < n_valid; j++) {
-            let vb = kv_row(base + j, p.slots) * kv_stride + kvh * d;
-            let pj = probs[j];
-            for (var k = 0u; k < 16u; k++) {
-                let i = k * WG + lid;
-                if (i < d) { acc[k] += pj * vc[vb + i]; }
+        // @unroll k DK
+        acc{k} *= corr;
+        // @end k
+        for (var j0 = 0u; j0 < n_valid; j0 += G) {
+            // @unroll g G
+            let vb{g} = kv_row(base + min(j0 + {g}u, n_valid - 1u), p.slots) * kv_stride + kvh * d;
+            // @unroll k DK
+            var v{g}_{k} = 0.0;
+            if ({k}u * WG + lid < d) { v{g}_{k} = vc[vb{g} + {k}u * WG + lid]; }
+            // @end k
+            // @end g
+            // @unroll g G
+            if (j0 + {g}u < n_valid) {
+                let pj = probs[j0 + {g}u];
+                // @unroll k DK
+                acc{k} += pj * v{g}_{k};
+                // @end k
             }
+            // @end g
         }
         m = mlc.x;
         workgroupBarrier();
     }
+    // The output dims go to `acc` (attention_tile.wgsl) for the caller's store.
+    // @unroll k DK
+    acc[{k}] = acc{k};
+    // @end k
     return vec2<f32>(m, l);
 }
 
@@ -97,8 +131,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         part[pb] = ml.x;
         part[pb + 1u] = ml.y;
     }
-    for (var k = 0u; k < 16u; k++) {
-        let i = k * WG + lid;
-        if (i < d) { part[pb + 2u + i] = acc[k]; }
-    }
+    // @unroll k DK
+    if ({k}u * WG + lid < d) { part[pb + 2u + {k}u * WG + lid] = acc[{k}]; }
+    // @end k
 }

@@ -15,10 +15,10 @@
 // Launch: 256 threads per (segment, token); grid = (segs, count).
 // Why the fixed-order tree reduce: results must not depend on the chunk a token was run in.
 // Why the unrolled register block (PERF_NOTES.md): a decode step runs this kernel on one
-// workgroup per norm, so its time is the latency of its loads; the first V values of each
-// thread are loaded at once (independent loads in flight) and kept in registers for the output
-// pass instead of a loop that waits on each load in turn. Rows past V · WG values take a plain
-// loop (correct, slower; no Gemma 4 norm is that wide).
+// workgroup per norm, so its time is the latency of its loads; every value a thread needs (its
+// first V values of x, their weights, the residual, the chained norm's weights) is loaded at
+// once into registers before any is used, instead of a loop that waits on each load in turn.
+// Rows past V · WG values take a plain loop (correct, slower; no Gemma 4 norm is that wide).
 
 const WG: u32 = 256u;
 const V: u32 = {{V}}u;
@@ -86,9 +86,24 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     if (t >= count) { return; }
     let xr = select(t, step.out_row0 + t, p.x_row_sel == 1u);
     let xb = xr * p.x_stride + seg * p.n;
+    let ob = t * p.out_stride + seg * p.n;
+    // Every load of the register block is issued here, before any value is used: the weights,
+    // the residual (mode 1) and the chained norm's weights arrive while the sum is reduced.
+    // (Loads placed after the stores of the output pass waited on them, one round trip each.)
+    let has_w = p.w_off != NO_WEIGHT;
+    let resid = p.mode == 1u;
+    let chain = p.chain == 1u;
     // @unroll k V
     var v{k} = 0.0;
-    if (lid + {k}u * WG < p.n) { v{k} = x[xb + lid + {k}u * WG] * p.pre; }
+    var w{k} = 1.0;
+    var o{k} = 0.0;
+    var c{k} = 0.0;
+    if (lid + {k}u * WG < p.n) {
+        v{k} = x[xb + lid + {k}u * WG] * p.pre;
+        if (has_w) { w{k} = wt[p.w_off + lid + {k}u * WG]; }
+        if (resid) { o{k} = out[ob + lid + {k}u * WG]; }
+        if (chain) { c{k} = wt[p.w2_off + lid + {k}u * WG]; }
+    }
     // @end k
     var ss = 0.0;
     // @unroll k V
@@ -99,14 +114,21 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         ss += v * v;
     }
     let r = 1.0 / sqrt(workgroup_sum(ss, lid) / f32(p.n) + p.eps);
-    let ob = t * p.out_stride + seg * p.n;
+    // finish()'s arithmetic, from registers.
     // @unroll k V
-    if (lid + {k}u * WG < p.n) { v{k} = finish(v{k} * r, lid + {k}u * WG, ob); }
+    if (lid + {k}u * WG < p.n) {
+        var y = v{k} * r;
+        if (has_w) { y *= w{k}; }
+        if (resid) { y += o{k}; }
+        y *= p.post;
+        out[ob + lid + {k}u * WG] = y;
+        v{k} = y;
+    }
     // @end k
     for (var i = lid + V * WG; i < p.n; i += WG) {
         finish(x[xb + i] * p.pre * r, i, ob);
     }
-    if (p.chain != 1u) { return; }
+    if (!chain) { return; }
     // The chained norm of the updated rows (this thread's own writes are read back past V · WG).
     var ss2 = 0.0;
     // @unroll k V
@@ -119,7 +141,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let r2 = 1.0 / sqrt(workgroup_sum(ss2, lid) / f32(p.n) + p.eps);
     let ob2 = t * p.out2_stride;
     // @unroll k V
-    if (lid + {k}u * WG < p.n) { out2[ob2 + lid + {k}u * WG] = v{k} * r2 * wt[p.w2_off + lid + {k}u * WG]; }
+    if (lid + {k}u * WG < p.n) { out2[ob2 + lid + {k}u * WG] = v{k} * r2 * c{k}; }
     // @end k
     for (var i = lid + V * WG; i < p.n; i += WG) {
         out2[ob2 + i] = out[ob + i] * r2 * wt[p.w2_off + i];

@@ -62,8 +62,9 @@ pub enum Kernel {
     RmsNorm,
     HeadNormRope,
     Attention,
-    /// Decode attention over key splits, then the merge of the splits.
-    AttentionSplit,
+    /// Decode attention over key splits (`dk` = ceil(head_dim / 64) dims per lane, kept in
+    /// registers), then the merge of the splits.
+    AttentionSplit { dk: u32 },
     AttentionCombine,
     GeluMul,
     SoftcapArgmax,
@@ -93,7 +94,7 @@ impl Kernel {
             Kernel::RmsNorm => "rmsnorm".into(),
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::Attention => "attention".into(),
-            Kernel::AttentionSplit => "attention_split".into(),
+            Kernel::AttentionSplit { dk } => format!("attention_split_d{dk}"),
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::GeluMul => "gelu_mul".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
@@ -138,8 +139,14 @@ impl Kernel {
             }
             Kernel::HeadNormRope => include_str!("../../../wgsl/head_norm_rope.wgsl").into(),
             Kernel::Attention => format!("{params}\n{}\n{tile}", include_str!("../../../wgsl/attention.wgsl")),
-            Kernel::AttentionSplit => format!("{params}\n{}\n{tile}", include_str!("../../../wgsl/attention_split.wgsl")),
-            Kernel::AttentionCombine => format!("{params}\n{}", include_str!("../../../wgsl/attention_combine.wgsl")),
+            Kernel::AttentionSplit { dk } => {
+                let src = include_str!("../../../wgsl/attention_split.wgsl").replace("{{DK}}", &dk.to_string()).replace("{{G}}", &ATTN_KEYS_IN_FLIGHT.to_string());
+                format!("{params}\n{}\n{tile}", unroll(&src, &[("DK", dk), ("G", ATTN_KEYS_IN_FLIGHT)]))
+            }
+            Kernel::AttentionCombine => {
+                let src = include_str!("../../../wgsl/attention_combine.wgsl").replace("{{U}}", &COMBINE_U.to_string());
+                format!("{params}\n{}", unroll(&src, &[("U", COMBINE_U)]))
+            }
             Kernel::GeluMul => format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/gelu_mul.wgsl")),
             Kernel::SoftcapArgmax => unroll(&include_str!("../../../wgsl/softcap_argmax.wgsl").replace("{{U}}", "16"), &[("U", 16)]),
             Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
@@ -212,7 +219,7 @@ impl Kernel {
         match self {
             Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::HeadNormRope | Kernel::Attention | Kernel::AttentionSplit => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::HeadNormRope | Kernel::Attention | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
@@ -277,6 +284,18 @@ pub fn qmm_applies(format: Format, cols: usize, x_stride: usize) -> bool {
 /// Values of a row each rmsnorm thread holds in registers (`V` in rmsnorm.wgsl): with 256
 /// threads, rows up to 3072 values (every Gemma 4 hidden size) are loaded in one round.
 pub const RMSNORM_V: u32 = 12;
+
+/// The attention_split variant for a head dimension (≤ 1024).
+pub fn attention_split(head_dim: usize) -> Kernel {
+    Kernel::AttentionSplit { dk: (head_dim as u32).div_ceil(64) }
+}
+
+/// Keys whose K (then V) rows attention_split loads together (`G` in attention_split.wgsl).
+pub const ATTN_KEYS_IN_FLIGHT: u32 = 4;
+
+/// Splits attention_combine reads per round (`U` in attention_combine.wgsl): half of
+/// [`ATTN_SPLITS`], each a load in flight.
+pub const COMBINE_U: u32 = 16;
 
 /// Threads of one `qmv` workgroup (`WG` in qmv.wgsl).
 pub const QMV_WG: u32 = 128;

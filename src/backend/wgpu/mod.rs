@@ -1531,7 +1531,7 @@ impl<'a> Builder<'a> {
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
             // Decode: the keys split over ATTN_SPLITS workgroups per head, then merged.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(attn_part.clone()), Res::Params, Res::Step];
-            self.spec(Kernel::AttentionSplit, res, &ap, l.n_heads as u32, GridY::Slots(ATTN_SPLITS));
+            self.spec(attention_split(d), res, &ap, l.n_heads as u32, GridY::Slots(ATTN_SPLITS));
             self.specs.last_mut().expect("just pushed").only = Only::Single;
             let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
             self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
