@@ -933,6 +933,8 @@ struct HeadCase {
     weight: bool,
     slots: Option<usize>,
     src_pad: usize,
+    /// Where the heads start in each src row (a later projection of stacked q | k | v).
+    src_off: usize,
 }
 
 /// Offset of the norm weight in its buffer (the words before it are poison).
@@ -940,7 +942,7 @@ const HEAD_W_OFF: usize = 5;
 
 impl HeadCase {
     fn new(d: usize, heads: usize, tokens: usize, pos0: usize, rope: RopeKind) -> Self {
-        HeadCase { d, heads, tokens, pos0, rope, weight: true, slots: None, src_pad: 0 }
+        HeadCase { d, heads, tokens, pos0, rope, weight: true, slots: None, src_pad: 0, src_off: 0 }
     }
     /// Where this rope's cos/sin sit in a token's table row and the row length: as in the real
     /// program, sliding-layer ropes first and full-layer ropes after them (here the other layer
@@ -968,8 +970,8 @@ impl Case for HeadCase {
             s += &format!(",rope_off={off},rope_stride={stride}");
         }
         s += if c.weight { ",w_off=5" } else { ",NO_WEIGHT" };
-        if c.src_pad > 0 {
-            s += &format!(",src_stride={}", c.heads * c.d + c.src_pad);
+        if c.src_pad > 0 || c.src_off > 0 {
+            s += &format!(",src_stride={},src_off={}", c.src_off + c.heads * c.d + c.src_pad, c.src_off);
         }
         s += &match c.slots {
             None => ",dst_mode=0".to_string(),
@@ -979,12 +981,12 @@ impl Case for HeadCase {
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &HeadCase { d, heads, tokens, pos0, rope, weight, slots, src_pad } = self;
+        let &HeadCase { d, heads, tokens, pos0, rope, weight, slots, src_pad, src_off } = self;
         let (half, row) = (d / 2, heads * d);
-        let src_stride = row + src_pad;
+        let src_stride = src_off + row + src_pad;
         let mut src = vec![POISON; tokens * src_stride];
         for t in 0..tokens {
-            src[t * src_stride..t * src_stride + row].copy_from_slice(&bits(&rng.vec(row)));
+            src[t * src_stride + src_off..t * src_stride + src_off + row].copy_from_slice(&bits(&rng.vec(row)));
         }
         let wv = rng.vec(d);
         let mut wt = vec![POISON; HEAD_W_OFF + d + 3];
@@ -1016,7 +1018,7 @@ impl Case for HeadCase {
         for t in 0..tokens {
             let dst_row = slots.map_or(t, |s| (pos0 + t) % s);
             for h in 0..heads {
-                let sb = t * src_stride + h * d;
+                let sb = t * src_stride + src_off + h * d;
                 let mut v: Vec<f32> = src[sb..sb + d].iter().map(|&b| f32::from_bits(b)).collect();
                 ops::rmsnorm(&mut v, weight.then_some(&wv[..]), EPS);
                 if inv_freq.is_some() {
@@ -1044,7 +1046,8 @@ impl Case for HeadCase {
             dst_mode: slots.is_some() as u32,
             slots: slots.unwrap_or(0) as u32,
             eps: EPS,
-            _pad: [0; 2],
+            src_off: src_off as u32,
+            _pad: 0,
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::HeadNormRope, bufs, &p, step, (heads, tokens))
@@ -1069,6 +1072,10 @@ fn head_cases() -> Vec<Box<dyn Case>> {
     }
     v.push(Box::new(HeadCase::new(256, 2, 3, 131_000, full)));
     v.push(Box::new(HeadCase { src_pad: 24, ..HeadCase::new(64, 4, 3, 7, sliding) }));
+    // K and V read out of a stacked q | k | v row (E2B sliding: q 8 × 256, k and v 1 × 256).
+    for (src_off, src_pad) in [(2048, 256), (2304, 0)] {
+        v.push(Box::new(HeadCase { src_off, src_pad, slots: Some(9), ..HeadCase::new(256, 1, 3, 7, sliding) }));
+    }
     v.push(Box::new(HeadCase::new(128, 2, 3, 7, RopeKind::Off)));
     // K (norm + rope) and V (scale-free norm, no rope) into ring caches: slots wrap inside the step.
     for (d, heads, rope) in [(256, 1, sliding), (512, 2, full), (32, 2, sliding)] {

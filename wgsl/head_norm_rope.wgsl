@@ -1,5 +1,6 @@
 // head_norm_rope: per token t and head h of a projection (q, k or v):
-//   v = src[t, h*d .. h*d+d];  v = norm(v) · w (w_off != NO_WEIGHT);  v = rope(v, pos0 + t) (rope == 1)
+//   v = src[t, src_off + h*d .. src_off + h*d+d] (src_off: where this projection starts in a
+//   row of stacked q | k | v);  v = norm(v) · w (w_off != NO_WEIGHT);  v = rope(v, pos0 + t) (rope == 1)
 //   written to dst[t, h*d ..] (dst_mode 0: the q buffer) or to the KV cache slot of position
 //   pos0 + t: dst[kv_row(pos0 + t, slots) * n_heads*d + h*d ..] (dst_mode 1; kv_row in common.wgsl).
 // Rope is rotate-half: pairs (i, i + d/2) rotate by the angle of frequency i. cos/sin come from
@@ -26,7 +27,7 @@ struct HeadParams {
     dst_mode: u32,
     slots: u32,
     eps: f32,
-    _pad0: u32,
+    src_off: u32,
     _pad1: u32,
 }
 
@@ -47,7 +48,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let h = wid.x;
     let t = wid.y;
     if (t >= step.n_tokens) { return; }
-    let sb = t * p.src_stride + h * p.d;
+    let sb = t * p.src_stride + p.src_off + h * p.d;
     var ss = 0.0;
     for (var i = lid; i < p.d; i += WG) { let v = src[sb + i]; ss += v * v; }
     red[lid] = ss;

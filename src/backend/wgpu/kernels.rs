@@ -415,7 +415,9 @@ pub struct HeadParams {
     pub dst_mode: u32,
     pub slots: u32,
     pub eps: f32,
-    pub _pad: [u32; 2],
+    /// Offset of head 0 within each src row (q, k, v stacked in one projection).
+    pub src_off: u32,
+    pub _pad: u32,
 }
 
 #[repr(C)]

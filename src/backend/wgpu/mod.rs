@@ -908,31 +908,36 @@ impl<'a> Builder<'a> {
         self.upload_matrix_parts(m, self.gpu.max_binding)
     }
 
-    /// Uploads `a` and `b` stacked along rows as one 4-bit matrix (`a`'s rows first) when both are
-    /// 4-bit of the same width and groups, the decode kernels apply (whole 64-value groups), and
-    /// the stack fits one binding; `None` otherwise.
-    fn upload_stacked(&mut self, a: &Matrix, b: &Matrix) -> Result<Option<GpuMatrix>> {
-        let (Matrix::Quant { layout: la, w: wa, scales: sa, biases: ba, .. }, Matrix::Quant { layout: lb, w: wb, scales: sb, biases: bb, .. }) = (a, b) else {
-            return Ok(None);
-        };
-        let cols = a.cols();
-        if la.bits != 4 || lb.bits != 4 || la.group_size != lb.group_size || b.cols() != cols || cols % 64 != 0 {
+    /// Uploads `ms` stacked along rows as one 4-bit matrix (in order) when all are 4-bit of the
+    /// same width and groups, the decode kernels apply (whole 64-value groups), and the stack
+    /// fits one binding; `None` otherwise.
+    fn upload_stacked(&mut self, ms: &[&Matrix]) -> Result<Option<GpuMatrix>> {
+        let cols = ms[0].cols();
+        let mut parts: Vec<[&[u8]; 3]> = Vec::new();
+        let mut gs = 0;
+        for m in ms {
+            let Matrix::Quant { layout, w, scales, biases, .. } = m else { return Ok(None) };
+            if layout.bits != 4 || m.cols() != cols || cols % 64 != 0 || (gs != 0 && layout.group_size != gs) {
+                return Ok(None);
+            }
+            gs = layout.group_size;
+            parts.push([w.bytes(), scales.bytes(), biases.bytes()]);
+        }
+        if parts.iter().map(|p| p[0].len() as u64).sum::<u64>() > self.gpu.max_binding {
             return Ok(None);
         }
-        if (wa.bytes().len() + wb.bytes().len()) as u64 > self.gpu.max_binding {
-            return Ok(None);
-        }
-        let rows = a.rows() + b.rows();
-        let label = format!("{}+{}", a.name(), b.name());
+        let rows = ms.iter().map(|m| m.rows()).sum();
+        let label = ms.iter().map(|m| m.name()).collect::<Vec<_>>().join("+");
+        let pieces = |i: usize| parts.iter().map(|p| p[i]).collect::<Vec<&[u8]>>();
         let part = GpuPart {
             row0: 0,
             rows,
-            w: self.gpu.upload_concat(&label, &[wa.bytes(), wb.bytes()])?,
-            scales: self.gpu.upload_concat(&format!("{label}.scales"), &[sa.bytes(), sb.bytes()])?,
-            biases: self.gpu.upload_concat(&format!("{label}.biases"), &[ba.bytes(), bb.bytes()])?,
+            w: self.gpu.upload_concat(&label, &pieces(0))?,
+            scales: self.gpu.upload_concat(&format!("{label}.scales"), &pieces(1))?,
+            biases: self.gpu.upload_concat(&format!("{label}.biases"), &pieces(2))?,
         };
-        self.weight_bytes += [wa, wb, sa, sb, ba, bb].iter().map(|t| t.bytes().len() as u64).sum::<u64>();
-        Ok(Some(GpuMatrix { format: Format::Q4, cols, gs: la.group_size, parts: vec![part] }))
+        self.weight_bytes += parts.iter().flatten().map(|b| b.len() as u64).sum::<u64>();
+        Ok(Some(GpuMatrix { format: Format::Q4, cols, gs, parts: vec![part] }))
     }
 
     /// Uploads a matrix that kernels index as a whole (an expert stack): one part, or an error
@@ -1297,14 +1302,19 @@ impl<'a> Builder<'a> {
             None => None,
         };
         struct GpuLayer {
-            q: GpuMatrix,
-            k: Option<GpuMatrix>,
-            v: Option<GpuMatrix>,
+            proj: Proj,
             o: GpuMatrix,
             mlp: Mlp,
             down: GpuMatrix,
             ple: Option<(GpuMatrix, GpuMatrix)>,
             moe: Option<GpuMoe>,
+        }
+        /// The attention input projections: q, k and v (k only for K-as-V layers) stacked into
+        /// one 4-bit matrix (one mat-vec writes q | k | v), or separate (KV-sharing layers have
+        /// only q; other formats).
+        enum Proj {
+            Separate { q: GpuMatrix, k: Option<GpuMatrix>, v: Option<GpuMatrix> },
+            Stacked(GpuMatrix),
         }
         /// The MLP's gate and up projections: one stacked 4-bit matrix whose decode mat-vec
         /// applies the GeGLU itself (qmv_glu), or two matrices and gelu_mul.
@@ -1333,11 +1343,19 @@ impl<'a> Builder<'a> {
         let mut layers = Vec::with_capacity(w.layers.len());
         for (li, lw) in w.layers.iter().enumerate() {
             layers.push(GpuLayer {
-                q: self.upload_matrix(&lw.q_proj)?,
-                k: lw.k_proj.as_ref().map(|m| self.upload_matrix(m)).transpose()?,
-                v: lw.v_proj.as_ref().map(|m| self.upload_matrix(m)).transpose()?,
+                proj: {
+                    let stack: Vec<&Matrix> = [Some(&lw.q_proj), lw.k_proj.as_ref(), lw.v_proj.as_ref()].into_iter().flatten().collect();
+                    match if stack.len() > 1 { self.upload_stacked(&stack)? } else { None } {
+                        Some(m) => Proj::Stacked(m),
+                        None => Proj::Separate {
+                            q: self.upload_matrix(&lw.q_proj)?,
+                            k: lw.k_proj.as_ref().map(|m| self.upload_matrix(m)).transpose()?,
+                            v: lw.v_proj.as_ref().map(|m| self.upload_matrix(m)).transpose()?,
+                        },
+                    }
+                },
                 o: self.upload_matrix(&lw.o_proj)?,
-                mlp: match self.upload_stacked(&lw.gate_proj, &lw.up_proj)? {
+                mlp: match self.upload_stacked(&[&lw.gate_proj, &lw.up_proj])? {
                     Some(gu) => Mlp::Stacked(gu),
                     None => Mlp::Split { gate: self.upload_matrix(&lw.gate_proj)?, up: self.upload_matrix(&lw.up_proj)? },
                 },
@@ -1416,6 +1434,7 @@ impl<'a> Builder<'a> {
         let att = self.act("att", c * q_max)?;
         let ktmp = self.act("k", c * kv_max.max(1))?;
         let vtmp = self.act("v", c * kv_max.max(1))?;
+        let qkv = self.act("q|k|v", c * (q_max + 2 * kv_max))?;
         let o = self.act("o", c * h)?;
         let heads_max = cfg.layers.iter().map(|l| l.n_heads).max().unwrap_or(0);
         let d_max = cfg.layers.iter().map(|l| l.head_dim).max().unwrap_or(0);
@@ -1497,28 +1516,42 @@ impl<'a> Builder<'a> {
                     self.norm(&x, &norm_buf, &xn, plain(h, ln.input, 0, 1.0));
                 }
             }
-            self.matmul(&gl.q, &xn, h, &att, l.q_dim(), false);
-            if let KvSource::Own { cache } = l.kv {
-                let k = gl.k.as_ref().expect("owning layers have k_proj");
-                self.matmul(k, &xn, h, &ktmp, l.kv_dim(), false);
-                let vsrc = match &gl.v {
-                    Some(v) => {
-                        self.matmul(v, &xn, h, &vtmp, l.kv_dim(), false);
-                        &vtmp
+            // Where q, k and v land: (buffer, offset in a row, row stride) each.
+            let (qs, ks, vs) = match &gl.proj {
+                Proj::Stacked(m) => {
+                    let rows = m.parts[0].rows;
+                    self.matmul(m, &xn, h, &qkv, rows, false);
+                    let k_off = l.q_dim();
+                    // attention_k_eq_v: V = raw K projection
+                    let v_off = if rows > l.q_dim() + l.kv_dim() { k_off + l.kv_dim() } else { k_off };
+                    ((&qkv, 0, rows), (&qkv, k_off, rows), (&qkv, v_off, rows))
+                }
+                Proj::Separate { q: qm, k, v } => {
+                    self.matmul(qm, &xn, h, &att, l.q_dim(), false);
+                    if let Some(k) = k {
+                        self.matmul(k, &xn, h, &ktmp, l.kv_dim(), false);
                     }
-                    None => &ktmp, // attention_k_eq_v: V = raw K projection
-                };
+                    if let Some(v) = v {
+                        self.matmul(v, &xn, h, &vtmp, l.kv_dim(), false);
+                    }
+                    let vsrc = if v.is_some() { &vtmp } else { &ktmp };
+                    ((&att, 0, l.q_dim()), (&ktmp, 0, l.kv_dim()), (vsrc, 0, l.kv_dim()))
+                }
+            };
+            if let KvSource::Own { cache } = l.kv {
                 let base = HeadParams {
-                    d: d as u32, n_heads: l.n_kv_heads as u32, src_stride: l.kv_dim() as u32, w_off: ln.k,
+                    d: d as u32, n_heads: l.n_kv_heads as u32, src_stride: ks.2 as u32, w_off: ln.k,
                     rope: 1, rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 1,
-                    slots: kv.caches[cache].slots as u32, eps, _pad: [0; 2],
+                    slots: kv.caches[cache].slots as u32, eps, src_off: ks.1 as u32, _pad: 0,
                 };
-                self.head_norm_rope(&ktmp, &norm_buf, &rope_buf, &kcache[cache], base);
-                self.head_norm_rope(vsrc, &norm_buf, &rope_buf, &vcache[cache], HeadParams { w_off: NO_WEIGHT, rope: 0, ..base });
+                let (kb, vb) = (ks.0.clone(), vs.0.clone());
+                self.head_norm_rope(&kb, &norm_buf, &rope_buf, &kcache[cache], base);
+                self.head_norm_rope(&vb, &norm_buf, &rope_buf, &vcache[cache], HeadParams { w_off: NO_WEIGHT, rope: 0, src_stride: vs.2 as u32, src_off: vs.1 as u32, ..base });
             }
-            self.head_norm_rope(&att, &norm_buf, &rope_buf, &q, HeadParams {
-                d: d as u32, n_heads: l.n_heads as u32, src_stride: l.q_dim() as u32, w_off: ln.q, rope: 1,
-                rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 0, slots: 0, eps, _pad: [0; 2],
+            let qb = qs.0.clone();
+            self.head_norm_rope(&qb, &norm_buf, &rope_buf, &q, HeadParams {
+                d: d as u32, n_heads: l.n_heads as u32, src_stride: qs.2 as u32, w_off: ln.q, rope: 1,
+                rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 0, slots: 0, eps, src_off: qs.1 as u32, _pad: 0,
             });
             let ap = AttnParams {
                 d: d as u32, n_heads: l.n_heads as u32, n_kv_heads: l.n_kv_heads as u32, slots,
