@@ -71,6 +71,9 @@ pub struct BenchArgs {
     /// Tokens to decode (tg).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
+    /// Repetitions of the prefill test; the median is reported (as llama-bench's -r).
+    #[arg(short = 'r', long = "repetitions", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub reps: u32,
     /// Also decode n tokens speculatively with this MTP drafter (greedy and speculative tok/s in
     /// the same run; needs a drafter made for this model).
     #[arg(long, value_name = "DIR")]
