@@ -2014,3 +2014,60 @@ fn harness_rejects_a_wrong_number_of_buffers() {
     let e = h.run(Kernel::GeluMul, &[vec![0; 4]], &[0; 16], Step::default(), (1, 1, 1)).unwrap_err();
     assert!(e.to_string().contains("gelu_mul takes 2 storage buffers, got 1"), "{e}");
 }
+
+/// qkv_norm_rope (one dispatch for the q, k and v heads of a stacked q | k | v row) writes
+/// bitwise what three head_norm_rope dispatches write (those are checked against the CPU
+/// reference in `head_cases`): E2B's sliding (8 q heads, 1 kv head, d 256) and full (d 512)
+/// layers, a GQA layer with K-as-V (v_off = k_off), several tokens wrapping the ring.
+#[test]
+fn qkv_norm_rope_is_bitwise_three_head_norm_ropes() {
+    let Some(mut h) = harness() else { return };
+    let to_bytes = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    // (d, n_q, n_kv, k_eq_v, tokens, pos0, slots)
+    for (d, n_q, n_kv, k_eq_v, tokens, pos0, slots) in [(256, 8, 1, false, 1, 130, 640), (512, 8, 1, false, 1, 600, 602), (64, 6, 2, true, 3, 7, 8)] {
+        let mut rng = Rng(kestrel::synth::SplitMix64(d as u64 * 31 + n_kv as u64));
+        let (q_dim, kv_dim) = (n_q * d, n_kv * d);
+        let stride = q_dim + kv_dim * if k_eq_v { 1 } else { 2 };
+        let (k_off, v_off) = (q_dim, if k_eq_v { q_dim } else { q_dim + kv_dim });
+        let src = to_bytes(&bits(&rng.vec(tokens * stride)));
+        let (q_w, k_w) = (3usize, 3 + d + 5);
+        let wt = to_bytes(&bits(&rng.vec(k_w + d + 2)));
+        // A rope table of real angles, rows `rope_stride` apart, this layer's section at d / 2.
+        let (rope_off, rope_stride) = (d / 2, d / 2 + d);
+        let inv_freq = Rope { theta: 10_000.0, rotated_pairs: d / 2, head_dim: d }.inv_freq();
+        let mut table = vec![0f32; tokens * rope_stride];
+        for t in 0..tokens {
+            let row = &mut table[t * rope_stride + rope_off..t * rope_stride + rope_off + d];
+            let (c, s) = row.split_at_mut(d / 2);
+            ops::rope_table(&inv_freq, pos0 + t, c, s);
+        }
+        let table = to_bytes(&bits(&table));
+        let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let zeros = |n: usize| vec![0u8; 4 * n];
+        let p = QkvParams {
+            d: d as u32, src_stride: stride as u32, rope_off: rope_off as u32, rope_stride: rope_stride as u32,
+            n_q: n_q as u32, n_kv: n_kv as u32, k_off: k_off as u32, v_off: v_off as u32,
+            q_w: q_w as u32, k_w: k_w as u32, slots: slots as u32, eps: EPS,
+        };
+        let bufs = [src.clone(), wt.clone(), table.clone(), zeros(tokens * q_dim), zeros(slots * kv_dim), zeros(slots * kv_dim)];
+        let fused = h.run(Kernel::QkvNormRope, &bufs, bytemuck::bytes_of(&p), step, ((n_q + 2 * n_kv) as u32, tokens as u32, 1)).unwrap();
+        // The three dispatches the backend records for separate projections, reading the stack.
+        let head = |n_heads: usize, src_off: usize, w_off: u32, rope: u32, dst_mode: u32, dst_len: usize, h: &mut KernelHarness| {
+            let hp = HeadParams {
+                d: d as u32, n_heads: n_heads as u32, src_stride: stride as u32, w_off, rope, rope_off: rope_off as u32,
+                rope_stride: rope_stride as u32, dst_mode, slots: slots as u32, eps: EPS, src_off: src_off as u32, _pad: 0,
+            };
+            let bufs = [src.clone(), wt.clone(), table.clone(), zeros(dst_len)];
+            h.run(Kernel::HeadNormRope, &bufs, bytemuck::bytes_of(&hp), step, (n_heads as u32, tokens as u32, 1)).unwrap().swap_remove(3)
+        };
+        let want_q = head(n_q, 0, q_w as u32, 1, 0, tokens * q_dim, &mut h);
+        let want_k = head(n_kv, k_off, k_w as u32, 1, 1, slots * kv_dim, &mut h);
+        let want_v = head(n_kv, v_off, NO_WEIGHT, 0, 1, slots * kv_dim, &mut h);
+        let case = format!("qkv_norm_rope(d={d},n_q={n_q},n_kv={n_kv},k_eq_v={k_eq_v},tokens={tokens},pos0={pos0},slots={slots})");
+        assert!(fused[3] == want_q, "{case}: q differs from head_norm_rope");
+        assert!(fused[4] == want_k, "{case}: k differs from head_norm_rope");
+        assert!(fused[5] == want_v, "{case}: v differs from head_norm_rope");
+        assert!(want_k.iter().any(|&b| b != 0) && want_v.iter().any(|&b| b != 0), "{case}: nothing written");
+        println!("{case} [wgpu]: q, k, v bitwise equal to head_norm_rope OK");
+    }
+}

@@ -3,18 +3,12 @@
 //   row of stacked q | k | v);  v = norm(v) · w (w_off != NO_WEIGHT);  v = rope(v, pos0 + t) (rope == 1)
 //   written to dst[t, h*d ..] (dst_mode 0: the q buffer) or to the KV cache slot of position
 //   pos0 + t: dst[kv_row(pos0 + t, slots) * n_heads*d + h*d ..] (dst_mode 1; kv_row in common.wgsl).
-// Rope is rotate-half: pairs (i, i + d/2) rotate by the angle of frequency i. cos/sin come from
-// the per-step table computed on the host exactly as transformers does (f32 angle = pos · inv_freq),
-// since GPU cos/sin of large angles are not accurate enough: rope[t * rope_stride + rope_off + i]
-// holds cos_i and [.. + d/2 + i] sin_i; frequencies past the rotated ones have cos 1, sin 0.
+// Norm and rope: head_norm_core.wgsl (appended by the host).
 //
 // Bindings: src: f32[n_tokens, src_stride]; wt: f32[..] norm weights; rope: f32 per-step table;
 //   dst: f32; p: HeadParams; step: Step.
-// Launch: 256 threads per (head, token) (a decode step has few heads: one pass over d ≤ 512
+// Launch: 256 threads per (head, token) (a decode step has few heads: one pass over d ≤ 1024
 // rather than a loop of dependent loads); grid = (n_heads, n_tokens). Host guarantees d ≤ 1024.
-
-const WG: u32 = 256u;
-const NO_WEIGHT: u32 = 0xffffffffu;
 
 struct HeadParams {
     d: u32,
@@ -39,9 +33,6 @@ struct HeadParams {
 @group(0) @binding(4) var<uniform> p: HeadParams;
 @group(0) @binding(5) var<uniform> step: Step;
 
-var<workgroup> red: array<f32, WG>;
-var<workgroup> normed: array<f32, 1024>;
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
@@ -49,40 +40,14 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let t = wid.y;
     if (t >= step.n_tokens) { return; }
     let sb = t * p.src_stride + p.src_off + h * p.d;
-    var ss = 0.0;
-    for (var i = lid; i < p.d; i += WG) { let v = src[sb + i]; ss += v * v; }
-    red[lid] = ss;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) { red[lid] += red[lid + s]; }
-        workgroupBarrier();
-    }
-    let r = 1.0 / sqrt(red[0] / f32(p.d) + p.eps);
-    for (var i = lid; i < p.d; i += WG) {
-        var v = src[sb + i] * r;
-        if (p.w_off != NO_WEIGHT) { v *= wt[p.w_off + i]; }
-        normed[i] = v;
-    }
-    workgroupBarrier();
+    let v = head_values(sb, p.d, p.w_off, p.rope == 1u, t * p.rope_stride + p.rope_off, p.eps, lid);
     var db: u32;
     if (p.dst_mode == 1u) {
         db = kv_row(step.pos0 + t, p.slots) * (p.n_heads * p.d) + h * p.d;
     } else {
         db = t * (p.n_heads * p.d) + h * p.d;
     }
-    let half = p.d / 2u;
-    for (var i = lid; i < p.d; i += WG) {
-        var v = normed[i];
-        if (p.rope == 1u) {
-            let j = i % half;
-            let c = rope[t * p.rope_stride + p.rope_off + j];
-            let sn = rope[t * p.rope_stride + p.rope_off + half + j];
-            if (i < half) {
-                v = normed[i] * c - normed[i + half] * sn;
-            } else {
-                v = normed[i] * c + normed[i - half] * sn;
-            }
-        }
-        dst[db + i] = v;
-    }
+    // @unroll j 4
+    if (lid + {j}u * WG < p.d) { dst[db + lid + {j}u * WG] = v[{j}]; }
+    // @end j
 }

@@ -61,6 +61,8 @@ pub enum Kernel {
     Embed(Format),
     RmsNorm,
     HeadNormRope,
+    /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
+    QkvNormRope,
     Attention,
     /// Decode attention over key splits (`dk` = ceil(head_dim / 64) dims per lane, kept in
     /// registers), then the merge of the splits.
@@ -93,6 +95,7 @@ impl Kernel {
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm => "rmsnorm".into(),
             Kernel::HeadNormRope => "head_norm_rope".into(),
+            Kernel::QkvNormRope => "qkv_norm_rope".into(),
             Kernel::Attention => "attention".into(),
             Kernel::AttentionSplit { dk } => format!("attention_split_d{dk}"),
             Kernel::AttentionCombine => "attention_combine".into(),
@@ -137,7 +140,10 @@ impl Kernel {
                 let src = include_str!("../../../wgsl/rmsnorm.wgsl").replace("{{V}}", &RMSNORM_V.to_string());
                 unroll(&src, &[("V", RMSNORM_V)])
             }
-            Kernel::HeadNormRope => include_str!("../../../wgsl/head_norm_rope.wgsl").into(),
+            Kernel::HeadNormRope | Kernel::QkvNormRope => {
+                let kernel = if self == Kernel::HeadNormRope { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
+                unroll(&format!("{kernel}\n{}", include_str!("../../../wgsl/head_norm_core.wgsl")), &[])
+            }
             Kernel::Attention => format!("{params}\n{}\n{tile}", include_str!("../../../wgsl/attention.wgsl")),
             Kernel::AttentionSplit { dk } => {
                 let src = include_str!("../../../wgsl/attention_split.wgsl").replace("{{DK}}", &dk.to_string()).replace("{{G}}", &ATTN_KEYS_IN_FLIGHT.to_string());
@@ -220,6 +226,7 @@ impl Kernel {
             Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::HeadNormRope | Kernel::Attention | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
@@ -418,6 +425,25 @@ pub struct HeadParams {
     /// Offset of head 0 within each src row (q, k, v stacked in one projection).
     pub src_off: u32,
     pub _pad: u32,
+}
+
+/// `QkvParams` of qkv_norm_rope.wgsl: q heads read at offset 0 of each src row, k heads at
+/// `k_off`, v heads at `v_off` (= k_off for K-as-V layers); q and k norm weights at `q_w`, `k_w`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct QkvParams {
+    pub d: u32,
+    pub src_stride: u32,
+    pub rope_off: u32,
+    pub rope_stride: u32,
+    pub n_q: u32,
+    pub n_kv: u32,
+    pub k_off: u32,
+    pub v_off: u32,
+    pub q_w: u32,
+    pub k_w: u32,
+    pub slots: u32,
+    pub eps: f32,
 }
 
 #[repr(C)]

@@ -1538,21 +1538,39 @@ impl<'a> Builder<'a> {
                     ((&att, 0, l.q_dim()), (&ktmp, 0, l.kv_dim()), (vsrc, 0, l.kv_dim()))
                 }
             };
-            if let KvSource::Own { cache } = l.kv {
-                let base = HeadParams {
-                    d: d as u32, n_heads: l.n_kv_heads as u32, src_stride: ks.2 as u32, w_off: ln.k,
-                    rope: 1, rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 1,
-                    slots: kv.caches[cache].slots as u32, eps, src_off: ks.1 as u32, _pad: 0,
-                };
-                let (kb, vb) = (ks.0.clone(), vs.0.clone());
-                self.head_norm_rope(&kb, &norm_buf, &rope_buf, &kcache[cache], base);
-                self.head_norm_rope(&vb, &norm_buf, &rope_buf, &vcache[cache], HeadParams { w_off: NO_WEIGHT, rope: 0, src_stride: vs.2 as u32, src_off: vs.1 as u32, ..base });
+            match (l.kv, &gl.proj) {
+                (KvSource::Own { cache }, Proj::Stacked(_)) => {
+                    // One dispatch for the q, k and v heads of the stacked row.
+                    let p = QkvParams {
+                        d: d as u32, src_stride: qs.2 as u32, rope_off: rope_off as u32, rope_stride: rope_stride as u32,
+                        n_q: l.n_heads as u32, n_kv: l.n_kv_heads as u32, k_off: ks.1 as u32, v_off: vs.1 as u32,
+                        q_w: ln.q, k_w: ln.k, slots: kv.caches[cache].slots as u32, eps,
+                    };
+                    let res = vec![
+                        Res::Buf(qkv.clone()), Res::Buf(norm_buf.clone()), Res::Buf(rope_buf.clone()),
+                        Res::Buf(q.clone()), Res::Buf(kcache[cache].clone()), Res::Buf(vcache[cache].clone()),
+                        Res::Params, Res::Step,
+                    ];
+                    self.spec(Kernel::QkvNormRope, res, &p, (l.n_heads + 2 * l.n_kv_heads) as u32, GridY::Tokens);
+                }
+                (kv_src, _) => {
+                    if let KvSource::Own { cache } = kv_src {
+                        let base = HeadParams {
+                            d: d as u32, n_heads: l.n_kv_heads as u32, src_stride: ks.2 as u32, w_off: ln.k,
+                            rope: 1, rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 1,
+                            slots: kv.caches[cache].slots as u32, eps, src_off: ks.1 as u32, _pad: 0,
+                        };
+                        let (kb, vb) = (ks.0.clone(), vs.0.clone());
+                        self.head_norm_rope(&kb, &norm_buf, &rope_buf, &kcache[cache], base);
+                        self.head_norm_rope(&vb, &norm_buf, &rope_buf, &vcache[cache], HeadParams { w_off: NO_WEIGHT, rope: 0, src_stride: vs.2 as u32, src_off: vs.1 as u32, ..base });
+                    }
+                    let qb = qs.0.clone();
+                    self.head_norm_rope(&qb, &norm_buf, &rope_buf, &q, HeadParams {
+                        d: d as u32, n_heads: l.n_heads as u32, src_stride: qs.2 as u32, w_off: ln.q, rope: 1,
+                        rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 0, slots: 0, eps, src_off: qs.1 as u32, _pad: 0,
+                    });
+                }
             }
-            let qb = qs.0.clone();
-            self.head_norm_rope(&qb, &norm_buf, &rope_buf, &q, HeadParams {
-                d: d as u32, n_heads: l.n_heads as u32, src_stride: qs.2 as u32, w_off: ln.q, rope: 1,
-                rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 0, slots: 0, eps, src_off: qs.1 as u32, _pad: 0,
-            });
             let ap = AttnParams {
                 d: d as u32, n_heads: l.n_heads as u32, n_kv_heads: l.n_kv_heads as u32, slots,
                 window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
