@@ -757,13 +757,15 @@ struct NormCase {
     out_pad: usize,
     /// Some(n): x_row_sel 1 and count_sel 1 (the final norm of the LM head rows).
     n_out: Option<usize>,
-    /// Some(pad): chain 1, out2[t] = norm(out[t]) · w2 with out2_stride = n + pad.
+    /// Some(pad): chain ≥ 1, out2[t] = norm(out[t]) · w2 with out2_stride = n + pad.
     chain: Option<usize>,
+    /// Chained outputs (1..=3) when `chain` is Some: out3, out4 with weights w3, w4 and posts.
+    chained: usize,
 }
 
 impl NormCase {
     fn new(n: usize, tokens: usize, mode: u32) -> Self {
-        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None }
+        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1 }
     }
 }
 
@@ -786,13 +788,13 @@ impl Case for NormCase {
             s += &format!(",x_row_sel=1,count_sel=1,n_out={n}");
         }
         if let Some(pad) = c.chain {
-            s += &format!(",chain,out2_stride={}", c.n + pad);
+            s += &format!(",chain={},out2_stride={}", c.chained, c.n + pad);
         }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain } = self;
+        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained } = self;
         let count = n_out.unwrap_or(tokens);
         let out_row0 = tokens - n_out.unwrap_or(1);
         let (x_stride, out_stride) = (segs * n + x_pad, segs * n + out_pad);
@@ -803,13 +805,18 @@ impl Case for NormCase {
         // Norm weights sit at w_off inside a larger buffer (the chained norm's at w2_off, after
         // them); everything else in it is poison.
         let wv = rng.vec(n);
-        let w2 = rng.vec(n);
-        let w2_off = w_off + n + 3;
-        let mut wt = vec![POISON; w2_off + n + 4];
+        // The chained norms' weights w2, w3, w4, each n + 3 after the previous.
+        let wc: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(n)).collect();
+        let wc_off = |j: usize| w_off + (j + 1) * (n + 3);
+        let mut wt = vec![POISON; wc_off(2) + n + 4];
         if weight {
             wt[w_off..w_off + n].copy_from_slice(&bits(&wv));
         }
-        wt[w2_off..w2_off + n].copy_from_slice(&bits(&w2));
+        for (j, w) in wc.iter().enumerate() {
+            wt[wc_off(j)..wc_off(j) + n].copy_from_slice(&bits(w));
+        }
+        // The router norm's H^-½ on the second chained output.
+        let posts = [1.0f32, 0.125, 1.0];
         let mut out = vec![POISON; count * out_stride];
         let mut want = vec![None; count * out_stride];
         for t in 0..count {
@@ -830,24 +837,26 @@ impl Case for NormCase {
                 }
             }
         }
-        // The chained norm, from the expected out rows rounded to f32 (what the kernel holds).
+        // The chained norms, from the expected out rows rounded to f32 (what the kernel holds).
         let out2_stride = n + chain.unwrap_or(0);
-        let out2 = match chain {
-            Some(_) => {
+        let n_chained = if chain.is_some() { chained } else { 0 };
+        let mut bufs = vec![input_words("x", &x), input_words("wt", &wt), output_f32("out", out, want.clone(), tol::NORM)];
+        for (j, name) in ["out2", "out3", "out4"].into_iter().enumerate() {
+            bufs.push(if j < n_chained {
                 let mut want2 = vec![None; count * out2_stride];
                 for t in 0..count {
                     let mut v: Vec<f32> = (0..n).map(|i| want[t * out_stride + i].expect("row written") as f32).collect();
-                    ops::rmsnorm(&mut v, Some(&w2), EPS);
+                    ops::rmsnorm(&mut v, Some(&wc[j]), EPS);
                     for i in 0..n {
-                        want2[t * out2_stride + i] = Some(v[i] as f64);
+                        want2[t * out2_stride + i] = Some(v[i] as f64 * posts[j] as f64);
                     }
                 }
-                output_f32("out2", vec![POISON; count * out2_stride], want2, tol::NORM)
-            }
-            // Unchained: out2 must stay untouched.
-            None => output_f32("out2", vec![POISON; 4], vec![None; 4], tol::NORM),
-        };
-        let bufs = vec![input_words("x", &x), input_words("wt", &wt), output_f32("out", out, want, tol::NORM), out2];
+                output_f32(name, vec![POISON; count * out2_stride], want2, tol::NORM)
+            } else {
+                // Unchained outputs must stay untouched.
+                output_f32(name, vec![POISON; 4], vec![None; 4], tol::NORM)
+            });
+        }
         let p = NormParams {
             n: n as u32,
             segs: segs as u32,
@@ -860,8 +869,13 @@ impl Case for NormCase {
             pre,
             post,
             eps: EPS,
-            chain: chain.is_some() as u32,
-            w2_off: w2_off as u32,
+            chain: n_chained as u32,
+            w2_off: wc_off(0) as u32,
+            w3_off: wc_off(1) as u32,
+            w4_off: wc_off(2) as u32,
+            post2: posts[0],
+            post3: posts[1],
+            post4: posts[2],
             out2_stride: out2_stride as u32,
             ..Default::default()
         };
@@ -906,6 +920,11 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
         v.push(Box::new(NormCase { post, chain: Some(0), ..NormCase::new(n, tokens, 1) }));
     }
     v.push(Box::new(NormCase { chain: Some(5), out_pad: 3, w_off: 11, ..NormCase::new(129, 3, 0) }));
+    // A MoE layer's post-attention norm: pre-MLP, router (post H^-½) and pre-expert norms (26B
+    // hidden 2816), and two outputs past the register block.
+    v.push(Box::new(NormCase { chain: Some(0), chained: 3, ..NormCase::new(2816, 1, 1) }));
+    v.push(Box::new(NormCase { chain: Some(0), chained: 3, ..NormCase::new(2816, 3, 1) }));
+    v.push(Box::new(NormCase { chain: Some(2), chained: 2, ..NormCase::new(3200, 2, 1) }));
     v
 }
 

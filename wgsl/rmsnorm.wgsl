@@ -1,17 +1,20 @@
 // rmsnorm: out[t, s] = ((mode == 1 ? out[t, s] : 0) + norm(x[t', s] · pre) · w) · post
 //   where norm(v) = v · (mean(v²) + eps)^-½, s is one of `segs` segments of length n per token,
 //   and t' = t (x_row_sel 0) or step.out_row0 + t (x_row_sel 1: the rows the LM head reads).
-//   chain == 1 (segs 1): then also out2[t] = norm(out[t]) · w2, the next block's input norm of
-//   the residual stream this norm just updated, from the values still in registers (one
-//   dispatch instead of two; the same arithmetic as a second rmsnorm over out, bitwise).
+//   chain = c ∈ 1..3 (segs 1): then also out{2,3,4}[t] = norm(out[t]) · w{2,3,4} · post{2,3,4}
+//   for the first c of them: the next blocks' input norms of the residual stream this norm just
+//   updated (the next layer's input norm; or a MoE layer's pre-MLP, router and pre-expert norms,
+//   all of the same rows), from the values still in registers: one dispatch instead of 1 + c,
+//   the same arithmetic as separate rmsnorms over out, bitwise.
 // One kernel covers every norm of the layer: input norms (mode 0), sandwich post-norms folded
 // into the residual add (mode 1, post = layer_scalar on the layer's last add), the PLE
 // projection norm (segs = n_layers, pre = hidden^-½, post = 2^-½ over the token term in out),
 // and the final norm.
 //
 // Bindings: x: f32[count, x_stride]; wt: f32[..] all norm weights of the model, this one at
-//   w_off (NO_WEIGHT: scale-free norm), the chained one at w2_off; out: f32[count, out_stride];
-//   out2: f32[count, out2_stride] (chain == 1; else any buffer); p: NormParams; step: Step.
+//   w_off (NO_WEIGHT: scale-free norm), the chained ones at w2_off, w3_off, w4_off; out:
+//   f32[count, out_stride]; out2, out3, out4: f32[count, out2_stride] (those past `chain`: any
+//   buffer); p: NormParams; step: Step.
 // Launch: 256 threads per (segment, token); grid = (segs, count).
 // Why the fixed-order tree reduce: results must not depend on the chunk a token was run in.
 // Why the unrolled register block (PERF_NOTES.md): a decode step runs this kernel on one
@@ -39,8 +42,12 @@ struct NormParams {
     chain: u32,
     w2_off: u32,
     out2_stride: u32,
+    w3_off: u32,
+    w4_off: u32,
+    post2: f32,
+    post3: f32,
+    post4: f32,
     _pad0: u32,
-    _pad1: u32,
 }
 
 
@@ -48,8 +55,10 @@ struct NormParams {
 @group(0) @binding(1) var<storage, read> wt: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out2: array<f32>;
-@group(0) @binding(4) var<uniform> p: NormParams;
-@group(0) @binding(5) var<uniform> step: Step;
+@group(0) @binding(4) var<storage, read_write> out3: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out4: array<f32>;
+@group(0) @binding(6) var<uniform> p: NormParams;
+@group(0) @binding(7) var<uniform> step: Step;
 
 var<workgroup> red: array<f32, WG>;
 
@@ -92,17 +101,23 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // (Loads placed after the stores of the output pass waited on them, one round trip each.)
     let has_w = p.w_off != NO_WEIGHT;
     let resid = p.mode == 1u;
-    let chain = p.chain == 1u;
+    let chain = p.chain >= 1u;
+    let chain3 = p.chain >= 2u;
+    let chain4 = p.chain >= 3u;
     // @unroll k V
     var v{k} = 0.0;
     var w{k} = 1.0;
     var o{k} = 0.0;
     var c{k} = 0.0;
+    var d{k} = 0.0;
+    var e{k} = 0.0;
     if (lid + {k}u * WG < p.n) {
         v{k} = x[xb + lid + {k}u * WG] * p.pre;
         if (has_w) { w{k} = wt[p.w_off + lid + {k}u * WG]; }
         if (resid) { o{k} = out[ob + lid + {k}u * WG]; }
         if (chain) { c{k} = wt[p.w2_off + lid + {k}u * WG]; }
+        if (chain3) { d{k} = wt[p.w3_off + lid + {k}u * WG]; }
+        if (chain4) { e{k} = wt[p.w4_off + lid + {k}u * WG]; }
     }
     // @end k
     var ss = 0.0;
@@ -141,9 +156,17 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let r2 = 1.0 / sqrt(workgroup_sum(ss2, lid) / f32(p.n) + p.eps);
     let ob2 = t * p.out2_stride;
     // @unroll k V
-    if (lid + {k}u * WG < p.n) { out2[ob2 + lid + {k}u * WG] = v{k} * r2 * c{k}; }
+    if (lid + {k}u * WG < p.n) {
+        let i = lid + {k}u * WG;
+        out2[ob2 + i] = v{k} * r2 * c{k} * p.post2;
+        if (chain3) { out3[ob2 + i] = v{k} * r2 * d{k} * p.post3; }
+        if (chain4) { out4[ob2 + i] = v{k} * r2 * e{k} * p.post4; }
+    }
     // @end k
     for (var i = lid + V * WG; i < p.n; i += WG) {
-        out2[ob2 + i] = out[ob + i] * r2 * wt[p.w2_off + i];
+        let y = out[ob + i] * r2;
+        out2[ob2 + i] = y * wt[p.w2_off + i] * p.post2;
+        if (chain3) { out3[ob2 + i] = y * wt[p.w3_off + i] * p.post3; }
+        if (chain4) { out4[ob2 + i] = y * wt[p.w4_off + i] * p.post4; }
     }
 }

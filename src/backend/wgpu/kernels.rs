@@ -224,7 +224,7 @@ impl Kernel {
         use Bind::*;
         match self {
             Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
-            Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::HeadNormRope | Kernel::Attention | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
@@ -401,12 +401,18 @@ pub struct NormParams {
     pub pre: f32,
     pub post: f32,
     pub eps: f32,
-    /// 1: also write the next block's input norm of `out` (weight at `w2_off`) to the second
-    /// output, rows `out2_stride` apart.
+    /// 1..=3: also write that many norms of the updated `out` rows (weights at `w2_off`,
+    /// `w3_off`, `w4_off`, scaled by `post2..4`) to the second to fourth outputs, rows
+    /// `out2_stride` apart.
     pub chain: u32,
     pub w2_off: u32,
     pub out2_stride: u32,
-    pub _pad: [u32; 2],
+    pub w3_off: u32,
+    pub w4_off: u32,
+    pub post2: f32,
+    pub post3: f32,
+    pub post4: f32,
+    pub _pad: u32,
 }
 
 #[repr(C)]

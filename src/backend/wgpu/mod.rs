@@ -1208,25 +1208,31 @@ impl<'a> Builder<'a> {
     /// Records an rmsnorm; returns its spec index (for [`Builder::chain_norm`]).
     fn norm(&mut self, x: &wgpu::Buffer, wt: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams) -> usize {
         let y = if p.count_sel == 1 { GridY::Out } else { GridY::Tokens };
-        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), Res::Buf(self.dummy.clone()), Res::Params, Res::Step];
+        let d = || Res::Buf(self.dummy.clone());
+        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step];
         self.spec(Kernel::RmsNorm, res, &p, p.segs, y);
         self.specs.len() - 1
     }
 
-    /// Folds the next block's input norm (weight at `w_off`, into `out2`, rows `stride` apart)
-    /// into the residual norm `spec` just recorded, which wrote the rows it normalises: one
-    /// dispatch instead of two, the same arithmetic.
-    fn chain_norm(&mut self, spec: usize, w_off: u32, out2: &wgpu::Buffer, stride: usize) {
+    /// Folds a later norm of the rows the residual norm `spec` wrote (weight at `w_off`, scaled
+    /// by `post`, into `dst`, rows `stride` apart) into that norm: one dispatch fewer, the same
+    /// arithmetic. Up to three per norm, all with one stride.
+    fn chain_norm(&mut self, spec: usize, w_off: u32, post: f32, dst: &wgpu::Buffer, stride: usize) {
         let sp = &mut self.specs[spec];
         debug_assert!(matches!(sp.kernel, Kernel::RmsNorm), "chained onto a non-norm");
         let range = sp.param_off as usize..(sp.param_off + sp.param_len) as usize;
         let mut p: NormParams = bytemuck::pod_read_unaligned(&self.params[range.clone()]);
-        debug_assert!(p.segs == 1 && p.chain == 0, "chain needs one segment, once");
-        p.chain = 1;
-        p.w2_off = w_off;
+        debug_assert!(p.segs == 1 && p.chain < 3, "chains need one segment, at most three outputs");
+        debug_assert!(p.chain == 0 || p.out2_stride == stride as u32, "chained outputs share a stride");
+        match p.chain {
+            0 => (p.w2_off, p.post2) = (w_off, post),
+            1 => (p.w3_off, p.post3) = (w_off, post),
+            _ => (p.w4_off, p.post4) = (w_off, post),
+        }
+        sp.res[3 + p.chain as usize] = Res::Buf(dst.clone());
+        p.chain += 1;
         p.out2_stride = stride as u32;
         self.params[range].copy_from_slice(bytemuck::bytes_of(&p));
-        sp.res[3] = Res::Buf(out2.clone());
     }
 
     fn head_norm_rope(&mut self, src: &wgpu::Buffer, wt: &wgpu::Buffer, rope: &wgpu::Buffer, dst: &wgpu::Buffer, p: HeadParams) {
@@ -1430,6 +1436,7 @@ impl<'a> Builder<'a> {
         let rope_buf = self.act("rope table", c * rope_stride)?;
         let x = self.act("x (residual)", c * h)?;
         let xn = self.act("xn (normed)", c * h)?;
+        let xn2 = self.act("xn2 (MoE pre-expert norm)", if t.enable_moe_block { c * h } else { 1 })?;
         let q = self.act("q", c * q_max)?;
         let att = self.act("att", c * q_max)?;
         let ktmp = self.act("k", c * kv_max.max(1))?;
@@ -1511,7 +1518,7 @@ impl<'a> Builder<'a> {
 
             // attention block; the input norm rides on the last layer's final residual norm
             match residual.take() {
-                Some(prev) => self.chain_norm(prev, ln.input, &xn, h),
+                Some(prev) => self.chain_norm(prev, ln.input, 1.0, &xn, h),
                 None => {
                     self.norm(&x, &norm_buf, &xn, plain(h, ln.input, 0, 1.0));
                 }
@@ -1591,13 +1598,16 @@ impl<'a> Builder<'a> {
             let post_attn = self.norm(&o, &norm_buf, &x, plain(h, ln.post_attn, 1, 1.0));
 
             // feed-forward block
-            self.chain_norm(post_attn, ln.pre_ff, &xn, h);
+            self.chain_norm(post_attn, ln.pre_ff, 1.0, &xn, h);
             // MoE layers route first, so that a streamed step can hand the top-k to the host and
             // run the dense branch while the host reads the missing experts.
             let mut route_end = None;
             if let (Some(moe), Some((_, logits_r, idx, wts, xr, ..)), Some([rs, ..])) = (&gl.moe, &moe_bufs, ln.moe) {
-                // router on norm(h) · scale · H^-½
-                self.norm(&x, &norm_buf, xr, plain(h, rs, 0, (h as f64).powf(-0.5) as f32));
+                // router on norm(h) · scale · H^-½, and the experts' input pre_norm_2(h): both norms
+                // of the rows the post-attention norm just wrote, chained onto it.
+                self.chain_norm(post_attn, rs, (h as f64).powf(-0.5) as f32, xr, h);
+                let pre2 = ln.moe.expect("MoE layers have their norms")[1];
+                self.chain_norm(post_attn, pre2, 1.0, &xn2, h);
                 self.matmul(&moe.router, xr, h, logits_r, ne, false);
                 let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
                 self.spec(Kernel::RouterTopk, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
@@ -1623,21 +1633,21 @@ impl<'a> Builder<'a> {
             };
             self.matmul(&gl.down, &g, down_x_stride, &o, h, false);
             let mut ff_out = &o;
-            if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, pre2, post1, post2])) = (&gl.moe, &moe_bufs, ln.moe) {
-                // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h)))
+            if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, _, post1, post2])) = (&gl.moe, &moe_bufs, ln.moe) {
+                // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h))), the
+                // experts reading pre_norm_2(h) from xn2 (chained above)
                 self.norm(&o, &norm_buf, m1, plain(h, post1, 0, 1.0));
-                self.norm(&x, &norm_buf, &xn, plain(h, pre2, 0, 1.0));
                 let experts_begin = self.specs.len();
                 let sel = if streaming { slot_idx } else { idx };
                 let groups = moe_groups.as_ref().expect("allocated for MoE models");
                 self.moe_group(sel, groups, tk);
                 let (gm, gstride, goff) = &moe.gate;
-                self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, &xn, h, 0, eg, tk);
+                self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, &xn2, h, 0, eg, tk);
                 let (um, ustride, uoff) = match &moe.up {
                     Some(u) => (u, iw, 0),
                     None => (gm, *gstride, moe.up_off),
                 };
-                self.moe_matmul(um, ustride, uoff, iw, sel, groups, &xn, h, 0, eu, tk);
+                self.moe_matmul(um, ustride, uoff, iw, sel, groups, &xn2, h, 0, eu, tk);
                 self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0, ..Default::default() });
                 self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk);
                 if streaming {
