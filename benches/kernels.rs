@@ -185,7 +185,7 @@ fn main() {
             x_slot_stride: x_slot as u32,
             y_stride: rows as u32,
             group_stride: 0,
-            _pad: [0; 2],
+            ..Default::default()
         };
         let step = Step { n_tokens: 1, n_out: 1, ..Default::default() };
         // Bytes one token reads: its 8 experts' rows, scales and biases.

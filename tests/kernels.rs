@@ -1718,7 +1718,7 @@ impl Case for MoeMatmulCase {
             x_slot_stride: x_slot as u32,
             y_stride: y_stride as u32,
             group_stride: group_stride as u32,
-            _pad: [0; 2],
+            ..Default::default()
         };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         if self.grouped {
@@ -2088,5 +2088,66 @@ fn qkv_norm_rope_is_bitwise_three_head_norm_ropes() {
         assert!(fused[5] == want_v, "{case}: v differs from head_norm_rope");
         assert!(want_k.iter().any(|&b| b != 0) && want_v.iter().any(|&b| b != 0), "{case}: nothing written");
         println!("{case} [wgpu]: q, k, v bitwise equal to head_norm_rope OK");
+    }
+}
+
+/// qmv_moe_glu (fused gate_up experts, GeGLU epilogue) against the CPU reference
+/// `gelu_tanh(G_e x) · (U_e x)`: the 26B expert width (704 rows × 2816 cols, 8 of 128 slots),
+/// a partial team block (rows 70), several tokens with a SKIP pair left untouched.
+#[test]
+fn moe_glu_matches_the_cpu_reference() {
+    let Some(mut h) = harness() else { return };
+    let to_bytes = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    // (experts, top_k, rows, cols, tokens)
+    for (experts, top_k, rows, cols, tokens) in [(16, 8, 704, 2816, 1), (5, 3, 70, 256, 3)] {
+        let mut rng = Rng(kestrel::synth::SplitMix64((rows * 7 + cols) as u64));
+        let stride = 2 * rows;
+        let w = Weights::new(Format::Q4, experts * stride, cols, 64, &mut rng);
+        let xs = rng.vec(tokens * cols);
+        let mut idx: Vec<u32> = (0..tokens * top_k).map(|i| ((i * 7 + 3) % experts) as u32).collect();
+        if tokens > 1 {
+            idx[1] = u32::MAX; // SKIP: a pair of another streaming round
+        }
+        let y_ref = ops::matmul(&w.matrix, &xs, tokens); // [t, experts · stride]
+        let mut want = vec![None; tokens * top_k * rows];
+        for t in 0..tokens {
+            for j in 0..top_k {
+                let e = idx[t * top_k + j];
+                if e == u32::MAX {
+                    continue;
+                }
+                for r in 0..rows {
+                    let base = t * experts * stride + e as usize * stride;
+                    let (g, u) = (y_ref[base + r], y_ref[base + rows + r]);
+                    want[(t * top_k + j) * rows + r] = Some(ops::gelu_tanh(g) as f64 * u as f64);
+                }
+            }
+        }
+        let [wb, sb, bb] = w.part(0, experts * stride);
+        let p = MoeMatmulParams {
+            rows: rows as u32, cols: cols as u32, gs: 64, expert_stride: stride as u32, row_off: 0, top_k: top_k as u32,
+            x_tok_stride: cols as u32, x_slot_stride: 0, y_stride: rows as u32, up_off: rows as u32, ..Default::default()
+        };
+        let (kernel, per_wg) = qmv_moe_glu_shape(rows, cols, top_k, cols, 0).expect("applies");
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let poison = vec![POISON; tokens * top_k * rows];
+        let bufs = [wb, sb, bb, to_bytes(&idx), to_bytes(&bits(&xs)), to_bytes(&poison)];
+        let out = h.run(kernel, &bufs, bytemuck::bytes_of(&p), step, ((rows as u32).div_ceil(per_wg), top_k as u32, tokens as u32)).unwrap();
+        let got = words(&out[5]);
+        let case = format!("{}(experts={experts},top_k={top_k},rows={rows},cols={cols},tokens={tokens})", kernel.label());
+        let (mut g, mut r) = (Vec::new(), Vec::new());
+        for (i, want) in want.iter().enumerate() {
+            match want {
+                Some(v) => {
+                    g.push(f32::from_bits(got[i]));
+                    r.push(*v);
+                }
+                None => assert_eq!(got[i], POISON, "{case}: a SKIP pair's row {i} was written"),
+            }
+        }
+        match compare(&g, &r, tol::DOT) {
+            Ok(nmse) => println!("{case} [wgpu]: y NMSE {nmse:.1e} OK"),
+            Err(e) => panic!("{case}: {e}"),
+        }
     }
 }

@@ -13,6 +13,6 @@ struct MoeMatmulParams {
     x_slot_stride: u32,
     y_stride: u32,
     group_stride: u32, // words between moe_group's lists (moe_matmul_grouped only)
-    _pad1: u32,
+    up_off: u32,       // the up rows of a fused gate_up stack (qmv_moe_glu only)
     _pad2: u32,
 }

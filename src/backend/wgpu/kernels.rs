@@ -58,6 +58,8 @@ pub enum Kernel {
     Qmm,
     /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
     QmvMoe { lanes: u32, rpt: u32 },
+    /// `QmvMoe` over a fused gate_up stack with the GeGLU as epilogue (qmv_moe_glu.wgsl).
+    QmvMoeGlu { lanes: u32, pairs: u32 },
     Embed(Format),
     RmsNorm,
     HeadNormRope,
@@ -92,6 +94,7 @@ impl Kernel {
             Kernel::QmvGlu { tok, lanes, pairs } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}"),
             Kernel::Qmm => "qmm_q4".into(),
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
+            Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm => "rmsnorm".into(),
             Kernel::HeadNormRope => "head_norm_rope".into(),
@@ -134,6 +137,10 @@ impl Kernel {
                 format!("{matmul_params}\n{}", qmv_source(&glu, tok, lanes, 2 * pairs, pairs))
             }
             Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0)),
+            Kernel::QmvMoeGlu { lanes, pairs } => {
+                let glu = format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/qmv_moe_glu.wgsl"));
+                format!("{moe_params}\n{}", qmv_source(&glu, 1, lanes, 2 * pairs, pairs))
+            }
             Kernel::Qmm => format!("{matmul_params}\n{groups}\n{}", unroll(include_str!("../../../wgsl/qmm.wgsl"), &[])),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => {
@@ -231,7 +238,7 @@ impl Kernel {
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmvMoe { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeCombine => &[Read, Read, ReadWrite, Uniform, Uniform],
         }
@@ -277,6 +284,18 @@ pub fn qmv_moe_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize
     }
     let (lanes, rpt) = qmv_tile(rows * top_k, cols);
     Some((Kernel::QmvMoe { lanes, rpt }, QMV_WG / lanes * rpt))
+}
+
+/// The `qmv_moe_glu` variant for fused gate_up experts of `rows` gate (and `rows` up) rows ×
+/// `cols`, and its output rows per workgroup; `None` where qmv_moe does not apply. Shaped by the
+/// qmv rule for the `2 · rows · top_k` rows one token's pairs cover, at least one pair per team.
+pub fn qmv_moe_glu_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize, x_slot_stride: usize) -> Option<(Kernel, u32)> {
+    if cols % 64 != 0 || x_tok_stride % 4 != 0 || x_slot_stride % 4 != 0 {
+        return None;
+    }
+    let (lanes, rpt) = qmv_tile(2 * rows * top_k, cols);
+    let pairs = (rpt / 2).max(1);
+    Some((Kernel::QmvMoeGlu { lanes, pairs }, QMV_WG / lanes * pairs))
 }
 
 /// Rows and tokens of one `qmm` workgroup (`TILE` in qmm.wgsl).
@@ -511,7 +530,9 @@ pub struct MoeMatmulParams {
     pub y_stride: u32,
     /// u32 words between groups in moe_group's lists (moe_matmul_grouped only).
     pub group_stride: u32,
-    pub _pad: [u32; 2],
+    /// The up rows of a fused gate_up stack, per expert (qmv_moe_glu only).
+    pub up_off: u32,
+    pub _pad: u32,
 }
 
 #[repr(C)]

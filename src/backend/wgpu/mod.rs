@@ -940,6 +940,39 @@ impl<'a> Builder<'a> {
         Ok(Some(GpuMatrix { format: Format::Q4, cols, gs, parts: vec![part] }))
     }
 
+    /// Uploads split 4-bit expert stacks `gate` and `up` (`experts` experts of `rows` rows each)
+    /// as one fused stack, expert e's gate rows then its up rows (HF's gate_up layout), so that
+    /// decode runs one GeGLU mat-vec for both; `None` (nothing uploaded) where the formats
+    /// differ or the fused stack exceeds one binding.
+    fn upload_experts_fused(&mut self, gate: &Matrix, up: &Matrix, experts: usize) -> Result<Option<GpuMatrix>> {
+        let (Matrix::Quant { layout: lg, w: wg, scales: sg, biases: bg, .. }, Matrix::Quant { layout: lu, w: wu, scales: su, biases: bu, .. }) = (gate, up) else {
+            return Ok(None);
+        };
+        let (rows, cols) = (gate.rows(), gate.cols());
+        if lg.bits != 4 || lu.bits != 4 || lg.group_size != lu.group_size || up.rows() != rows || up.cols() != cols || rows % experts != 0 {
+            return Ok(None);
+        }
+        if (wg.bytes().len() + wu.bytes().len()) as u64 > self.gpu.adapter_max_binding {
+            return Ok(None);
+        }
+        fn interleave<'b>(a: &'b [u8], b: &'b [u8], experts: usize) -> Vec<&'b [u8]> {
+            let (ea, eb) = (a.len() / experts, b.len() / experts);
+            (0..experts).flat_map(|e| [&a[e * ea..(e + 1) * ea], &b[e * eb..(e + 1) * eb]]).collect()
+        }
+        let label = format!("{}+{}", gate.name(), up.name());
+        let part = GpuPart {
+            row0: 0,
+            rows: 2 * rows,
+            w: self.gpu.upload_concat(&label, &interleave(wg.bytes(), wu.bytes(), experts))?,
+            scales: self.gpu.upload_concat(&format!("{label}.scales"), &interleave(sg.bytes(), su.bytes(), experts))?,
+            biases: self.gpu.upload_concat(&format!("{label}.biases"), &interleave(bg.bytes(), bu.bytes(), experts))?,
+        };
+        let bytes = [wg, wu, sg, su, bg, bu].iter().map(|t| t.bytes().len() as u64).sum::<u64>();
+        self.weight_bytes += bytes;
+        self.expert_bytes += bytes;
+        Ok(Some(GpuMatrix { format: Format::Q4, cols, gs: lg.group_size, parts: vec![part] }))
+    }
+
     /// Uploads a matrix that kernels index as a whole (an expert stack): one part, or an error
     /// when it exceeds the adapter's binding limit.
     fn upload_matrix_whole(&mut self, m: &Matrix) -> Result<GpuMatrix> {
@@ -1138,7 +1171,8 @@ impl<'a> Builder<'a> {
     /// Routed-expert mat-vec: `y[t, j, r] = W[idx[t,j] · stride + off + r] · x[t, j]`; decode
     /// steps run it per (token, expert) pair, chunks per expert over `groups` (see moe_group).
     #[allow(clippy::too_many_arguments)]
-    fn moe_matmul(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, idx: &wgpu::Buffer, groups: &Groups, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize) {
+    /// `with_single`: also record the decode/verify form (false where `moe_glu` recorded it).
+    fn moe_matmul(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, idx: &wgpu::Buffer, groups: &Groups, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize, with_single: bool) {
         // Expert stacks are indexed across the whole matrix: one part (checked at upload).
         debug_assert_eq!(m.parts.len(), 1, "expert stack split across bindings");
         let part = &m.parts[0];
@@ -1153,7 +1187,7 @@ impl<'a> Builder<'a> {
             x_slot_stride: x_slot_stride as u32,
             y_stride: rows as u32,
             group_stride: 0,
-            _pad: [0; 2],
+            ..Default::default()
         };
         // Same bindings but the selector: the per-pair expert ids, or moe_group's lists.
         let res = |sel: &wgpu::Buffer| {
@@ -1175,11 +1209,51 @@ impl<'a> Builder<'a> {
             Some((k, per_wg)) => (k, (rows as u32).div_ceil(per_wg)),
             None => (Kernel::MoeMatmul(m.format), x_groups),
         };
-        self.spec(kernel, res(idx), &p, x_pairs, GridY::Slots(top_k as u32));
-        self.specs.last_mut().expect("just pushed").only = Only::Single;
+        if with_single {
+            self.spec(kernel, res(idx), &p, x_pairs, GridY::Slots(top_k as u32));
+            self.specs.last_mut().expect("just pushed").only = Only::Single;
+        }
         let p = MoeMatmulParams { group_stride: groups.stride as u32, ..p };
         self.spec(Kernel::MoeMatmulGrouped(m.format), res(&groups.buf), &p, x_groups, GridY::Fixed(groups.n as u32));
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
+    }
+
+    /// Decode/verify form of a fused gate_up expert stack with the GeGLU as epilogue:
+    /// `y[t, j, r] = gelu_tanh(G_e[r] · x[t, j]) · U_e[r] · x[t, j]` (qmv_moe_glu), in place of
+    /// the gate and up mat-vecs and gelu_mul; false (nothing recorded) where it does not apply.
+    #[allow(clippy::too_many_arguments)]
+    fn moe_glu(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, up_off: usize, rows: usize, idx: &wgpu::Buffer, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize) -> bool {
+        if m.format != Format::Q4 {
+            return false;
+        }
+        let Some((kernel, per_wg)) = qmv_moe_glu_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride) else { return false };
+        let part = &m.parts[0];
+        let p = MoeMatmulParams {
+            rows: rows as u32,
+            cols: m.cols as u32,
+            gs: m.gs as u32,
+            expert_stride: expert_stride as u32,
+            row_off: row_off as u32,
+            top_k: top_k as u32,
+            x_tok_stride: x_tok_stride as u32,
+            x_slot_stride: x_slot_stride as u32,
+            y_stride: rows as u32,
+            up_off: up_off as u32,
+            ..Default::default()
+        };
+        let res = vec![
+            Res::Buf(part.w.clone()),
+            Res::Buf(part.scales.clone()),
+            Res::Buf(part.biases.clone()),
+            Res::Buf(idx.clone()),
+            Res::Buf(x.clone()),
+            Res::Buf(y.clone()),
+            Res::Params,
+            Res::Step,
+        ];
+        self.spec(kernel, res, &p, (rows as u32).div_ceil(per_wg), GridY::Slots(top_k as u32));
+        self.specs.last_mut().expect("just pushed").only = Only::Single;
+        true
     }
 
     /// Lists each expert's (or slot's) routed pairs of a chunk for the grouped expert kernel.
@@ -1378,7 +1452,10 @@ impl<'a> Builder<'a> {
                                 let before = self.weight_bytes;
                                 let (gate, up, up_off) = match &st.gate_up {
                                     ExpertGateUp::Fused(gu) => ((self.upload_matrix_whole(gu)?, 2 * iw, 0), None, iw),
-                                    ExpertGateUp::Split { gate, up } => ((self.upload_matrix_whole(gate)?, iw, 0), Some(self.upload_matrix_whole(up)?), 0),
+                                    ExpertGateUp::Split { gate, up } => match self.upload_experts_fused(gate, up, t.num_experts)? {
+                                        Some(gu) => ((gu, 2 * iw, 0), None, iw),
+                                        None => ((self.upload_matrix_whole(gate)?, iw, 0), Some(self.upload_matrix_whole(up)?), 0),
+                                    },
                                 };
                                 let down = self.upload_matrix_whole(&st.down)?;
                                 self.routed_decode_bytes += (self.weight_bytes - before) * t.top_k_experts as u64 / t.num_experts as u64;
@@ -1642,14 +1719,19 @@ impl<'a> Builder<'a> {
                 let groups = moe_groups.as_ref().expect("allocated for MoE models");
                 self.moe_group(sel, groups, tk);
                 let (gm, gstride, goff) = &moe.gate;
-                self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, &xn2, h, 0, eg, tk);
+                // Fused gate_up: decode/verify run one GeGLU mat-vec; chunks the grouped kernels.
+                let glu = moe.up.is_none() && self.moe_glu(gm, *gstride, *goff, moe.up_off, iw, sel, &xn2, h, 0, eg, tk);
+                self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, &xn2, h, 0, eg, tk, !glu);
                 let (um, ustride, uoff) = match &moe.up {
                     Some(u) => (u, iw, 0),
                     None => (gm, *gstride, moe.up_off),
                 };
-                self.moe_matmul(um, ustride, uoff, iw, sel, groups, &xn2, h, 0, eu, tk);
+                self.moe_matmul(um, ustride, uoff, iw, sel, groups, &xn2, h, 0, eu, tk, !glu);
                 self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0, ..Default::default() });
-                self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk);
+                if glu {
+                    self.specs.last_mut().expect("just pushed").only = Only::Multi;
+                }
+                self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk, true);
                 if streaming {
                     let route_end = route_end.expect("recorded above for MoE layers");
                     self.marks.push(Mark { layer: li, route_end, experts_begin, experts_end: self.specs.len() });
