@@ -33,6 +33,8 @@ var<workgroup> bv: array<f32, WG>;
 var<workgroup> bi: array<u32, WG>;
 var<workgroup> chosen: array<u32, WG>;
 var<workgroup> mx: f32;
+var<workgroup> ex: array<f32, WG>;
+var<workgroup> sc: array<f32, WG>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -64,13 +66,19 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         if (e == chosen[j]) { mine = NEG; }
         workgroupBarrier();
     }
-    if (lid == 0u) {
+    // The k weights: thread j < k loads its chosen expert's logit and scale (all k loads in
+    // flight at once, not one after another in a single thread), then every weight divides by
+    // the same sum, added in j order.
+    if (lid < p.top_k) {
+        let c = chosen[lid];
+        ex[lid] = exp(logits[t * p.n_experts + c] - mx);
+        sc[lid] = scale[c];
+    }
+    workgroupBarrier();
+    if (lid < p.top_k) {
         var z = 0.0;
-        for (var j = 0u; j < p.top_k; j++) { z += exp(logits[t * p.n_experts + chosen[j]] - mx); }
-        for (var j = 0u; j < p.top_k; j++) {
-            let c = chosen[j];
-            idx[t * p.top_k + j] = c;
-            weight[t * p.top_k + j] = exp(logits[t * p.n_experts + c] - mx) / z * scale[c];
-        }
+        for (var j = 0u; j < p.top_k; j++) { z += ex[j]; }
+        idx[t * p.top_k + lid] = chosen[lid];
+        weight[t * p.top_k + lid] = ex[lid] / z * sc[lid];
     }
 }
