@@ -11,6 +11,15 @@
 //! 4-bit, the 8-token `matmul` tile otherwise), decode the mat-vec (`qmv` for 4-bit), verify
 //! the mat-vec's 4-token tile (see [`kernels::qmv_shape`]).
 //!
+//! A decode step is a chain of dependent dispatches, each costing a barrier and its own
+//! latency, so the program is recorded with as few as the arithmetic allows (PERF_NOTES.md,
+//! session 4): 4-bit q | k | v and gate | up are stacked into one matrix each at upload
+//! (decode runs `qmv_glu`, the GeGLU as the mat-vec's epilogue; routed experts `qmv_moe_glu`),
+//! the q, k and v heads are normalised and rotated in one `qkv_norm_rope`, and a residual
+//! post-norm also writes the next blocks' input norms of the rows it updated (rmsnorm's
+//! `chain`). Greedy decode runs one step ahead of the host ([`Backend::decode_greedy`]): the
+//! next step reads its id from the last step's argmax on the GPU, so recording overlaps the GPU.
+//!
 //! Activations are f32 (the reference path). MoE layers (26B-A4B): router top-k on the GPU, then
 //! gathered expert mat-vecs over the layer's expert matrix. That matrix is the checkpoint's
 //! stacked experts, or (an installation) `n_slots` expert-sized slots in long-lived buffers: with
