@@ -557,7 +557,7 @@ fn qmv_cases() -> Vec<Box<dyn Case>> {
 }
 
 /// The decode/verify mat-vec of a stacked [gate; up] 4-bit matrix with the GeGLU epilogue
-/// (qmv_glu.wgsl): `y[t, r] = gelu_tanh(G x[t]) · (U x[t])` for r < rows in rows `2 · rows`
+/// (qmv.wgsl, GeGLU form): `y[t, r] = gelu_tanh(G x[t]) · (U x[t])` for r < rows in rows `2 · rows`
 /// apart (the up half of each y row must stay untouched), token tile `tile`.
 #[derive(Clone, Copy)]
 struct GluCase {

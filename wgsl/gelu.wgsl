@@ -1,5 +1,5 @@
 // gelu: GELU with the tanh approximation (gelu_pytorch_tanh, Gemma 4's hidden_activation),
-// shared by gelu_mul.wgsl and the GeGLU epilogue of qmv_glu.wgsl.
+// shared by gelu_mul.wgsl and the GeGLU forms of qmv.wgsl and qmv_moe.wgsl.
 // gelu_tanh(x) = ½x(1 + tanh(√(2/π)(x + 0.044715x³))); tanh is computed from exp so that large
 // |x| saturate cleanly instead of relying on the platform tanh.
 

@@ -5,12 +5,17 @@
 // Same contract as moe_matmul.wgsl (which it replaces for 4-bit experts): `e` is the expert, or
 // the cache slot holding it when experts stream; e = 0xffffffff (SKIP) marks a pair of another
 // round, left untouched.
+// The GeGLU form (qmv_moe_glu: GLU = PAIRS > 0) reads a fused gate_up stack: gate row r at
+// row_off + r, up row r at up_off + r of each expert, and writes
+//   y[(t * top_k + j) * y_stride + r] = gelu_tanh(gate · x) · (up · x)
+// one dispatch instead of three (gate, up, gelu_mul) per MoE layer (gelu_tanh: gelu.wgsl).
 //
 // Bindings: w: 4-bit experts stacked along rows, read as vec4<u32>; scales, biases: bf16 pairs;
 //   idx: u32[n_tokens, top_k]; x: f32 read as vec4<f32>; y: f32[n_tokens * top_k, y_stride];
 //   p: MoeMatmulParams (moe_params.wgsl); step: Step.
-// Launch: 128 threads (TOK = 1); workgroup (i, j, t) owns rows [TEAMS·RPT·i, …) of slot j of
-//   token t; grid = (ceil(rows / (TEAMS·RPT)), top_k, n_tokens).
+// Launch: 128 threads (TOK = 1); workgroup (i, j, t) owns output rows [TEAMS·OWN·i, …) of slot j
+//   of token t (OWN = RPT, or PAIRS gate/up pairs with RPT = 2 · PAIRS); grid =
+//   (ceil(rows / (TEAMS·OWN)), top_k, n_tokens).
 // Host guarantees: cols % 64 == 0, x_tok_stride % 4 == 0, x_slot_stride % 4 == 0.
 
 @group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;
@@ -22,6 +27,8 @@
 @group(0) @binding(6) var<uniform> p: MoeMatmulParams;
 @group(0) @binding(7) var<uniform> step: Step;
 
+const OWN: u32 = {{OWN}}u;
+
 @compute @workgroup_size(128)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
@@ -32,17 +39,25 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     if (t >= step.n_tokens) { return; }
     let e = idx[t * p.top_k + j];
     if (e == 0xffffffffu) { return; }
-    let r0 = (wid.x * TEAMS + lid / LANES) * RPT;
+    let r0 = (wid.x * TEAMS + lid / LANES) * OWN;
     var rows: array<u32, RPT>;
-    // @unroll r RPT
+    // @unroll r OWN
     rows[{r}] = e * p.expert_stride + p.row_off + min(r0 + {r}u, p.rows - 1u);
+    // @end r
+    // @unroll r GLU
+    rows[OWN + {r}u] = e * p.expert_stride + p.up_off + min(r0 + {r}u, p.rows - 1u);
     // @end r
     var xrows: array<u32, TOK>;
     xrows[0] = (t * p.x_tok_stride + j * p.x_slot_stride) / 4u;
     qmv_reduce(qmv_dots(rows, xrows, lane, p.cols, p.gs), lid, lane);
     if (lane == 0u) {
-        // @unroll r RPT
+        // @unroll r PLAIN
         if (r0 + {r}u < p.rows) { y[(t * p.top_k + j) * p.y_stride + r0 + {r}u] = red[{r}u * WG + lid]; }
+        // @end r
+        // @unroll r GLU
+        if (r0 + {r}u < p.rows) {
+            y[(t * p.top_k + j) * p.y_stride + r0 + {r}u] = gelu_tanh(red[{r}u * WG + lid]) * red[(OWN + {r}u) * WG + lid];
+        }
         // @end r
     }
 }

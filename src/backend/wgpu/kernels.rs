@@ -51,14 +51,14 @@ pub enum Kernel {
     /// The 4-bit mat-vec of decode (`tok` 1) and verify steps: `lanes` per row, `rpt` rows per
     /// team of lanes (see qmv.wgsl and [`qmv_shape`]).
     Qmv { tok: u32, lanes: u32, rpt: u32 },
-    /// `Qmv` over a stacked [gate; up] matrix with the GeGLU as epilogue (qmv_glu.wgsl): `pairs`
-    /// output rows per team.
+    /// `Qmv` over a stacked [gate; up] matrix with the GeGLU as epilogue (qmv.wgsl's GeGLU
+    /// form): `pairs` output rows per team.
     QmvGlu { tok: u32, lanes: u32, pairs: u32 },
     /// The 4-bit mat-mat of prefill chunks: 64 rows × [`QMM_TILE`] tokens per workgroup.
     Qmm,
     /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
     QmvMoe { lanes: u32, rpt: u32 },
-    /// `QmvMoe` over a fused gate_up stack with the GeGLU as epilogue (qmv_moe_glu.wgsl).
+    /// `QmvMoe` over a fused gate_up stack with the GeGLU as epilogue (qmv_moe.wgsl's GeGLU form).
     QmvMoeGlu { lanes: u32, pairs: u32 },
     Embed(Format),
     RmsNorm,
@@ -132,15 +132,9 @@ impl Kernel {
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
             Kernel::Qmv { tok, lanes, rpt } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, rpt, 0)),
-            Kernel::QmvGlu { tok, lanes, pairs } => {
-                let glu = format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/qmv_glu.wgsl"));
-                format!("{matmul_params}\n{}", qmv_source(&glu, tok, lanes, 2 * pairs, pairs))
-            }
+            Kernel::QmvGlu { tok, lanes, pairs } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, 2 * pairs, pairs)),
             Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0)),
-            Kernel::QmvMoeGlu { lanes, pairs } => {
-                let glu = format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/qmv_moe_glu.wgsl"));
-                format!("{moe_params}\n{}", qmv_source(&glu, 1, lanes, 2 * pairs, pairs))
-            }
+            Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs)),
             Kernel::Qmm => format!("{matmul_params}\n{groups}\n{}", unroll(include_str!("../../../wgsl/qmm.wgsl"), &[])),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => {
@@ -172,17 +166,20 @@ impl Kernel {
     }
 }
 
-/// A qmv kernel (`qmv.wgsl`, `qmv_glu.wgsl`, `qmv_moe.wgsl`) followed by the shared loop
-/// (`qmv_core.wgsl`), with the tile constants substituted and the `@unroll` blocks expanded
-/// (`pairs`: qmv_glu's rows per team, else unused).
+/// A qmv kernel (`qmv.wgsl`, `qmv_moe.wgsl`) followed by the shared loop (`qmv_core.wgsl`),
+/// with the tile constants substituted and the `@unroll` blocks expanded. `pairs` > 0 picks the
+/// GeGLU form (`rpt` = 2 · pairs rows of W per team: pairs gate rows, pairs up rows).
 fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32) -> String {
-    let src = format!("{kernel}\n{}\n{}", include_str!("../../../wgsl/formats/groups.wgsl"), include_str!("../../../wgsl/qmv_core.wgsl"));
+    let gelu = include_str!("../../../wgsl/gelu.wgsl");
+    let src = format!("{kernel}\n{gelu}\n{}\n{}", include_str!("../../../wgsl/formats/groups.wgsl"), include_str!("../../../wgsl/qmv_core.wgsl"));
+    // Output rows per team; the plain epilogue's count (0 in the GeGLU form) and the GeGLU's.
+    let (own, plain, glu) = if pairs > 0 { (pairs, 0, pairs) } else { (rpt, rpt, 0) };
     let src = src
         .replace("{{TOK}}", &tok.to_string())
         .replace("{{LANES}}", &lanes.to_string())
         .replace("{{RPT}}", &rpt.to_string())
-        .replace("{{PAIRS}}", &pairs.to_string());
-    unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok), ("PAIRS", pairs)])
+        .replace("{{OWN}}", &own.to_string());
+    unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok), ("OWN", own), ("PLAIN", plain), ("GLU", glu)])
 }
 
 /// Expands `// @unroll NAME COUNT` … `// @end NAME` blocks: the lines between are repeated for

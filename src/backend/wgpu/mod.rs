@@ -866,6 +866,32 @@ struct Builder<'a> {
     marks: Vec<Mark>,
 }
 
+/// The bindings of a weight-reading kernel: the part's weights, scales and biases, then `bufs`
+/// (selector, x, y, …), the params and the step.
+fn weight_res(part: &GpuPart, bufs: &[&wgpu::Buffer]) -> Vec<Res> {
+    let mut res = vec![Res::Buf(part.w.clone()), Res::Buf(part.scales.clone()), Res::Buf(part.biases.clone())];
+    res.extend(bufs.iter().map(|b| Res::Buf((*b).clone())));
+    res.extend([Res::Params, Res::Step]);
+    res
+}
+
+/// Params of the routed-expert kernels for `rows` rows per expert of `m` (see moe_params.wgsl).
+#[allow(clippy::too_many_arguments)]
+fn moe_params(m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, top_k: usize, x_tok_stride: usize, x_slot_stride: usize) -> MoeMatmulParams {
+    MoeMatmulParams {
+        rows: rows as u32,
+        cols: m.cols as u32,
+        gs: m.gs as u32,
+        expert_stride: expert_stride as u32,
+        row_off: row_off as u32,
+        top_k: top_k as u32,
+        x_tok_stride: x_tok_stride as u32,
+        x_slot_stride: x_slot_stride as u32,
+        y_stride: rows as u32,
+        ..Default::default()
+    }
+}
+
 impl<'a> Builder<'a> {
     fn new(gpu: Gpu, cfg: &'a Config, w: &'a Arc<ModelWeights>, opts: WgpuOptions) -> Result<WgpuBackend> {
         let dummy = gpu.storage("unused", 4);
@@ -1111,15 +1137,7 @@ impl<'a> Builder<'a> {
                 count_sel: on_out as u32,
                 _pad: 0,
             };
-            let res = vec![
-                Res::Buf(part.w.clone()),
-                Res::Buf(part.scales.clone()),
-                Res::Buf(part.biases.clone()),
-                Res::Buf(x.clone()),
-                Res::Buf(y.clone()),
-                Res::Params,
-                Res::Step,
-            ];
+            let res = weight_res(part, &[x, y]);
             // Chunks: the tiled 4-bit mat-mat where it applies, else the 8-token matmul tile.
             let (kernel, tile, rows_per_wg) = if qmm_applies(m.format, m.cols, x_stride) {
                 (Kernel::Qmm, QMM_TILE, QMM_TILE)
@@ -1156,15 +1174,7 @@ impl<'a> Builder<'a> {
         let part = &m.parts[0];
         debug_assert_eq!((m.parts.len(), part.rows), (1, 2 * rows), "a stacked matrix is one part");
         let p = MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, _pad: 0 };
-        let res = vec![
-            Res::Buf(part.w.clone()),
-            Res::Buf(part.scales.clone()),
-            Res::Buf(part.biases.clone()),
-            Res::Buf(x.clone()),
-            Res::Buf(y.clone()),
-            Res::Params,
-            Res::Step,
-        ];
+        let res = weight_res(part, &[x, y]);
         let shape = |tok| {
             let (k, per_wg) = qmv_glu_shape(rows, m.cols, x_stride, tok).expect("stacked only where qmv applies");
             (k, (rows as u32).div_ceil(per_wg), tok)
@@ -1179,38 +1189,15 @@ impl<'a> Builder<'a> {
 
     /// Routed-expert mat-vec: `y[t, j, r] = W[idx[t,j] · stride + off + r] · x[t, j]`; decode
     /// steps run it per (token, expert) pair, chunks per expert over `groups` (see moe_group).
-    #[allow(clippy::too_many_arguments)]
     /// `with_single`: also record the decode/verify form (false where `moe_glu` recorded it).
+    #[allow(clippy::too_many_arguments)]
     fn moe_matmul(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, idx: &wgpu::Buffer, groups: &Groups, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize, with_single: bool) {
         // Expert stacks are indexed across the whole matrix: one part (checked at upload).
         debug_assert_eq!(m.parts.len(), 1, "expert stack split across bindings");
         let part = &m.parts[0];
-        let p = MoeMatmulParams {
-            rows: rows as u32,
-            cols: m.cols as u32,
-            gs: m.gs as u32,
-            expert_stride: expert_stride as u32,
-            row_off: row_off as u32,
-            top_k: top_k as u32,
-            x_tok_stride: x_tok_stride as u32,
-            x_slot_stride: x_slot_stride as u32,
-            y_stride: rows as u32,
-            group_stride: 0,
-            ..Default::default()
-        };
+        let p = moe_params(m, expert_stride, row_off, rows, top_k, x_tok_stride, x_slot_stride);
         // Same bindings but the selector: the per-pair expert ids, or moe_group's lists.
-        let res = |sel: &wgpu::Buffer| {
-            vec![
-                Res::Buf(part.w.clone()),
-                Res::Buf(part.scales.clone()),
-                Res::Buf(part.biases.clone()),
-                Res::Buf(sel.clone()),
-                Res::Buf(x.clone()),
-                Res::Buf(y.clone()),
-                Res::Params,
-                Res::Step,
-            ]
-        };
+        let res = |sel: &wgpu::Buffer| weight_res(part, &[sel, x, y]);
         let x_groups = (rows as u32).div_ceil(MATMUL_ROWS);
         // Decode/verify: qmv's loop per pair for 4-bit experts, else the one-row-group kernel.
         let qmv = if m.format == Format::Q4 { qmv_moe_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride) } else { None };
@@ -1237,29 +1224,8 @@ impl<'a> Builder<'a> {
         }
         let Some((kernel, per_wg)) = qmv_moe_glu_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride) else { return false };
         let part = &m.parts[0];
-        let p = MoeMatmulParams {
-            rows: rows as u32,
-            cols: m.cols as u32,
-            gs: m.gs as u32,
-            expert_stride: expert_stride as u32,
-            row_off: row_off as u32,
-            top_k: top_k as u32,
-            x_tok_stride: x_tok_stride as u32,
-            x_slot_stride: x_slot_stride as u32,
-            y_stride: rows as u32,
-            up_off: up_off as u32,
-            ..Default::default()
-        };
-        let res = vec![
-            Res::Buf(part.w.clone()),
-            Res::Buf(part.scales.clone()),
-            Res::Buf(part.biases.clone()),
-            Res::Buf(idx.clone()),
-            Res::Buf(x.clone()),
-            Res::Buf(y.clone()),
-            Res::Params,
-            Res::Step,
-        ];
+        let p = MoeMatmulParams { up_off: up_off as u32, ..moe_params(m, expert_stride, row_off, rows, top_k, x_tok_stride, x_slot_stride) };
+        let res = weight_res(part, &[idx, x, y]);
         self.spec(kernel, res, &p, (rows as u32).div_ceil(per_wg), GridY::Slots(top_k as u32));
         self.specs.last_mut().expect("just pushed").only = Only::Single;
         true
@@ -1275,15 +1241,7 @@ impl<'a> Builder<'a> {
     fn embed(&mut self, m: &GpuMatrix, ids: &wgpu::Buffer, out: &wgpu::Buffer, scale: f32) {
         for part in &m.parts {
             let p = EmbedParams { rows: part.rows as u32, cols: m.cols as u32, gs: m.gs as u32, row0: part.row0 as u32, scale, _pad: [0; 3] };
-            let res = vec![
-                Res::Buf(part.w.clone()),
-                Res::Buf(part.scales.clone()),
-                Res::Buf(part.biases.clone()),
-                Res::Buf(ids.clone()),
-                Res::Buf(out.clone()),
-                Res::Params,
-                Res::Step,
-            ];
+            let res = weight_res(part, &[ids, out]);
             self.spec(Kernel::Embed(m.format), res, &p, (m.cols as u32).div_ceil(8).div_ceil(64), GridY::Tokens);
         }
     }
