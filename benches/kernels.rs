@@ -12,12 +12,17 @@
 //! plus the 256 MiB matrix; every one runs through the decode kernel the backend picks
 //! (`qmv_shape`) and through the previous one-row-per-workgroup `matmul_q4_t1` for comparison.
 //! The last table times the routed-expert decode kernels on 26B-A4B shapes (qmv_moe against
-//! the per-pair moe_matmul it replaced). Weights are random bits with finite scales: timing
+//! the per-pair moe_matmul it replaced).
+//! The latency table times the small kernels a decode step is made of (rmsnorm with 0/1/3
+//! chained norms, qkv_norm_rope, split attention and its merge at 131–4097 keys, the 26B
+//! router) as chains of dependent dispatches, next to a 16-byte copy: what each costs inside a
+//! step beyond the barrier (PERF_NOTES.md, session 4: not yet run on the H200). Weights are random bits with finite scales: timing
 //! only, the values are checked in tests/kernels.rs.
 
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
-    fold_grid, matmul_rows, qmv_moe_shape, qmv_shape, Format, Kernel, MatmulParams, MoeMatmulParams, Step, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TILE,
+    attention_split, fold_grid, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
+    RouterParams, Step, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TILE,
 };
 
 struct Shape {
@@ -209,4 +214,79 @@ fn main() {
             }
         }
     }
+
+    latency_table(&mut h, &filter);
+}
+
+/// The one-workgroup and small kernels a decode step is made of, each timed as a chain of 200
+/// dependent dispatches (each writes what the next overwrites, so every one waits for the
+/// last: the per-dispatch cost inside a decode step). The 16-byte `copy` is the floor: a
+/// dependent dispatch that does nothing.
+fn latency_table(h: &mut KernelHarness, filter: &str) {
+    println!("\n| decode kernel (dependent chain) | shape | µs per dispatch |");
+    println!("|---|---|---|");
+    let f32s = |n: usize, v: f32| -> Vec<u8> { std::iter::repeat_n(v.to_le_bytes(), n).flatten().collect() };
+    let step = Step { n_tokens: 1, pos0: 130, n_out: 1, ..Default::default() };
+    let row = |h: &mut KernelHarness, kernel: Kernel, shape: String, bufs: Vec<Vec<u8>>, params: &[u8], grid: (u32, u32, u32)| {
+        let label = kernel.label();
+        if !label.contains(filter) {
+            return;
+        }
+        match h.time(kernel, &bufs, params, step, grid, 200) {
+            Ok(us) => println!("| {label} | {shape} | {us:.2} |"),
+            Err(e) => println!("| {label} | {shape} | error: {e} |"),
+        }
+    };
+    let p = CopyParams { n: 1, ..Default::default() };
+    row(h, Kernel::Copy, "16 bytes".into(), vec![f32s(4, 1.0), f32s(4, 0.0)], bytemuck::bytes_of(&p), (1, 1, 1));
+    // rmsnorm: a residual post-norm (mode 1) with 0, 1 and 3 chained norms, E2B/E4B/26B widths.
+    for n in [1536usize, 2560, 2816] {
+        for chain in [0u32, 1, 3] {
+            let p = NormParams {
+                n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: 0, mode: 1, pre: 1.0, post: 1.0, eps: 1e-6,
+                chain, w2_off: n as u32, w3_off: 2 * n as u32, w4_off: 3 * n as u32, out2_stride: n as u32, post2: 1.0, post3: 1.0, post4: 1.0,
+                ..Default::default()
+            };
+            let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0)];
+            row(h, Kernel::RmsNorm, format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
+        }
+    }
+    // q, k, v heads of one token (E2B sliding: 8 + 1 + 1 heads of 256; full: of 512).
+    for d in [256usize, 512] {
+        let (n_q, n_kv, slots) = (8usize, 1usize, 640usize);
+        let stride = (n_q + 2 * n_kv) * d;
+        let p = QkvParams {
+            d: d as u32, src_stride: stride as u32, rope_off: 0, rope_stride: d as u32, n_q: n_q as u32, n_kv: n_kv as u32,
+            k_off: (n_q * d) as u32, v_off: ((n_q + n_kv) * d) as u32, q_w: 0, k_w: d as u32, slots: slots as u32, eps: 1e-6,
+        };
+        let bufs = vec![f32s(stride, 0.3), f32s(2 * d, 1.0), f32s(d, 0.5), f32s(n_q * d, 0.0), f32s(slots * n_kv * d, 0.0), f32s(slots * n_kv * d, 0.0)];
+        row(h, Kernel::QkvNormRope, format!("8 + 1 + 1 heads × {d}"), bufs, bytemuck::bytes_of(&p), ((n_q + 2 * n_kv) as u32, 1, 1));
+    }
+    // Decode attention at E2B's sliding heads (8 q heads on 1 kv head, d 256) over 131 keys
+    // (step.pos0 = 130), and at 1025 and 4097 keys: the split kernel, then the merge.
+    for keys in [131usize, 1025, 4097] {
+        let (d, heads, slots) = (256usize, 8usize, 4608usize);
+        let p = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: ATTN_SPLITS, _pad: [0; 2] };
+        let at = Step { pos0: keys as u32 - 1, ..step };
+        let part = f32s(heads * ATTN_SPLITS as usize * (d + 2), 0.0);
+        let kernel = attention_split(d);
+        if kernel.label().contains(filter) {
+            let bufs = vec![f32s(heads * d, 0.1), f32s(slots * d, 0.2), f32s(slots * d, 0.3), part.clone()];
+            match h.time(kernel, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, ATTN_SPLITS, 1), 200) {
+                Ok(us) => println!("| {} | {keys} keys, 8 heads × {d} | {us:.2} |", kernel.label()),
+                Err(e) => println!("| {} | {keys} keys | error: {e} |", kernel.label()),
+            }
+        }
+        if Kernel::AttentionCombine.label().contains(filter) {
+            let bufs = vec![part, f32s(heads * d, 0.0)];
+            match h.time(Kernel::AttentionCombine, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, 1, 1), 200) {
+                Ok(us) => println!("| attention_combine | {} splits, 8 heads × {d} | {us:.2} |", ATTN_SPLITS),
+                Err(e) => println!("| attention_combine | error: {e} |"),
+            }
+        }
+    }
+    // The 26B router: top 8 of 128 experts.
+    let p = RouterParams { n_experts: 128, top_k: 8, _pad: [0; 2] };
+    let logits: Vec<u8> = (0..128).flat_map(|i| ((i * 37 % 128) as f32 * 0.01).to_le_bytes()).collect();
+    row(h, Kernel::RouterTopk, "top 8 of 128".into(), vec![logits, f32s(128, 1.0), vec![0u8; 32], f32s(8, 0.0)], bytemuck::bytes_of(&p), (1, 1, 1));
 }
