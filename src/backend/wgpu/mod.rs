@@ -758,6 +758,8 @@ impl Backend for WgpuBackend {
         let mut scratch = std::mem::take(&mut self.read_scratch);
         let mut in_flight = self.submit_decode(Some(token), pos, 0)?;
         let mut produced = 0;
+        // Whether a step past the last id handed out was already submitted when the host stopped.
+        let mut ran_past = false;
         let result = loop {
             // Step `produced` is in flight; queue the one after it unless it is the last.
             let next = if produced + 1 < max { Some(self.submit_decode(None, pos + produced + 1, (produced + 1) % 2)) } else { None };
@@ -777,12 +779,7 @@ impl Backend for WgpuBackend {
             match on_token(tok) {
                 Ok(true) => {}
                 Ok(false) => {
-                    // The final-norm hidden row is the run-ahead step's, not the last id's.
-                    if next.is_some() {
-                        self.last_rows = 0;
-                        self.read_scratch = scratch;
-                        return Ok(produced);
-                    }
+                    ran_past = next.is_some();
                     break Ok(produced);
                 }
                 Err(e) => break Err(e),
@@ -793,7 +790,8 @@ impl Backend for WgpuBackend {
             }
         };
         self.read_scratch = scratch;
-        self.last_rows = 1;
+        // The final-norm hidden row is the last step run's: none of the ids' when a step ran past.
+        self.last_rows = if ran_past { 0 } else { 1 };
         result
     }
     fn commit(&mut self, n: usize) -> Result<()> {
