@@ -80,15 +80,7 @@ pub trait Backend {
     /// (the id stays on the device); the cache then holds the positions of the ids handed out,
     /// as if each had been a [`decode`](Backend::decode).
     fn decode_greedy(&mut self, token: u32, pos: usize, max: usize, on_token: &mut dyn FnMut(u32) -> Result<bool>) -> Result<usize> {
-        let mut tok = token;
-        for i in 0..max {
-            let out = self.decode(tok, pos + i, Readback::Argmax)?;
-            tok = *out.argmax.last().ok_or_else(|| crate::Error::Gpu("a decode step read back no argmax".into()))?;
-            if !on_token(tok)? {
-                return Ok(i + 1);
-            }
-        }
-        Ok(max)
+        greedy_steps(self, token, pos, max, on_token)
     }
 
     /// Forgets the sequence (the cache contents become unused).
@@ -145,4 +137,18 @@ impl std::str::FromStr for BackendKind {
             other => Err(format!("unknown backend `{other}`: choose `wgpu` (GPU) or `cpu` (f32 reference)")),
         }
     }
+}
+
+/// Greedy decode one `decode` step at a time: the default [`Backend::decode_greedy`], and the
+/// path of backends that cannot run ahead in some configuration.
+pub fn greedy_steps<B: Backend + ?Sized>(b: &mut B, token: u32, pos: usize, max: usize, on_token: &mut dyn FnMut(u32) -> Result<bool>) -> Result<usize> {
+    let mut tok = token;
+    for i in 0..max {
+        let out = b.decode(tok, pos + i, Readback::Argmax)?;
+        tok = *out.argmax.last().ok_or_else(|| crate::Error::Gpu("a decode step read back no argmax".into()))?;
+        if !on_token(tok)? {
+            return Ok(i + 1);
+        }
+    }
+    Ok(max)
 }

@@ -742,14 +742,7 @@ impl Backend for WgpuBackend {
     /// loop.
     fn decode_greedy(&mut self, token: u32, pos: usize, max: usize, on_token: &mut dyn FnMut(u32) -> Result<bool>) -> Result<usize> {
         if self.streaming.is_some() || self.profiler.is_some() {
-            let mut tok = token;
-            for i in 0..max {
-                tok = self.decode(tok, pos + i, Readback::Argmax)?.argmax[0];
-                if !on_token(tok)? {
-                    return Ok(i + 1);
-                }
-            }
-            return Ok(max);
+            return crate::backend::greedy_steps(self, token, pos, max, on_token);
         }
         if max == 0 {
             return Ok(0);
