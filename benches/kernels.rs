@@ -22,7 +22,7 @@
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
     attention_split, fold_grid, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
-    RouterParams, Step, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TILE,
+    RouterParams, Step, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
 struct Shape {
@@ -42,6 +42,11 @@ const SHAPES: &[Shape] = &[
     Shape { name: "E4B gate/up", rows: 10240, cols: 2560 },
     Shape { name: "E4B down", rows: 2560, cols: 10240 },
     Shape { name: "E4B LM head", rows: 262144, cols: 2560 },
+    // The stacked matrices the backend uploads (q|k|v, gate|up as one matrix).
+    Shape { name: "E2B q|k|v", rows: 2560, cols: 1536 },
+    Shape { name: "E2B gate|up", rows: 12288, cols: 1536 },
+    Shape { name: "E4B q|k|v", rows: 3072, cols: 2560 },
+    Shape { name: "E4B gate|up", rows: 20480, cols: 2560 },
 ];
 
 fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
@@ -117,7 +122,7 @@ fn main() {
             let n = tok as usize;
             let x = random_bytes(4 * cols * n, 7).chunks(4).flat_map(|_| 0.5f32.to_le_bytes()).collect::<Vec<u8>>();
             let y = vec![0u8; 4 * rows * n];
-            let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, _pad: 0 };
+            let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
             let step = Step { n_tokens: n as u32, n_out: 1, out_row0: n as u32 - 1, ..Default::default() };
             let (gx, gz) = fold_grid((rows as u32).div_ceil(per_wg), max_groups);
             let reps = if bytes > 1e8 { 20 } else { 200 };
@@ -131,32 +136,53 @@ fn main() {
         }
     }
 
-    // Prefill: one 128-token chunk through the tiled mat-mat (qmm) and the 8-token matmul tile.
-    let tokens = 128usize;
-    println!("\n| shape | rows × cols × tokens | kernel | µs | TFLOP/s | weight GB/s |");
-    println!("|---|---|---|---|---|---|");
+    // Prefill: one 512-token chunk (the backend's default) through the tiled mat-mat (qmm, both
+    // row tiles, the k loop whole or split into 2, 4, 8 ranges: the time is the split dispatch
+    // plus its qmm_sum) and the 8-token matmul tile. `*` marks the variant the backend picks.
+    let tokens = 512usize;
+    println!("\n| shape | rows × cols × tokens | kernel | k splits | µs | TFLOP/s | weight GB/s |");
+    println!("|---|---|---|---|---|---|---|");
     for sh in SHAPES.iter().filter(|s| s.rows < 65536 && s.rows * s.cols <= 64 << 20) {
         let (rows, cols) = (sh.rows, sh.cols);
         let groups = rows * cols / 64;
         let w = random_bytes(rows * cols / 2, rows as u64 * 17 + cols as u64);
         let sb: Vec<u8> = std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
         let x: Vec<u8> = std::iter::repeat_n(0.5f32.to_le_bytes(), tokens * cols).flatten().collect();
-        let y = vec![0u8; 4 * rows * tokens];
-        let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, _pad: 0 };
+        let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        for (kernel, per_wg, tile) in [(Kernel::Qmm, QMM_TILE, QMM_TILE), (Kernel::Matmul(Format::Q4, MATMUL_TOK), matmul_rows(MATMUL_TOK), MATMUL_TOK)] {
+        let picked = qmm_shape(rows);
+        let picked = (picked.0, qmm_splits(rows, cols, tokens, picked.1));
+        let mut variants = Vec::new();
+        for tm in [8u32, 4] {
+            for splits in [1u32, 2, 4, 8] {
+                if cols % (64 * splits as usize) == 0 {
+                    variants.push((Kernel::Qmm { tm }, 16 * tm, QMM_TOK, splits));
+                }
+            }
+        }
+        variants.push((Kernel::Matmul(Format::Q4, MATMUL_TOK), matmul_rows(MATMUL_TOK), MATMUL_TOK, 1));
+        for (kernel, per_wg, tile, splits) in variants {
             let label = kernel.label();
             if !label.contains(&filter) {
                 continue;
             }
             let (gx, gz) = fold_grid((rows as u32).div_ceil(per_wg), max_groups);
-            let grid = (gx, (tokens as u32).div_ceil(tile), gz);
-            match h.time(kernel, &[w.clone(), sb.clone(), sb.clone(), x.clone(), y.clone()], bytemuck::bytes_of(&p), step, grid, 10) {
+            let grid = (gx, (tokens as u32).div_ceil(tile) * splits, gz);
+            let y = vec![0u8; 4 * rows * tokens * splits as usize];
+            let ps = MatmulParams { k_splits: splits, ..p };
+            let mut us = h.time(kernel, &[w.clone(), sb.clone(), sb.clone(), x.clone(), y.clone()], bytemuck::bytes_of(&ps), step, grid, 10);
+            if splits > 1 {
+                let out = vec![0u8; 4 * rows * tokens];
+                let sum = h.time(Kernel::QmmSum, &[y, out], bytemuck::bytes_of(&ps), step, ((rows as u32).div_ceil(256), tokens as u32, 1), 10);
+                us = us.and_then(|a| sum.map(|b| a + b));
+            }
+            let mark = if (kernel, splits) == picked { " *" } else { "" };
+            match us {
                 Ok(us) => {
                     let flops = 2.0 * (rows * cols * tokens) as f64;
-                    println!("| {} | {rows} × {cols} × {tokens} | {label} | {us:.1} | {:.2} | {:.0} |", sh.name, flops / us / 1e6, (w.len() + 2 * sb.len()) as f64 / us / 1e3);
+                    println!("| {} | {rows} × {cols} × {tokens} | {label}{mark} | {splits} | {us:.1} | {:.2} | {:.0} |", sh.name, flops / us / 1e6, (w.len() + 2 * sb.len()) as f64 / us / 1e3);
                 }
-                Err(e) => println!("| {} | {rows} × {cols} × {tokens} | {label} | error: {e} | | |", sh.name),
+                Err(e) => println!("| {} | {rows} × {cols} × {tokens} | {label} | {splits} | error: {e} | | |", sh.name),
             }
         }
     }

@@ -368,25 +368,24 @@ struct MatmulCase {
     tile: usize,
     /// Run the 4-bit mat-vec (qmv.wgsl, the backend's decode/verify variant for Q4) instead.
     qmv: bool,
-    /// Run the 4-bit prefill mat-mat (qmm.wgsl, the backend's chunk variant for Q4) instead.
-    qmm: bool,
+    /// Run the 4-bit prefill mat-mat (qmm.wgsl, the backend's chunk variant for Q4) with this
+    /// many rows per thread (TM) instead.
+    qmm: Option<u32>,
 }
 
 impl MatmulCase {
     fn new(fmt: Format, rows: usize, cols: usize, tokens: usize, gs: usize) -> Self {
-        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8, qmv: false, qmm: false }
+        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8, qmv: false, qmm: None }
     }
 }
 
 impl Case for MatmulCase {
     fn name(&self) -> String {
         let c = self;
-        let kind = if c.qmv {
-            "qmv"
-        } else if c.qmm {
-            "qmm"
-        } else {
-            "matmul"
+        let kind = match (c.qmv, c.qmm) {
+            (true, _) => "qmv".to_string(),
+            (false, Some(tm)) => format!("qmm_m{tm}"),
+            (false, None) => "matmul".to_string(),
         };
         let mut s = format!("{kind}_{}_t{}(rows={},cols={},tokens={}", c.fmt.name(), c.tile, c.rows, c.cols, c.tokens);
         if is_quant(c.fmt) {
@@ -438,15 +437,15 @@ impl Case for MatmulCase {
             y_stride: y_stride as u32,
             y_off: y_off as u32,
             count_sel: n_out.is_some() as u32,
-            _pad: 0,
+            k_splits: 0,
         };
         let n_out_step = n_out.unwrap_or(1);
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32, ..Default::default() };
         let (kernel, rows_per_wg) = if qmv {
             qmv_shape(rows, cols, x_stride, tile as u32).expect("qmv applies to this case")
-        } else if qmm {
-            assert!(qmm_applies(fmt, cols, x_stride) && tile == QMM_TILE as usize);
-            (Kernel::Qmm, QMM_TILE)
+        } else if let Some(tm) = qmm {
+            assert!(qmm_applies(fmt, cols, x_stride) && tile == QMM_TOK as usize);
+            (Kernel::Qmm { tm }, 16 * tm)
         } else {
             (Kernel::Matmul(fmt, tile as u32), matmul_rows(tile as u32))
         };
@@ -455,7 +454,7 @@ impl Case for MatmulCase {
         if rows == 257 || rows == 1100 {
             // Fold x into x·z as the backend does past 65535 workgroups (here past 16): e.g. the
             // 65 row blocks of matmul become 17 × 4 (3 blocks past the end that must write
-            // nothing), qmm's 18 blocks of 1100 rows 9 × 2.
+            // nothing), qmm's 18 (TM 4) or 9 (TM 8) blocks of 1100 rows 9 × 2 or 5 × 2.
             let (x, z) = fold_grid(l.grid.0, 16);
             l.grid = (x, l.grid.1, z);
         }
@@ -510,21 +509,63 @@ fn matmul_cases() -> Vec<Box<dyn Case>> {
 /// 65, 130), several 32-value steps per group (cols 320: 5 groups of 64, 10 steps) and group
 /// size 128, a strided x, a later part, count = n_out (the LM head), a folded grid.
 fn qmm_cases() -> Vec<Box<dyn Case>> {
-    let q = |rows, cols, tokens| MatmulCase { tile: QMM_TILE as usize, qmm: true, ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
     let mut v: Vec<Box<dyn Case>> = Vec::new();
-    for rows in [1, 63, 65, 130] {
-        for tokens in [1, 9, 64, 65, 130] {
-            v.push(Box::new(q(rows, 320, tokens)));
+    for tm in [4, 8] {
+        let q = |rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(tm), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
+        for rows in [1, 63, 65, 130] {
+            for tokens in [1, 9, 64, 65, 130] {
+                v.push(Box::new(q(rows, 320, tokens)));
+            }
+        }
+        v.push(Box::new(q(257, 1536, 20)));
+        v.push(Box::new(q(1100, 64, 3)));
+        v.push(Box::new(MatmulCase { gs: 128, ..q(65, 512, 70) }));
+        v.push(Box::new(MatmulCase { x_pad: 16, y_off: 70, y_pad: 13, ..q(63, 256, 9) }));
+        for (tokens, n_out) in [(9, 1), (70, 66)] {
+            v.push(Box::new(MatmulCase { n_out: Some(n_out), ..q(65, 256, tokens) }));
         }
     }
-    v.push(Box::new(q(257, 1536, 20)));
-    v.push(Box::new(q(1100, 64, 3)));
-    v.push(Box::new(MatmulCase { gs: 128, ..q(65, 512, 70) }));
-    v.push(Box::new(MatmulCase { x_pad: 16, y_off: 70, y_pad: 13, ..q(63, 256, 9) }));
-    for (tokens, n_out) in [(9, 1), (70, 66)] {
-        v.push(Box::new(MatmulCase { n_out: Some(n_out), ..q(65, 256, tokens) }));
-    }
     v
+}
+
+/// Split-k qmm (qmm.wgsl with k_splits > 1, then qmm_sum.wgsl), as the backend runs few-row
+/// matrices in chunks, against the same CPU reference as the unsplit kernel: 2, 4 and 8 ranges,
+/// both row tiles, partial row and token tiles, a later part of a strided y, count = n_out.
+#[test]
+fn split_k_qmm_matches_the_cpu_reference() {
+    let Some(mut h) = harness() else { return };
+    let q = |tm, rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(tm), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
+    let cases = [
+        (2, q(4, 65, 512, 70)),
+        (4, q(8, 130, 1024, 9)),
+        (8, q(4, 63, 1536, 65)),
+        (2, MatmulCase { x_pad: 16, y_off: 70, y_pad: 13, ..q(8, 63, 256, 9) }),
+        (4, MatmulCase { n_out: Some(66), ..q(4, 65, 512, 70) }),
+    ];
+    for (splits, c) in cases {
+        let name = format!("{} k_splits={splits}", c.name());
+        let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&name))));
+        let Check::F32 { want, tol } = &l.bufs[4].check else { unreachable!("matmul's y is an f32 output") };
+        let mut p: MatmulParams = *bytemuck::from_bytes(&l.params[..std::mem::size_of::<MatmulParams>()]);
+        let count = c.n_out.unwrap_or(c.tokens);
+        let scratch = vec![0u8; 4 * splits as usize * count * c.rows];
+        let split_p = MatmulParams { y_stride: p.rows, y_off: 0, k_splits: splits, ..p };
+        let bufs: Vec<Vec<u8>> = l.bufs[..4].iter().map(|b| b.bytes.clone()).chain([scratch]).collect();
+        let grid = (l.grid.0, l.grid.1 * splits, l.grid.2);
+        let out = h.run(l.kernel, &bufs, bytemuck::bytes_of(&split_p), l.step, grid).unwrap();
+        p.k_splits = splits;
+        let sum_grid = ((c.rows as u32).div_ceil(256), count as u32, 1);
+        let y = h.run(Kernel::QmmSum, &[out[4].clone(), l.bufs[4].bytes.clone()], bytemuck::bytes_of(&p), l.step, sum_grid).unwrap();
+        let got: Vec<f32> = words(&y[1]).into_iter().map(f32::from_bits).collect();
+        // Every y value the reference leaves out must keep its poison (nothing written past the rows).
+        let init: Vec<u32> = words(&l.bufs[4].bytes);
+        untouched(&name, &words(&y[1]), &init, want.len(), |i| want[i].is_some()).unwrap();
+        let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
+        match compare(&g, &r, *tol) {
+            Ok(nmse) => println!("{name} [wgpu]: y NMSE {nmse:.1e} OK"),
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
 }
 
 /// The 4-bit mat-vec of decode (tile 1) and verify (tile 4) steps: every lane count of
@@ -594,7 +635,7 @@ impl Case for GluCase {
             // gelu(g)·u: the dot products' error (tol::DOT) times |gelu'| ≤ 1.13, plus one product.
             output_f32("y", vec![POISON; tokens * y_stride], want, tol::DOT),
         ];
-        let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: y_stride as u32, y_off: 0, count_sel: 0, _pad: 0 };
+        let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: y_stride as u32, y_off: 0, count_sel: 0, k_splits: 0 };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let (kernel, rows_per_wg) = qmv_glu_shape(rows, cols, cols, tile as u32).expect("qmv_glu applies to this case");
         launch(kernel, bufs, &p, step, (rows.div_ceil(rows_per_wg as usize), tokens.div_ceil(tile)))
@@ -1175,7 +1216,7 @@ impl Case for AttnCase {
             _pad: [0; 2],
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        launch(Kernel::Attention, bufs, &p, step, (heads, tokens))
+        launch(attention_chunk(d), bufs, &p, step, (heads, tokens.div_ceil(ATTN_BQ as usize)))
     }
 }
 
@@ -1246,6 +1287,14 @@ fn attention_cases() -> Vec<Box<dyn Case>> {
     // E2B's sliding layers: window 512, d 256, 8:1, crossing the window and wrapped.
     v.push(Box::new(a(256, 8, 1, 3, 510, 512, 515)));
     v.push(Box::new(a(256, 8, 1, 3, 1000, 512, 515)));
+    // Chunks of several 16-query tiles (the last one partial): a first chunk (each tile's keys
+    // end inside a 64-key tile), a later one crossing 64-key tiles at odd offsets, sliding
+    // windows that start inside a query tile and a wrapped ring, E4B's global head dim.
+    v.push(Box::new(a(256, 8, 2, 40, 0, 0, 40)));
+    v.push(Box::new(a(64, 4, 2, 33, 100, 0, 133)));
+    v.push(Box::new(a(32, 4, 1, 40, 10, 16, 16 + 40 - 1)));
+    v.push(Box::new(a(40, 2, 1, 50, 300, 20, 70)));
+    v.push(Box::new(a(512, 4, 2, 20, 90, 0, 110)));
     v
 }
 

@@ -1,35 +1,132 @@
-// attention: o[t, h] = Σ_p softmax_p(q[t, h] · K[p, kvh]) · V[p, kvh]   (scale 1.0, Gemma 4)
-//   for token t at position P = pos0 + t, query head h, kv head kvh = h / (n_heads / n_kv_heads),
-//   over positions p in [lo, P]: lo = 0 (full layers) or max(0, P + 1 − window) (sliding layers).
+// attention (chunks: prefill and verify): o[t, h] = Σ_p softmax_p(q[t, h] · K[p, kvh]) · V[p, kvh]
+//   (scale 1.0, Gemma 4) for token t at position P = pos0 + t, query head h, kv head
+//   kvh = h / (n_heads / n_kv_heads), over positions p in [lo, P]: lo = 0 (full layers) or
+//   max(0, P + 1 − window) (sliding layers).
 // The cache is a ring: position p lives in row kv_row(p, slots) = p % slots, or a staging row in a
-// verify step (common.wgsl) (slots ≥ window + chunk for sliding
-// layers, so a chunk's own writes never evict a position one of its queries still needs).
+// verify step (common.wgsl) (slots ≥ window + chunk for sliding layers, so a chunk's own writes
+// never evict a position one of its queries still needs).
 //
-// Bindings: q: f32[n_tokens, n_heads * d]; kc, vc: f32[slots, n_kv_heads * d];
+// Bindings: q: f32[n_tokens, n_heads * d]; kc, vc: f32[slots, n_kv_heads * d] (all read as vec4);
 //   o: f32[n_tokens, n_heads * d]; p: AttnParams; step: Step.
-// Launch: 64 threads per (head, token); grid = (n_heads, n_tokens).
-// The key loop is attend_keys (attention_tile.wgsl, prepended by the host).
+// Launch: 256 threads per (head, tile of BQ = 16 tokens); grid = (n_heads, ceil(n_tokens / 16)).
+// Host guarantees: d % 4 == 0, DV = ceil(d / 64) (the vec4s of a row each thread owns).
+//
+// Why tiles (PERF_NOTES.md, session 5): one workgroup per (head, token) read every key and value
+// row once per query and ran the tile's softmax serially in each thread (38 % of an E2B prefill
+// chunk). Here 16 queries share each key tile: thread (r, c) = (lid / 16, lid % 16) scores keys
+// c, c + 16, c + 32, c + 48 of the 64-key tile for query r (the 16 threads of a query read the
+// same q row; the 16 queries of a key share it through the cache), the online softmax of each
+// query row is computed identically by its 16 threads from the tile's scores in workgroup
+// memory, and thread (r, c) accumulates output dims 4c + 64u of query r, u < DV.
+const BQ: u32 = 16u;
+const BK: u32 = 64u;
+const DV: u32 = {{DV}}u;
+const NEG: f32 = -3.0e38;
 
-
-
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> kc: array<f32>;
-@group(0) @binding(2) var<storage, read> vc: array<f32>;
-@group(0) @binding(3) var<storage, read_write> o: array<f32>;
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> o: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> p: AttnParams;
 @group(0) @binding(5) var<uniform> step: Step;
 
-@compute @workgroup_size(64)
+// Scores, then unnormalised weights, of the tile: [query r][key j].
+var<workgroup> sc: array<f32, BQ * BK>;
+// vec4 offset of each key of the tile in the cache (its row and kv head).
+var<workgroup> krow: array<u32, BK>;
+
+// The first position a query at `pos` attends to.
+fn first_key(pos: u32) -> u32 {
+    if (p.window > 0u && pos + 1u > p.window) { return pos + 1u - p.window; }
+    return 0u;
+}
+
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let h = wid.x;
-    let t = wid.y;
-    if (t >= step.n_tokens) { return; }
-    let d = p.d;
-    let qb = t * p.n_heads * d + h * d;
-    let lo = load_query(t, h, lid);
-    let ml = attend_keys(h / (p.n_heads / p.n_kv_heads), d, lo, step.pos0 + t + 1u, lid);
-    for (var k = 0u; k < 16u; k++) {
-        if (k * WG + lid < d) { o[qb + k * WG + lid] = acc[k] / ml.y; }
+    let t0 = wid.y * BQ;
+    let n = step.n_tokens;
+    if (t0 >= n) { return; }
+    let r = lid / 16u;
+    let c = lid % 16u;
+    // Rows past the step's last token compute the last token's row again and store nothing.
+    let t = min(t0 + r, n - 1u);
+    let d4 = p.d / 4u;
+    let kvh = h / (p.n_heads / p.n_kv_heads);
+    let kv4 = p.n_kv_heads * d4;
+    let qb = (t * p.n_heads + h) * d4;
+    let pos = step.pos0 + t;
+    let lo = first_key(pos);
+    // Every key in [k_start, k_end) is attended by some query of the tile (lo and P grow with t).
+    let k_start = first_key(step.pos0 + t0);
+    let k_end = step.pos0 + min(t0 + BQ, n);
+    var m = NEG;
+    var l = 0.0;
+    // @unroll u DV
+    var acc{u} = vec4<f32>(0.0);
+    // @end u
+    for (var base = k_start; base < k_end; base += BK) {
+        if (lid < BK) { krow[lid] = kv_row(min(base + lid, k_end - 1u), p.slots) * kv4 + kvh * d4; }
+        workgroupBarrier();
+        let kb0 = krow[c];
+        let kb1 = krow[c + 16u];
+        let kb2 = krow[c + 32u];
+        let kb3 = krow[c + 48u];
+        var s0 = 0.0;
+        var s1 = 0.0;
+        var s2 = 0.0;
+        var s3 = 0.0;
+        for (var i = 0u; i < d4; i++) {
+            let qv = q[qb + i];
+            let k0 = kc[kb0 + i];
+            let k1 = kc[kb1 + i];
+            let k2 = kc[kb2 + i];
+            let k3 = kc[kb3 + i];
+            s0 += dot(qv, k0);
+            s1 += dot(qv, k1);
+            s2 += dot(qv, k2);
+            s3 += dot(qv, k3);
+        }
+        let v0 = base + c >= lo && base + c <= pos;
+        let v1 = base + c + 16u >= lo && base + c + 16u <= pos;
+        let v2 = base + c + 32u >= lo && base + c + 32u <= pos;
+        let v3 = base + c + 48u >= lo && base + c + 48u <= pos;
+        let row = r * BK;
+        sc[row + c] = select(NEG, s0, v0);
+        sc[row + c + 16u] = select(NEG, s1, v1);
+        sc[row + c + 32u] = select(NEG, s2, v2);
+        sc[row + c + 48u] = select(NEG, s3, v3);
+        workgroupBarrier();
+        var tmax = NEG;
+        for (var j = 0u; j < BK; j++) { tmax = max(tmax, sc[row + j]); }
+        let new_m = max(m, tmax);
+        let corr = exp(m - new_m);
+        workgroupBarrier();
+        sc[row + c] = select(0.0, exp(s0 - new_m), v0);
+        sc[row + c + 16u] = select(0.0, exp(s1 - new_m), v1);
+        sc[row + c + 32u] = select(0.0, exp(s2 - new_m), v2);
+        sc[row + c + 48u] = select(0.0, exp(s3 - new_m), v3);
+        workgroupBarrier();
+        // @unroll u DV
+        acc{u} *= corr;
+        // @end u
+        var tsum = 0.0;
+        for (var j = 0u; j < BK; j++) {
+            let pj = sc[row + j];
+            let vb = krow[j] + c;
+            tsum += pj;
+            // @unroll u DV
+            if (c + {u}u * 16u < d4) { acc{u} += pj * vc[vb + {u}u * 16u]; }
+            // @end u
+        }
+        l = l * corr + tsum;
+        m = new_m;
+        workgroupBarrier();
+    }
+    if (t0 + r < n) {
+        // @unroll u DV
+        if (c + {u}u * 16u < d4) { o[qb + c + {u}u * 16u] = acc{u} / l; }
+        // @end u
     }
 }

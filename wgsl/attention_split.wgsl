@@ -33,11 +33,11 @@ var<workgroup> sred: array<f32, 4096>;
 const DK: u32 = {{DK}}u; // dims per lane: ceil(d / 64)
 const G: u32 = {{G}}u;   // keys whose loads are in flight together
 
-// attend_keys (attention_tile.wgsl) with the q·k dot products spread over the lanes: a split
-// holds a few keys (≈ context / n_splits), so one thread per key left most lanes idle and made
+// The key loop with the q·k dot products spread over the lanes: a split holds a few keys
+// (≈ context / n_splits), so one thread per key (the first prefill kernel's loop) left most lanes idle and made
 // each score a chain of d dependent loads (PERF_NOTES.md). Here lane lid owns dims
 // lid, lid + 64, … (DK of them: the query and the output accumulators stay in registers), a
-// fixed tree adds the 64 partials per key; the softmax step is attend_keys' (tile_softmax) and
+// fixed tree adds the 64 partials per key; the softmax step is tile_softmax (attention_tile.wgsl) and
 // the V sums run in key order. Keys go G at a time with all G · DK loads issued before any is
 // used: a GPU issues in order, so a load followed by its use waits a full memory round trip,
 // and a rolled loop of them is a chain of round trips (PERF_NOTES.md, session 4).

@@ -1,7 +1,7 @@
 // qmv_core: the 4-bit mat-vec loop shared by qmv.wgsl (dense decode/verify) and qmv_moe.wgsl
 // (routed experts, per (token, slot) pair). Prepended by the host after the kernel's bindings
 // (`w`: array<vec4<u32>>, `scales`, `biases`: array<u32>, `x`: array<vec4<f32>>, declared by
-// the kernel), with formats/groups.wgsl (scale_at, bias_at), LANES, RPT, TOK substituted and
+// the kernel), with formats/groups.wgsl (scale_at, bias_at, nibbles), LANES, RPT, TOK substituted and
 // the `@unroll` blocks expanded.
 //
 // A team of LANES lanes owns RPT rows of W (absolute row indices `rows`) and TOK x vectors
@@ -27,12 +27,6 @@ const TOK: u32 = {{TOK}}u;
 const TEAMS: u32 = WG / LANES;
 
 var<workgroup> red: array<f32, RPT * TOK * WG>; // [RPT * TOK][WG]
-
-// q·16^j for the four nibbles of the low 16 bits of h (nibble j at bits 4j..4j+3).
-fn nibbles(h: u32) -> vec4<f32> {
-    let m = vec4<u32>(h) & vec4<u32>(0xfu, 0xf0u, 0xf00u, 0xf000u);
-    return bitcast<vec4<f32>>(m | vec4<u32>(0x4b000000u)) - vec4<f32>(8388608.0);
-}
 
 // Σ q·x over the 32 values of one vec4 of weights against the pre-scaled x of its chunk.
 fn dot32(wv: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>,

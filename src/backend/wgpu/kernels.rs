@@ -54,8 +54,10 @@ pub enum Kernel {
     /// `Qmv` over a stacked [gate; up] matrix with the GeGLU as epilogue (qmv.wgsl's GeGLU
     /// form): `pairs` output rows per team.
     QmvGlu { tok: u32, lanes: u32, pairs: u32 },
-    /// The 4-bit mat-mat of prefill chunks: 64 rows × [`QMM_TILE`] tokens per workgroup.
-    Qmm,
+    /// The 4-bit mat-mat of prefill chunks: 16 · `tm` rows × [`QMM_TOK`] tokens per workgroup.
+    Qmm { tm: u32 },
+    /// The in-order sum of a split-k `Qmm`'s partials.
+    QmmSum,
     /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
     QmvMoe { lanes: u32, rpt: u32 },
     /// `QmvMoe` over a fused gate_up stack with the GeGLU as epilogue (qmv_moe.wgsl's GeGLU form).
@@ -65,7 +67,9 @@ pub enum Kernel {
     HeadNormRope,
     /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
     QkvNormRope,
-    Attention,
+    /// Chunk attention (prefill, verify): 16 queries per workgroup share each 64-key tile; `dv`
+    /// = ceil(head_dim / 64) output vec4s per thread, kept in registers.
+    Attention { dv: u32 },
     /// Decode attention over key splits (`dk` = ceil(head_dim / 64) dims per lane, kept in
     /// registers), then the merge of the splits.
     AttentionSplit { dk: u32 },
@@ -92,14 +96,15 @@ impl Kernel {
             Kernel::Matmul(f, tok) => format!("matmul_{}_t{tok}", f.name()),
             Kernel::Qmv { tok, lanes, rpt } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}"),
             Kernel::QmvGlu { tok, lanes, pairs } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}"),
-            Kernel::Qmm => "qmm_q4".into(),
+            Kernel::Qmm { tm } => format!("qmm_q4_m{tm}"),
+            Kernel::QmmSum => "qmm_sum".into(),
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm => "rmsnorm".into(),
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::QkvNormRope => "qkv_norm_rope".into(),
-            Kernel::Attention => "attention".into(),
+            Kernel::Attention { dv } => format!("attention_d{dv}"),
             Kernel::AttentionSplit { dk } => format!("attention_split_d{dk}"),
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::GeluMul => "gelu_mul".into(),
@@ -135,7 +140,11 @@ impl Kernel {
             Kernel::QmvGlu { tok, lanes, pairs } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, 2 * pairs, pairs)),
             Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0)),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs)),
-            Kernel::Qmm => format!("{matmul_params}\n{groups}\n{}", unroll(include_str!("../../../wgsl/qmm.wgsl"), &[])),
+            Kernel::Qmm { tm } => {
+                let src = include_str!("../../../wgsl/qmm.wgsl").replace("{{TM}}", &tm.to_string());
+                format!("{matmul_params}\n{groups}\n{}", unroll(&src, &[("TM", tm), ("TN", 4), ("WPT", tm / 4)]))
+            }
+            Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => {
                 let src = include_str!("../../../wgsl/rmsnorm.wgsl").replace("{{V}}", &RMSNORM_V.to_string());
@@ -145,7 +154,10 @@ impl Kernel {
                 let kernel = if self == Kernel::HeadNormRope { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
                 unroll(&format!("{kernel}\n{}", include_str!("../../../wgsl/head_norm_core.wgsl")), &[])
             }
-            Kernel::Attention => format!("{params}\n{}\n{tile}", include_str!("../../../wgsl/attention.wgsl")),
+            Kernel::Attention { dv } => {
+                let src = include_str!("../../../wgsl/attention.wgsl").replace("{{DV}}", &dv.to_string());
+                format!("{params}\n{}", unroll(&src, &[("DV", dv)]))
+            }
             Kernel::AttentionSplit { dk } => {
                 let src = include_str!("../../../wgsl/attention_split.wgsl").replace("{{DK}}", &dk.to_string()).replace("{{G}}", &ATTN_KEYS_IN_FLIGHT.to_string());
                 format!("{params}\n{}\n{tile}", unroll(&src, &[("DK", dk), ("G", ATTN_KEYS_IN_FLIGHT)]))
@@ -227,9 +239,10 @@ impl Kernel {
     pub fn bindings(self) -> &'static [Bind] {
         use Bind::*;
         match self {
-            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::HeadNormRope | Kernel::Attention | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::QmmSum => &[Read, ReadWrite, Uniform, Uniform],
+            Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
@@ -295,8 +308,35 @@ pub fn qmv_moe_glu_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: u
     Some((Kernel::QmvMoeGlu { lanes, pairs }, QMV_WG / lanes * pairs))
 }
 
-/// Rows and tokens of one `qmm` workgroup (`TILE` in qmm.wgsl).
-pub const QMM_TILE: u32 = 64;
+/// Tokens of one `qmm` workgroup (`BN` in qmm.wgsl).
+pub const QMM_TOK: u32 = 64;
+
+/// The `qmm` variant for a matrix of `rows` rows, and its rows per workgroup (16 · TM). 4 rows
+/// per thread everywhere: on the H200 the 128-row tile (TM 8: 128 multiply-adds per 12
+/// workgroup-memory reads instead of 64 per 8) was no faster on any Gemma 4 shape and slower on
+/// most (PERF_NOTES.md, session 5), so the multiply-adds are not what bounds the kernel there.
+pub fn qmm_shape(_rows: usize) -> (Kernel, u32) {
+    (Kernel::Qmm { tm: 4 }, 64)
+}
+
+/// Ranges `qmm` splits the k loop of a `rows` × `cols` matrix into for chunks of `tokens`
+/// tokens with `rows_per_wg` rows per workgroup (1: no split): the fewest (1, 2, 4 or 8) that
+/// give at least [`QMM_MIN_WORKGROUPS`] workgroups, each range whole 64-value groups and at
+/// least 256 values long (the partials' extra traffic, `splits · tokens · rows` floats written
+/// and read back, stays small against the weights' dequantisation work).
+pub fn qmm_splits(rows: usize, cols: usize, tokens: usize, rows_per_wg: u32) -> u32 {
+    let tiles = rows.div_ceil(rows_per_wg as usize) * tokens.div_ceil(QMM_TOK as usize);
+    let mut s = 1;
+    while tiles * s < QMM_MIN_WORKGROUPS && cols % (64 * 2 * s) == 0 && cols / (2 * s) >= 256 && s < 8 {
+        s *= 2;
+    }
+    s as u32
+}
+
+/// Workgroups below which `qmm_splits` splits the k loop. Measured on the H200 (PERF_NOTES.md,
+/// session 5, 512-token chunks): E4B down (320 workgroups) 1142 → 951 µs split in 2, E2B q|k|v
+/// (320) 179 → 160, E2B k (32) 223 → 77 split in 4; E4B q|k|v (384) no gain.
+pub const QMM_MIN_WORKGROUPS: usize = 384;
 
 /// True when the prefill mat-mat `qmm` applies: 4-bit weights in whole 64-value groups and an
 /// x stride of whole vec4s (as for `qmv`).
@@ -307,6 +347,14 @@ pub fn qmm_applies(format: Format, cols: usize, x_stride: usize) -> bool {
 /// Values of a row each rmsnorm thread holds in registers (`V` in rmsnorm.wgsl): with 256
 /// threads, rows up to 3072 values (every Gemma 4 hidden size) are loaded in one round.
 pub const RMSNORM_V: u32 = 12;
+
+/// The chunk attention variant for a head dimension (≤ 1024, a multiple of 4).
+pub fn attention_chunk(head_dim: usize) -> Kernel {
+    Kernel::Attention { dv: (head_dim as u32).div_ceil(64) }
+}
+
+/// Tokens (queries) per workgroup of chunk attention (`BQ` in attention.wgsl).
+pub const ATTN_BQ: u32 = 16;
 
 /// The attention_split variant for a head dimension (≤ 1024).
 pub fn attention_split(head_dim: usize) -> Kernel {
@@ -389,7 +437,8 @@ pub struct MatmulParams {
     pub y_stride: u32,
     pub y_off: u32,
     pub count_sel: u32,
-    pub _pad: u32,
+    /// qmm / qmm_sum: ranges the k loop is split into (0 or 1: none).
+    pub k_splits: u32,
 }
 
 #[repr(C)]
@@ -557,12 +606,24 @@ pub struct CombineParams {
 }
 
 /// Compiled pipelines, created on first use.
-#[derive(Default)]
 pub struct Pipelines {
     cache: HashMap<Kernel, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>,
     /// One layout per binding signature, so one bind group serves every variant of a kernel
     /// (the decode and prefill matmuls share theirs).
     layouts: HashMap<&'static [Bind], wgpu::BindGroupLayout>,
+    /// naga's runtime checks in the generated shaders (index clamps on workgroup and private
+    /// arrays, a counter in every loop). Off unless `KESTREL_SHADER_CHECKS=1`: on the H200 they
+    /// cost 7 % of E2B decode and 12 % of its prefill (PERF_NOTES.md, session 5). Storage
+    /// buffer accesses keep the device's robust buffer access either way; CI runs the kernel
+    /// tests both ways.
+    checks: bool,
+}
+
+impl Default for Pipelines {
+    fn default() -> Self {
+        let checks = std::env::var("KESTREL_SHADER_CHECKS").is_ok_and(|v| v == "1");
+        Pipelines { cache: HashMap::new(), layouts: HashMap::new(), checks }
+    }
 }
 
 impl Pipelines {
@@ -600,10 +661,15 @@ impl Pipelines {
                 bind_group_layouts: &[Some(&bgl)],
                 immediate_size: 0,
             });
-            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(&label),
-                source: wgpu::ShaderSource::Wgsl(k.source().into()),
-            });
+            let desc = wgpu::ShaderModuleDescriptor { label: Some(&label), source: wgpu::ShaderSource::Wgsl(k.source().into()) };
+            let module = if self.checks {
+                device.create_shader_module(desc)
+            } else {
+                // SAFETY: every index a kernel computes is bounded by the host-checked shapes
+                // its header states (tests/kernels.rs runs every kernel against the CPU
+                // reference with and without the checks); loops are bounded by uniforms.
+                unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+            };
             let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(&label),
                 layout: Some(&layout),

@@ -160,6 +160,8 @@ enum GridY {
     Tokens,
     /// `ceil(n_tokens / k)`.
     TokenTiles(u32),
+    /// `ceil(n_tokens / k) · splits` (split-k qmm).
+    SplitTokenTiles(u32, u32),
     /// One per output row (the rows the LM head computes).
     Out,
     /// `ceil(n_out / k)`.
@@ -600,6 +602,7 @@ impl WgpuBackend {
                 GridY::Fixed(k) => k,
                 GridY::Tokens => n as u32,
                 GridY::TokenTiles(k) => (n as u32).div_ceil(k),
+                GridY::SplitTokenTiles(k, splits) => (n as u32).div_ceil(k) * splits,
                 GridY::Out => n_out as u32,
                 GridY::OutTiles(k) => (n_out as u32).div_ceil(k),
             };
@@ -855,6 +858,9 @@ struct Builder<'a> {
     state_bytes: u64,
     slot_layers: BTreeMap<usize, SlotLayer>,
     marks: Vec<Mark>,
+    /// Partial sums of split-k qmm dispatches (shared: each is summed before the next writes),
+    /// and its size in floats.
+    split_scratch: Option<(wgpu::Buffer, usize)>,
 }
 
 /// The bindings of a weight-reading kernel: the part's weights, scales and biases, then `bufs`
@@ -908,6 +914,7 @@ impl<'a> Builder<'a> {
             state_bytes: 0,
             slot_layers: BTreeMap::new(),
             marks: Vec::new(),
+            split_scratch: None,
         };
         b.record(w)
     }
@@ -1115,8 +1122,26 @@ impl<'a> Builder<'a> {
         self.specs.push(Spec { only: Only::Always, kernel, single: None, verify: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y });
     }
 
+    /// The split-k scratch buffer, at least `elems` floats.
+    fn split_scratch(&mut self, elems: usize) -> Result<wgpu::Buffer> {
+        match &self.split_scratch {
+            Some((b, n)) if *n >= elems => Ok(b.clone()),
+            _ => {
+                let b = self.act("qmm split-k partials", elems)?;
+                self.split_scratch = Some((b.clone(), elems));
+                Ok(b)
+            }
+        }
+    }
+
     /// `y[t, r] = W x[t]` over all parts of `m`.
-    fn matmul(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, on_out: bool) {
+    fn matmul(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, on_out: bool) -> Result<()> {
+        self.matmul_steps(m, x, x_stride, y, y_stride, on_out, true)
+    }
+
+    /// `matmul`, with its decode and verify forms only when `decode` (else chunks only).
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_steps(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, on_out: bool, decode: bool) -> Result<()> {
         for part in &m.parts {
             let p = MatmulParams {
                 rows: part.rows as u32,
@@ -1126,17 +1151,44 @@ impl<'a> Builder<'a> {
                 y_stride: y_stride as u32,
                 y_off: part.row0 as u32,
                 count_sel: on_out as u32,
-                _pad: 0,
+                k_splits: 0,
             };
             let res = weight_res(part, &[x, y]);
             // Chunks: the tiled 4-bit mat-mat where it applies, else the 8-token matmul tile.
             let (kernel, tile, rows_per_wg) = if qmm_applies(m.format, m.cols, x_stride) {
-                (Kernel::Qmm, QMM_TILE, QMM_TILE)
+                let (k, rows_per_wg) = qmm_shape(part.rows);
+                (k, QMM_TOK, rows_per_wg)
             } else {
                 (Kernel::Matmul(m.format, MATMUL_TOK), MATMUL_TOK, matmul_rows(MATMUL_TOK))
             };
-            let gy = if on_out { GridY::OutTiles(tile) } else { GridY::TokenTiles(tile) };
-            self.spec(kernel, res, &p, (part.rows as u32).div_ceil(rows_per_wg), gy);
+            let gx = (part.rows as u32).div_ceil(rows_per_wg);
+            let splits = match kernel {
+                Kernel::Qmm { .. } if !on_out => qmm_splits(part.rows, m.cols, self.opts.max_chunk, rows_per_wg),
+                _ => 1,
+            };
+            if splits > 1 {
+                // Split k: partials into the scratch, then their sum into y; decode and verify
+                // steps get their own dispatch (below), as they write y directly.
+                let scratch = self.split_scratch(splits as usize * self.opts.max_chunk * part.rows)?;
+                let ps = MatmulParams { y_stride: part.rows as u32, y_off: 0, k_splits: splits, ..p };
+                self.spec(kernel, weight_res(part, &[x, &scratch]), &ps, gx, GridY::SplitTokenTiles(tile, splits));
+                self.specs.last_mut().expect("just pushed").only = Only::Multi;
+                let res = vec![Res::Buf(scratch), Res::Buf(y.clone()), Res::Params, Res::Step];
+                self.spec(Kernel::QmmSum, res, &MatmulParams { k_splits: splits, ..p }, (part.rows as u32).div_ceil(256), GridY::Tokens);
+                self.specs.last_mut().expect("just pushed").only = Only::Multi;
+                if !decode {
+                    continue;
+                }
+                self.spec(kernel, weight_res(part, &[x, y]), &p, gx, GridY::TokenTiles(tile));
+                self.specs.last_mut().expect("just pushed").only = Only::Single;
+            } else {
+                let gy = if on_out { GridY::OutTiles(tile) } else { GridY::TokenTiles(tile) };
+                self.spec(kernel, res, &p, gx, gy);
+                if !decode {
+                    self.specs.last_mut().expect("just pushed").only = Only::Multi;
+                    continue;
+                }
+            }
             let sp = self.specs.last_mut().expect("just pushed");
             let vt = MATMUL_VERIFY_TOK;
             let qmv = |tok| if m.format == Format::Q4 { qmv_shape(part.rows, m.cols, x_stride, tok) } else { None };
@@ -1149,22 +1201,21 @@ impl<'a> Builder<'a> {
                 None => (Kernel::Matmul(m.format, vt), (part.rows as u32).div_ceil(matmul_rows(vt)), vt),
             });
         }
+        Ok(())
     }
 
     /// `y[t, r] = gelu_tanh(G x[t]) · (U x[t])` for a stacked [G; U] 4-bit matrix `m` of
     /// `2 · rows` rows, into the first `rows` of each `2 · rows`-wide row of `y`. Chunks run the
     /// stacked mat-mat and gelu_mul over the two halves; decode and verify steps one qmv_glu.
-    fn matmul_glu(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer) {
-        self.matmul(m, x, x_stride, y, 2 * rows, false);
-        let sp = self.specs.last_mut().expect("just pushed");
-        (sp.only, sp.single, sp.verify) = (Only::Multi, None, None);
+    fn matmul_glu(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer) -> Result<()> {
+        self.matmul_steps(m, x, x_stride, y, 2 * rows, false, false)?;
         let dummy = self.dummy.clone();
         self.gelu_mul(y, &dummy, GeluParams { n: rows as u32, a_stride: 2 * rows as u32, b_off: rows as u32, b_in_a: 1, ..Default::default() });
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
 
         let part = &m.parts[0];
         debug_assert_eq!((m.parts.len(), part.rows), (1, 2 * rows), "a stacked matrix is one part");
-        let p = MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, _pad: 0 };
+        let p = MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
         let res = weight_res(part, &[x, y]);
         let shape = |tok| {
             let (k, per_wg) = qmv_glu_shape(rows, m.cols, x_stride, tok).expect("stacked only where qmv applies");
@@ -1176,6 +1227,7 @@ impl<'a> Builder<'a> {
         sp.only = Only::Single;
         sp.single = Some(shape(1));
         sp.verify = Some((vk, vx, vt));
+        Ok(())
     }
 
     /// Routed-expert mat-vec: `y[t, j, r] = W[idx[t,j] · stride + off + r] · x[t, j]`; decode
@@ -1530,7 +1582,7 @@ impl<'a> Builder<'a> {
         if let (Some((ple_e, ple_p)), Some((ple_all, ple_ctx, _))) = (&ple_w, &ple_bufs) {
             // ple = (norm(W_plmp · h · H^-½) + E_ple[id] · √P) · 2^-½
             self.embed(ple_e, &ids, ple_all, (pd as f64).sqrt() as f32);
-            self.matmul(ple_p, &x, h, ple_ctx, nl * pd, false);
+            self.matmul(ple_p, &x, h, ple_ctx, nl * pd, false)?;
             self.norm(ple_ctx, &norm_buf, ple_all, NormParams {
                 n: pd as u32, segs: nl as u32, x_stride: (nl * pd) as u32, x_row_sel: 0, out_stride: (nl * pd) as u32,
                 w_off: ple_norm, mode: 1, count_sel: 0, pre: (h as f64).powf(-0.5) as f32,
@@ -1562,19 +1614,19 @@ impl<'a> Builder<'a> {
             let (qs, ks, vs) = match &gl.proj {
                 Proj::Stacked(m) => {
                     let rows = m.parts[0].rows;
-                    self.matmul(m, &xn, h, &qkv, rows, false);
+                    self.matmul(m, &xn, h, &qkv, rows, false)?;
                     let k_off = l.q_dim();
                     // attention_k_eq_v: V = raw K projection
                     let v_off = if rows > l.q_dim() + l.kv_dim() { k_off + l.kv_dim() } else { k_off };
                     ((&qkv, 0, rows), (&qkv, k_off, rows), (&qkv, v_off, rows))
                 }
                 Proj::Separate { q: qm, k, v } => {
-                    self.matmul(qm, &xn, h, &att, l.q_dim(), false);
+                    self.matmul(qm, &xn, h, &att, l.q_dim(), false)?;
                     if let Some(k) = k {
-                        self.matmul(k, &xn, h, &ktmp, l.kv_dim(), false);
+                        self.matmul(k, &xn, h, &ktmp, l.kv_dim(), false)?;
                     }
                     if let Some(v) = v {
-                        self.matmul(v, &xn, h, &vtmp, l.kv_dim(), false);
+                        self.matmul(v, &xn, h, &vtmp, l.kv_dim(), false)?;
                     }
                     let vsrc = if v.is_some() { &vtmp } else { &ktmp };
                     ((&att, 0, l.q_dim()), (&ktmp, 0, l.kv_dim()), (vsrc, 0, l.kv_dim()))
@@ -1618,9 +1670,9 @@ impl<'a> Builder<'a> {
                 window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
                 n_splits: ATTN_SPLITS, _pad: [0; 2],
             };
-            // Prefill: one workgroup per (head, token) already fills the GPU.
+            // Chunks (prefill, verify): 16 queries per workgroup share each key tile.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
-            self.spec(Kernel::Attention, res, &ap, l.n_heads as u32, GridY::Tokens);
+            self.spec(attention_chunk(d), res, &ap, l.n_heads as u32, GridY::TokenTiles(ATTN_BQ));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
             // Decode: the keys split over ATTN_SPLITS workgroups per head, then merged.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(attn_part.clone()), Res::Params, Res::Step];
@@ -1629,7 +1681,7 @@ impl<'a> Builder<'a> {
             let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
             self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
             self.specs.last_mut().expect("just pushed").only = Only::Single;
-            self.matmul(&gl.o, &att, l.q_dim(), &o, h, false);
+            self.matmul(&gl.o, &att, l.q_dim(), &o, h, false)?;
             let post_attn = self.norm(&o, &norm_buf, &x, plain(h, ln.post_attn, 1, 1.0));
 
             // feed-forward block
@@ -1643,7 +1695,7 @@ impl<'a> Builder<'a> {
                 self.chain_norm(post_attn, rs, (h as f64).powf(-0.5) as f32, xr, h);
                 let pre2 = ln.moe.expect("MoE layers have their norms")[1];
                 self.chain_norm(post_attn, pre2, 1.0, &xn2, h);
-                self.matmul(&moe.router, xr, h, logits_r, ne, false);
+                self.matmul(&moe.router, xr, h, logits_r, ne, false)?;
                 let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
                 self.spec(Kernel::RouterTopk, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
                 // The router spec's grid is (n_tokens, 1): x follows the tokens.
@@ -1656,17 +1708,17 @@ impl<'a> Builder<'a> {
             }
             let down_x_stride = match &gl.mlp {
                 Mlp::Split { gate, up } => {
-                    self.matmul(gate, &xn, h, &g, l.mlp_width, false);
-                    self.matmul(up, &xn, h, &u, l.mlp_width, false);
+                    self.matmul(gate, &xn, h, &g, l.mlp_width, false)?;
+                    self.matmul(up, &xn, h, &u, l.mlp_width, false)?;
                     self.gelu_mul(&g, &u, GeluParams { n: l.mlp_width as u32, a_stride: l.mlp_width as u32, b_stride: l.mlp_width as u32, b_off: 0, ..Default::default() });
                     l.mlp_width
                 }
                 Mlp::Stacked(gu) => {
-                    self.matmul_glu(gu, l.mlp_width, &xn, h, &g);
+                    self.matmul_glu(gu, l.mlp_width, &xn, h, &g)?;
                     2 * l.mlp_width
                 }
             };
-            self.matmul(&gl.down, &g, down_x_stride, &o, h, false);
+            self.matmul(&gl.down, &g, down_x_stride, &o, h, false)?;
             let mut ff_out = &o;
             if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, _, post1, post2])) = (&gl.moe, &moe_bufs, ln.moe) {
                 // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h))), the
@@ -1705,16 +1757,16 @@ impl<'a> Builder<'a> {
 
             // per-layer input, then the layer scalar
             if let (Some((gate, proj)), Some((ple_all, _, ple_g))) = (&gl.ple, &ple_bufs) {
-                self.matmul(gate, &x, h, ple_g, pd, false);
+                self.matmul(gate, &x, h, ple_g, pd, false)?;
                 self.gelu_mul(ple_g, ple_all, GeluParams { n: pd as u32, a_stride: pd as u32, b_stride: (nl * pd) as u32, b_off: (li * pd) as u32, ..Default::default() });
-                self.matmul(proj, ple_g, pd, &o, h, false);
+                self.matmul(proj, ple_g, pd, &o, h, false)?;
                 residual = Some(self.norm(&o, &norm_buf, &x, plain(h, ln.ple_post, 1, lw.layer_scalar)));
             }
         }
 
         // ---- head: final norm of the output rows, tied LM head, softcap + argmax
         self.norm(&x, &norm_buf, &xf, NormParams { x_row_sel: 1, count_sel: 1, ..plain(h, final_norm, 0, 1.0) });
-        self.matmul(&embed, &xf, h, &logits, vocab, true);
+        self.matmul(&embed, &xf, h, &logits, vocab, true)?;
         let cap = t.final_logit_softcapping.unwrap_or(0.0);
         let (param_off, param_len) = self.push_params(&ArgmaxParams { vocab: vocab as u32, cap, _pad: [0; 2] });
         self.specs.push(Spec {
