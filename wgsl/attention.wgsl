@@ -13,11 +13,12 @@
 //
 // Why tiles (PERF_NOTES.md, session 5): one workgroup per (head, token) read every key and value
 // row once per query and ran the tile's softmax serially in each thread (38 % of an E2B prefill
-// chunk). Here 16 queries share each key tile: thread (r, c) = (lid / 16, lid % 16) scores keys
-// c, c + 16, c + 32, c + 48 of the 64-key tile for query r (the 16 threads of a query read the
-// same q row; the 16 queries of a key share it through the cache), the online softmax of each
-// query row is computed identically by its 16 threads from the tile's scores in workgroup
-// memory, and thread (r, c) accumulates output dims 4c + 64u of query r, u < DV.
+// chunk). Here 16 queries share each 64-key tile, staged 64 dims at a time in workgroup memory
+// (rows padded by one vec4: the 16 keys a quarter-warp reads fall in distinct banks), so each
+// K and V row is read from memory once per 16 queries instead of once per query. Thread
+// (r, c) = (lid / 16, lid % 16) scores keys c, c + 16, c + 32, c + 48 of the tile for query r;
+// the online softmax of each query row is computed identically by its 16 threads from the tile's
+// scores in workgroup memory; thread (r, c) accumulates output dims 4c + 64u of query r, u < DV.
 const BQ: u32 = 16u;
 const BK: u32 = 64u;
 const DV: u32 = {{DV}}u;
@@ -30,8 +31,13 @@ const NEG: f32 = -3.0e38;
 @group(0) @binding(4) var<uniform> p: AttnParams;
 @group(0) @binding(5) var<uniform> step: Step;
 
+const RP: u32 = 17u; // vec4s per staged row: 16 (64 dims) + 1 of padding
+
 // Scores, then unnormalised weights, of the tile: [query r][key j].
 var<workgroup> sc: array<f32, BQ * BK>;
+// 64 dims of the tile's queries and of its keys (then values): [row][dim / 4].
+var<workgroup> qs: array<vec4<f32>, BQ * RP>;
+var<workgroup> ks: array<vec4<f32>, BK * RP>;
 // vec4 offset of each key of the tile in the cache (its row and kv head).
 var<workgroup> krow: array<u32, BK>;
 
@@ -69,25 +75,39 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     for (var base = k_start; base < k_end; base += BK) {
         if (lid < BK) { krow[lid] = kv_row(min(base + lid, k_end - 1u), p.slots) * kv4 + kvh * d4; }
         workgroupBarrier();
-        let kb0 = krow[c];
-        let kb1 = krow[c + 16u];
-        let kb2 = krow[c + 32u];
-        let kb3 = krow[c + 48u];
         var s0 = 0.0;
         var s1 = 0.0;
         var s2 = 0.0;
         var s3 = 0.0;
-        for (var i = 0u; i < d4; i++) {
-            let qv = q[qb + i];
-            let k0 = kc[kb0 + i];
-            let k1 = kc[kb1 + i];
-            let k2 = kc[kb2 + i];
-            let k3 = kc[kb3 + i];
-            s0 += dot(qv, k0);
-            s1 += dot(qv, k1);
-            s2 += dot(qv, k2);
-            s3 += dot(qv, k3);
+        // @unroll u DV
+        {
+            // Dims [64u, 64u + 64): thread (r, c) stages vec4 c of its query row and of keys
+            // r, r + 16, r + 32, r + 48 (zero past d).
+            var qv = vec4<f32>(0.0);
+            // @unroll k 4
+            var kv{k} = vec4<f32>(0.0);
+            // @end k
+            if ({u}u * 16u + c < d4) {
+                qv = q[qb + {u}u * 16u + c];
+                // @unroll k 4
+                kv{k} = kc[krow[r + {k}u * 16u] + {u}u * 16u + c];
+                // @end k
+            }
+            qs[r * RP + c] = qv;
+            // @unroll k 4
+            ks[(r + {k}u * 16u) * RP + c] = kv{k};
+            // @end k
+            workgroupBarrier();
+            for (var i = 0u; i < 16u; i++) {
+                let qv = qs[r * RP + i];
+                s0 += dot(qv, ks[c * RP + i]);
+                s1 += dot(qv, ks[(c + 16u) * RP + i]);
+                s2 += dot(qv, ks[(c + 32u) * RP + i]);
+                s3 += dot(qv, ks[(c + 48u) * RP + i]);
+            }
+            workgroupBarrier();
         }
+        // @end u
         let v0 = base + c >= lo && base + c <= pos;
         let v1 = base + c + 16u >= lo && base + c + 16u <= pos;
         let v2 = base + c + 32u >= lo && base + c + 32u <= pos;
@@ -108,18 +128,29 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         sc[row + c + 32u] = select(0.0, exp(s2 - new_m), v2);
         sc[row + c + 48u] = select(0.0, exp(s3 - new_m), v3);
         workgroupBarrier();
-        // @unroll u DV
-        acc{u} *= corr;
-        // @end u
         var tsum = 0.0;
-        for (var j = 0u; j < BK; j++) {
-            let pj = sc[row + j];
-            let vb = krow[j] + c;
-            tsum += pj;
-            // @unroll u DV
-            if (c + {u}u * 16u < d4) { acc{u} += pj * vc[vb + {u}u * 16u]; }
-            // @end u
+        for (var j = 0u; j < BK; j++) { tsum += sc[row + j]; }
+        // @unroll u DV
+        {
+            // Values' dims [64u, 64u + 64), staged as the keys were.
+            // @unroll k 4
+            var vv{k} = vec4<f32>(0.0);
+            // @end k
+            if ({u}u * 16u + c < d4) {
+                // @unroll k 4
+                vv{k} = vc[krow[r + {k}u * 16u] + {u}u * 16u + c];
+                // @end k
+            }
+            // @unroll k 4
+            ks[(r + {k}u * 16u) * RP + c] = vv{k};
+            // @end k
+            workgroupBarrier();
+            var a = acc{u} * corr;
+            for (var j = 0u; j < BK; j++) { a += sc[row + j] * ks[j * RP + c]; }
+            acc{u} = a;
+            workgroupBarrier();
         }
+        // @end u
         l = l * corr + tsum;
         m = new_m;
         workgroupBarrier();
