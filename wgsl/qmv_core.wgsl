@@ -6,7 +6,7 @@
 //
 // A team of LANES lanes owns RPT rows of W (absolute row indices `rows`) and TOK x vectors
 // (vec4 offsets `xrows`); lane `lane` walks the 32-value chunks c = lane, lane + LANES, … and
-// `qmv_reduce` adds the lanes' partials by a fixed tree, leaving each (row, token) sum in
+// `qmv_reduce` adds the lanes' partials in a fixed order, leaving each (row, token) sum in
 // red[(r * TOK + t) * WG + lid] of the team's lane 0.
 //
 // Why this shape (PERF_NOTES.md): a decode mat-vec is bound by how many bytes are in flight, so
@@ -84,17 +84,28 @@ fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32,
     return out;
 }
 
-// Adds the partials of the LANES lanes of each team (fixed tree). Every thread of the
-// workgroup must call it (barriers).
+// Adds the partials of the LANES lanes of each team in a fixed order: where the device has
+// subgroups of SG lanes, a butterfly (subgroupShuffleXor) over the lanes inside one subgroup —
+// no barrier, no workgroup memory — then a tree in workgroup memory over the rest (LANES > SG).
+// Every thread of the workgroup must call it (barriers).
+const SG: u32 = {{SG}}u;
+const BFLY: u32 = min(LANES, SG);
+
 fn qmv_reduce(acc: array<f32, RPT * TOK>, lid: u32, lane: u32) {
     // @unroll i RPT_TOK
-    red[{i}u * WG + lid] = acc[{i}u];
+    var v{i} = acc[{i}u];
     // @end i
-    workgroupBarrier();
-    for (var h = LANES / 2u; h > 0u; h >>= 1u) {
-        if (lane < h) {
-            for (var i = 0u; i < RPT * TOK; i++) { red[i * WG + lid] += red[i * WG + lid + h]; }
-        }
+// {{BUTTERFLY}}
+    // @unroll i RPT_TOK
+    red[{i}u * WG + lid] = v{i};
+    // @end i
+    if (LANES > BFLY) {
         workgroupBarrier();
+        for (var h = LANES / 2u; h >= BFLY; h >>= 1u) {
+            if (lane < h) {
+                for (var i = 0u; i < RPT * TOK; i++) { red[i * WG + lid] += red[i * WG + lid + h]; }
+            }
+            workgroupBarrier();
+        }
     }
 }

@@ -16,7 +16,8 @@
 //   f32[count, out_stride]; out2, out3, out4: f32[count, out2_stride] (those past `chain`: any
 //   buffer); p: NormParams; step: Step.
 // Launch: 256 threads per (segment, token); grid = (segs, count).
-// Why the fixed-order tree reduce: results must not depend on the chunk a token was run in.
+// Why a fixed-order reduction (reduce_tree.wgsl, or reduce_subgroup.wgsl where the device has
+// subgroups): results must not depend on the chunk a token was run in.
 // Why the unrolled register block (PERF_NOTES.md): a decode step runs this kernel on one
 // workgroup per norm, so its time is the latency of its loads; every value a thread needs (its
 // first V values of x, their weights, the residual, the chained norm's weights) is loaded at
@@ -72,19 +73,7 @@ fn finish(y0: f32, i: u32, ob: u32) -> f32 {
     return y;
 }
 
-// The workgroup's sum of `ss` over its threads (fixed tree). Every thread must call it.
-fn workgroup_sum(ss: f32, lid: u32) -> f32 {
-    red[lid] = ss;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) { red[lid] += red[lid + s]; }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    // `red` is reused by the next call: every thread has read the total first.
-    workgroupBarrier();
-    return total;
-}
+// {{WORKGROUP_SUM}}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -112,7 +101,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     var d{k} = 0.0;
     var e{k} = 0.0;
     if (lid + {k}u * WG < p.n) {
-        v{k} = x[xb + lid + {k}u * WG] * p.pre;
+        v{k} = x[xb + lid + {k}u * WG];
         if (has_w) { w{k} = wt[p.w_off + lid + {k}u * WG]; }
         if (resid) { o{k} = out[ob + lid + {k}u * WG]; }
         if (chain) { c{k} = wt[p.w2_off + lid + {k}u * WG]; }
@@ -120,8 +109,12 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         if (chain4) { e{k} = wt[p.w4_off + lid + {k}u * WG]; }
     }
     // @end k
+    // Only now is a loaded value used: a use inside the block above would wait for its load
+    // before the next block's loads are issued (the compiler does not move work across the
+    // blocks' branches): one memory round trip per value a thread holds.
     var ss = 0.0;
     // @unroll k V
+    v{k} *= p.pre;
     ss += v{k} * v{k};
     // @end k
     for (var i = lid + V * WG; i < p.n; i += WG) {

@@ -38,7 +38,8 @@ impl Gpu {
         let limits = adapter.limits();
         // Timestamps inside passes let `kestrel bench` time each kernel; optional everywhere.
         let profiling = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
-        let features = adapter.features() & profiling;
+        // Subgroup operations shorten the kernels' reductions (they fall back to trees).
+        let features = adapter.features() & (profiling | wgpu::Features::SUBGROUP);
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("kestrel"),
             required_features: features,
@@ -79,7 +80,13 @@ impl Gpu {
     }
 
     pub fn describe(&self) -> String {
-        format!("{} ({:?}, {})", self.info.name, self.info.backend, self.info.driver)
+        let sg = if self.subgroups() { format!(", subgroups of {}", self.info.subgroup_min_size) } else { String::new() };
+        format!("{} ({:?}, {}{sg})", self.info.name, self.info.backend, self.info.driver)
+    }
+
+    /// True when kernels may use subgroup operations.
+    pub fn subgroups(&self) -> bool {
+        self.device.features().contains(wgpu::Features::SUBGROUP)
     }
 
     /// A storage buffer of `size` bytes (rounded up to 4), zero-initialised by wgpu.

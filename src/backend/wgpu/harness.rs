@@ -31,7 +31,8 @@ impl KernelHarness {
 
     /// A harness on a device the caller already opened.
     pub fn with_gpu(gpu: Gpu) -> Self {
-        KernelHarness { gpu, pipelines: Pipelines::default() }
+        let pipelines = Pipelines::new(&gpu);
+        KernelHarness { gpu, pipelines }
     }
 
     pub fn gpu(&self) -> &Gpu {

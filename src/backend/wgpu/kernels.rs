@@ -120,11 +120,12 @@ impl Kernel {
 
     /// The WGSL of this kernel: the shared prelude (`common.wgsl`), then for weight-reading
     /// kernels the format's `load8`/`load1`, for attention the shared key loop, then the kernel.
-    fn source(self) -> String {
-        format!("{}\n{}", include_str!("../../../wgsl/common.wgsl"), self.body())
+    /// `sg`: the subgroup size reductions may use (0: none; workgroup-memory trees instead).
+    fn source(self, sg: u32) -> String {
+        format!("{}\n{}", include_str!("../../../wgsl/common.wgsl"), self.body(sg))
     }
 
-    fn body(self) -> String {
+    fn body(self, sg: u32) -> String {
         let tile = include_str!("../../../wgsl/attention_tile.wgsl");
         let params = include_str!("../../../wgsl/attention_params.wgsl");
         let moe_params = include_str!("../../../wgsl/moe_params.wgsl");
@@ -136,10 +137,10 @@ impl Kernel {
                 let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
-            Kernel::Qmv { tok, lanes, rpt } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, rpt, 0)),
-            Kernel::QmvGlu { tok, lanes, pairs } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, 2 * pairs, pairs)),
-            Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0)),
-            Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs)),
+            Kernel::Qmv { tok, lanes, rpt } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, rpt, 0, sg)),
+            Kernel::QmvGlu { tok, lanes, pairs } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, 2 * pairs, pairs, sg)),
+            Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0, sg)),
+            Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg)),
             Kernel::Qmm { tm } => {
                 let src = include_str!("../../../wgsl/qmm.wgsl").replace("{{TM}}", &tm.to_string());
                 format!("{matmul_params}\n{groups}\n{}", unroll(&src, &[("TM", tm), ("TN", 4), ("WPT", tm / 4)]))
@@ -147,7 +148,7 @@ impl Kernel {
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => {
-                let src = include_str!("../../../wgsl/rmsnorm.wgsl").replace("{{V}}", &RMSNORM_V.to_string());
+                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &RMSNORM_V.to_string());
                 unroll(&src, &[("V", RMSNORM_V)])
             }
             Kernel::HeadNormRope | Kernel::QkvNormRope => {
@@ -178,12 +179,33 @@ impl Kernel {
     }
 }
 
+/// `src` with its reductions for subgroups of `sg` lanes (0: none): the workgroup sum
+/// (`// {{WORKGROUP_SUM}}`: reduce_subgroup.wgsl or reduce_tree.wgsl), qmv_reduce's butterfly
+/// (`// {{BUTTERFLY}}`) and `{{SG}}` (1 without subgroups). Before `unroll`: the butterfly has
+/// `@unroll` blocks.
+fn subgroup_text(src: &str, sg: u32) -> String {
+    let (reduce, butterfly) = if sg > 0 {
+        (include_str!("../../../wgsl/reduce_subgroup.wgsl"), QMV_BUTTERFLY)
+    } else {
+        (include_str!("../../../wgsl/reduce_tree.wgsl"), "")
+    };
+    src.replace("// {{WORKGROUP_SUM}}", reduce).replace("// {{BUTTERFLY}}", butterfly).replace("{{SG}}", &sg.max(1).to_string())
+}
+
+/// qmv_reduce's butterfly over the lanes of a team inside one subgroup (qmv_core.wgsl), inserted
+/// where the device has subgroup operations of one fixed size.
+const QMV_BUTTERFLY: &str = "    for (var h = BFLY / 2u; h > 0u; h >>= 1u) {
+        // @unroll i RPT_TOK
+        v{i} += subgroupShuffleXor(v{i}, h);
+        // @end i
+    }";
+
 /// A qmv kernel (`qmv.wgsl`, `qmv_moe.wgsl`) followed by the shared loop (`qmv_core.wgsl`),
 /// with the tile constants substituted and the `@unroll` blocks expanded. `pairs` > 0 picks the
 /// GeGLU form (`rpt` = 2 · pairs rows of W per team: pairs gate rows, pairs up rows).
-fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32) -> String {
+fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32, sg: u32) -> String {
     let gelu = include_str!("../../../wgsl/gelu.wgsl");
-    let src = format!("{kernel}\n{gelu}\n{}\n{}", include_str!("../../../wgsl/formats/groups.wgsl"), include_str!("../../../wgsl/qmv_core.wgsl"));
+    let src = format!("{kernel}\n{gelu}\n{}\n{}", include_str!("../../../wgsl/formats/groups.wgsl"), subgroup_text(include_str!("../../../wgsl/qmv_core.wgsl"), sg));
     // Output rows per team; the plain epilogue's count (0 in the GeGLU form) and the GeGLU's.
     let (own, plain, glu) = if pairs > 0 { (pairs, 0, pairs) } else { (rpt, rpt, 0) };
     let src = src
@@ -617,16 +639,21 @@ pub struct Pipelines {
     /// buffer accesses keep the device's robust buffer access either way; CI runs the kernel
     /// tests both ways.
     checks: bool,
-}
-
-impl Default for Pipelines {
-    fn default() -> Self {
-        let checks = std::env::var("KESTREL_SHADER_CHECKS").is_ok_and(|v| v == "1");
-        Pipelines { cache: HashMap::new(), layouts: HashMap::new(), checks }
-    }
+    /// Subgroup size the kernels' reductions rely on: the device's when it has subgroup
+    /// operations and reports one fixed size (NVIDIA: 32; lavapipe: its SIMD width), else 0.
+    /// `KESTREL_SUBGROUPS=0` turns them off (A/B measurements).
+    subgroup: u32,
 }
 
 impl Pipelines {
+    pub fn new(gpu: &super::context::Gpu) -> Self {
+        let checks = std::env::var("KESTREL_SHADER_CHECKS").is_ok_and(|v| v == "1");
+        let fixed = gpu.info.subgroup_min_size == gpu.info.subgroup_max_size && gpu.info.subgroup_min_size.is_power_of_two();
+        let allowed = std::env::var("KESTREL_SUBGROUPS").map_or(true, |v| v != "0");
+        let subgroup = if gpu.subgroups() && fixed && allowed { gpu.info.subgroup_min_size } else { 0 };
+        Pipelines { cache: HashMap::new(), layouts: HashMap::new(), checks, subgroup }
+    }
+
     /// The pipeline of `k` and the layout its bind groups must use.
     pub fn get(&mut self, device: &wgpu::Device, k: Kernel) -> Result<&(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
         if !self.cache.contains_key(&k) {
@@ -661,7 +688,7 @@ impl Pipelines {
                 bind_group_layouts: &[Some(&bgl)],
                 immediate_size: 0,
             });
-            let desc = wgpu::ShaderModuleDescriptor { label: Some(&label), source: wgpu::ShaderSource::Wgsl(k.source().into()) };
+            let desc = wgpu::ShaderModuleDescriptor { label: Some(&label), source: wgpu::ShaderSource::Wgsl(k.source(self.subgroup).into()) };
             let module = if self.checks {
                 device.create_shader_module(desc)
             } else {

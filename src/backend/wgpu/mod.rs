@@ -898,11 +898,12 @@ impl<'a> Builder<'a> {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
+        let pipelines = Pipelines::new(&gpu);
         let b = Builder {
             gpu,
             cfg,
             opts,
-            pipelines: Pipelines::default(),
+            pipelines,
             params: Vec::new(),
             specs: Vec::new(),
             dummy,
