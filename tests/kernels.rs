@@ -642,6 +642,57 @@ impl Case for GluCase {
     }
 }
 
+/// The gated decode/verify mat-vec (qmv.wgsl, gated form): `y[t, r] = gelu_tanh(W x[t])[r] ·
+/// gb[t · b_stride + b_off + r]`, gb a later slice of a wider buffer (Gemma 4's per-layer
+/// input gate times that layer's per-layer input), token tile `tile`.
+#[derive(Clone, Copy)]
+struct GeluBCase {
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+    tile: usize,
+}
+
+impl Case for GeluBCase {
+    fn name(&self) -> String {
+        format!("qmv_gelu_b_q4_t{}(rows={},cols={},tokens={})", self.tile, self.rows, self.cols, self.tokens)
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &GeluBCase { rows, cols, tokens, tile } = self;
+        let w = Weights::new(Format::Q4, rows, cols, 64, rng);
+        let xs = rng.vec(tokens * cols);
+        let (b_stride, b_off) = (3 * rows + 5, rows + 2);
+        let gb = rng.vec(tokens * b_stride);
+        let y_ref = ops::matmul(&w.matrix, &xs, tokens);
+        let mut want = vec![None; tokens * rows];
+        for t in 0..tokens {
+            for r in 0..rows {
+                want[t * rows + r] = Some(ops::gelu_tanh(y_ref[t * rows + r]) as f64 * gb[t * b_stride + b_off + r] as f64);
+            }
+        }
+        let [wb, sb, bb] = w.part(0, rows);
+        let bufs = vec![
+            input("w", wb),
+            input("scales", sb),
+            input("biases", bb),
+            input_words("x", &bits(&xs)),
+            // gelu(y)·b: the dot product's error (tol::DOT) times |gelu'| ≤ 1.13 and |b| < 1.
+            output_f32("y", vec![POISON; tokens * rows], want, tol::DOT),
+            input_words("gb", &bits(&gb)),
+        ];
+        let p = QmvGeluParams {
+            m: MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, k_splits: 0 },
+            b_stride: b_stride as u32,
+            b_off: b_off as u32,
+            _pad: [0; 2],
+        };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let (kernel, rows_per_wg) = qmv_gelu_b_shape(rows, cols, cols, tile as u32).expect("the gated qmv applies to this case");
+        launch(kernel, bufs, &p, step, (rows.div_ceil(rows_per_wg as usize), tokens.div_ceil(tile)))
+    }
+}
+
 /// Partial team blocks (rows 1, 7, 65), one and two pairs per team (rows 3000 → 6000 stacked
 /// rows), the lane counts of E2B/E4B widths (cols 1536, 2560) and the down-width 6144.
 fn glu_cases() -> Vec<Box<dyn Case>> {
@@ -649,6 +700,10 @@ fn glu_cases() -> Vec<Box<dyn Case>> {
     for tile in [1, MATMUL_VERIFY_TOK as usize] {
         for (rows, cols, tokens) in [(1, 320, 1), (7, 320, 3), (65, 320, 5), (3000, 256, 2), (70, 1536, 1), (40, 2560, 3), (9, 6144, 2)] {
             v.push(Box::new(GluCase { rows, cols, tokens, tile }));
+        }
+        // The gated form: partial teams, E2B's per-layer gate (256 × 1536), E4B's width.
+        for (rows, cols, tokens) in [(1, 320, 1), (7, 320, 3), (256, 1536, 2), (65, 2560, 5)] {
+            v.push(Box::new(GeluBCase { rows, cols, tokens, tile }));
         }
     }
     v

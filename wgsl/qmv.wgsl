@@ -4,6 +4,10 @@
 //   y[t, y_off + r] = gelu_tanh(Σ_k W[r, k] · x[t, k]) · Σ_k W[rows + r, k] · x[t, k]
 // one dispatch instead of three (gate, up, gelu_mul) per MLP; each gate or up row's sum is the
 // one the plain form computes for that row with the same LANES (gelu_tanh: gelu.wgsl).
+// The gated form (qmv_gelu_b: GB = RPT) multiplies by a row of another buffer:
+//   y[t, y_off + r] = gelu_tanh(Σ_k W[r, k] · x[t, k]) · gb[t · b_stride + b_off + r]
+// (Gemma 4's per-layer input gate: one dispatch instead of two per layer); its params are
+// MatmulParams with b_stride, b_off (matmul_gb_params.wgsl) and `gb` is binding 7.
 //
 // Bindings (the same as matmul.wgsl, so it is that kernel's decode variant):
 //   w: MLX affine 4-bit, u32[rows * cols / 8] read as vec4<u32>: 32 values per load;
@@ -24,6 +28,7 @@
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<uniform> p: MatmulParams;
 @group(0) @binding(6) var<uniform> step: Step;
+// {{GB_BINDING}}
 
 const OWN: u32 = {{OWN}}u;
 
@@ -53,6 +58,14 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         // @unroll t TOK
         if (r0 + {r}u < p.rows && t0 + {t}u < count) {
             y[(t0 + {t}u) * p.y_stride + p.y_off + r0 + {r}u] = red[({r}u * TOK + {t}u) * WG + lid];
+        }
+        // @end t
+        // @end r
+        // @unroll r GB
+        // @unroll t TOK
+        if (r0 + {r}u < p.rows && t0 + {t}u < count) {
+            let gate = red[({r}u * TOK + {t}u) * WG + lid];
+            y[(t0 + {t}u) * p.y_stride + p.y_off + r0 + {r}u] = gelu_tanh(gate) * gb[(t0 + {t}u) * p.b_stride + p.b_off + r0 + {r}u];
         }
         // @end t
         // @end r

@@ -25,6 +25,7 @@ const LANES: u32 = {{LANES}}u;
 const RPT: u32 = {{RPT}}u;
 const TOK: u32 = {{TOK}}u;
 const TEAMS: u32 = WG / LANES;
+const CU: u32 = {{CU}}u; // chunks per lane whose loads are issued together (2 for decode, 1 for verify tiles)
 
 var<workgroup> red: array<f32, RPT * TOK * WG>; // [RPT * TOK][WG]
 
@@ -49,31 +50,43 @@ fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32,
     var acc{r}_{t} = 0.0;
     // @end t
     // @end r
-    for (var c = lane; c < chunks; c += LANES) {
+    for (var c0 = lane; c0 < chunks; c0 += LANES * CU) {
+        // Every load of the round's CU chunks is issued before any is used (a rolled loop waits
+        // a memory round trip per chunk); the chunks are then added in chunk order, exactly as
+        // one at a time (CU changes no bit of a row).
+        // @unroll u CU
+        let c{u} = min(c0 + {u}u * LANES, chunks - 1u);
         // @unroll r RPT
-        let w{r} = w[rows[{r}] * chunks + c];
-        let g{r} = rows[{r}] * groups + c / per_group;
-        let s{r} = scale_at(g{r});
-        let b{r} = bias_at(g{r});
+        let w{r}_{u} = w[rows[{r}] * chunks + c{u}];
+        let g{r}_{u} = rows[{r}] * groups + c{u} / per_group;
+        let s{r}_{u} = scale_at(g{r}_{u});
+        let b{r}_{u} = bias_at(g{r}_{u});
         // @end r
         // @unroll t TOK
-        {
-            let xb = xrows[{t}] + c * 8u;
-            let v0 = x[xb];
-            let v1 = x[xb + 1u];
-            let v2 = x[xb + 2u];
-            let v3 = x[xb + 3u];
-            let v4 = x[xb + 4u];
-            let v5 = x[xb + 5u];
-            let v6 = x[xb + 6u];
-            let v7 = x[xb + 7u];
-            let xs = ((dot(v0, vec4<f32>(1.0)) + dot(v1, vec4<f32>(1.0))) + (dot(v2, vec4<f32>(1.0)) + dot(v3, vec4<f32>(1.0))))
-                   + ((dot(v4, vec4<f32>(1.0)) + dot(v5, vec4<f32>(1.0))) + (dot(v6, vec4<f32>(1.0)) + dot(v7, vec4<f32>(1.0))));
-            // @unroll r RPT
-            acc{r}_{t} += s{r} * dot32(w{r}, v0 * pre, v1 * pre, v2 * pre, v3 * pre, v4 * pre, v5 * pre, v6 * pre, v7 * pre) + b{r} * xs;
-            // @end r
-        }
+        let xb{t}_{u} = xrows[{t}] + c{u} * 8u;
+        let v{t}_{u}_0 = x[xb{t}_{u}];
+        let v{t}_{u}_1 = x[xb{t}_{u} + 1u];
+        let v{t}_{u}_2 = x[xb{t}_{u} + 2u];
+        let v{t}_{u}_3 = x[xb{t}_{u} + 3u];
+        let v{t}_{u}_4 = x[xb{t}_{u} + 4u];
+        let v{t}_{u}_5 = x[xb{t}_{u} + 5u];
+        let v{t}_{u}_6 = x[xb{t}_{u} + 6u];
+        let v{t}_{u}_7 = x[xb{t}_{u} + 7u];
         // @end t
+        // @end u
+        // @unroll u CU
+        if (c0 + {u}u * LANES < chunks) {
+            // @unroll t TOK
+            {
+                let xs = ((dot(v{t}_{u}_0, vec4<f32>(1.0)) + dot(v{t}_{u}_1, vec4<f32>(1.0))) + (dot(v{t}_{u}_2, vec4<f32>(1.0)) + dot(v{t}_{u}_3, vec4<f32>(1.0))))
+                       + ((dot(v{t}_{u}_4, vec4<f32>(1.0)) + dot(v{t}_{u}_5, vec4<f32>(1.0))) + (dot(v{t}_{u}_6, vec4<f32>(1.0)) + dot(v{t}_{u}_7, vec4<f32>(1.0))));
+                // @unroll r RPT
+                acc{r}_{t} += s{r}_{u} * dot32(w{r}_{u}, v{t}_{u}_0 * pre, v{t}_{u}_1 * pre, v{t}_{u}_2 * pre, v{t}_{u}_3 * pre, v{t}_{u}_4 * pre, v{t}_{u}_5 * pre, v{t}_{u}_6 * pre, v{t}_{u}_7 * pre) + b{r}_{u} * xs;
+                // @end r
+            }
+            // @end t
+        }
+        // @end u
     }
     var out: array<f32, RPT * TOK>;
     // @unroll r RPT

@@ -54,6 +54,8 @@ pub enum Kernel {
     /// `Qmv` over a stacked [gate; up] matrix with the GeGLU as epilogue (qmv.wgsl's GeGLU
     /// form): `pairs` output rows per team.
     QmvGlu { tok: u32, lanes: u32, pairs: u32 },
+    /// `Qmv` with the gated epilogue `gelu_tanh(y) · gb[..]` (qmv.wgsl's gated form).
+    QmvGeluB { tok: u32, lanes: u32, rpt: u32 },
     /// The 4-bit mat-mat of prefill chunks: 16 · `tm` rows × [`QMM_TOK`] tokens per workgroup.
     Qmm { tm: u32 },
     /// The in-order sum of a split-k `Qmm`'s partials.
@@ -96,6 +98,7 @@ impl Kernel {
             Kernel::Matmul(f, tok) => format!("matmul_{}_t{tok}", f.name()),
             Kernel::Qmv { tok, lanes, rpt } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}"),
             Kernel::QmvGlu { tok, lanes, pairs } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}"),
+            Kernel::QmvGeluB { tok, lanes, rpt } => format!("qmv_gelu_b_q4_t{tok}_l{lanes}_r{rpt}"),
             Kernel::Qmm { tm } => format!("qmm_q4_m{tm}"),
             Kernel::QmmSum => "qmm_sum".into(),
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
@@ -138,6 +141,10 @@ impl Kernel {
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
             Kernel::Qmv { tok, lanes, rpt } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, rpt, 0, sg)),
+            Kernel::QmvGeluB { tok, lanes, rpt } => {
+                let kernel = include_str!("../../../wgsl/qmv.wgsl").replace("// {{GB_BINDING}}", "@group(0) @binding(7) var<storage, read> gb: array<f32>;");
+                format!("{}\n{}", include_str!("../../../wgsl/matmul_gb_params.wgsl"), qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg))
+            }
             Kernel::QmvGlu { tok, lanes, pairs } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, 2 * pairs, pairs, sg)),
             Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0, sg)),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg)),
@@ -200,20 +207,32 @@ const QMV_BUTTERFLY: &str = "    for (var h = BFLY / 2u; h > 0u; h >>= 1u) {
         // @end i
     }";
 
+/// `pairs` value of `qmv_source` that picks qmv.wgsl's gated form.
+const QMV_GELU_B: u32 = u32::MAX;
+
 /// A qmv kernel (`qmv.wgsl`, `qmv_moe.wgsl`) followed by the shared loop (`qmv_core.wgsl`),
 /// with the tile constants substituted and the `@unroll` blocks expanded. `pairs` > 0 picks the
-/// GeGLU form (`rpt` = 2 · pairs rows of W per team: pairs gate rows, pairs up rows).
+/// GeGLU form (`rpt` = 2 · pairs rows of W per team: pairs gate rows, pairs up rows);
+/// [`QMV_GELU_B`] the gated form.
 fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32, sg: u32) -> String {
     let gelu = include_str!("../../../wgsl/gelu.wgsl");
     let src = format!("{kernel}\n{gelu}\n{}\n{}", include_str!("../../../wgsl/formats/groups.wgsl"), subgroup_text(include_str!("../../../wgsl/qmv_core.wgsl"), sg));
-    // Output rows per team; the plain epilogue's count (0 in the GeGLU form) and the GeGLU's.
-    let (own, plain, glu) = if pairs > 0 { (pairs, 0, pairs) } else { (rpt, rpt, 0) };
+    // Output rows per team; the plain epilogue's count (0 in the other forms), the GeGLU's and
+    // the gated one's.
+    let (own, plain, glu, gb) = match pairs {
+        QMV_GELU_B => (rpt, 0, 0, rpt),
+        0 => (rpt, rpt, 0, 0),
+        _ => (pairs, 0, pairs, 0),
+    };
     let src = src
         .replace("{{TOK}}", &tok.to_string())
         .replace("{{LANES}}", &lanes.to_string())
         .replace("{{RPT}}", &rpt.to_string())
         .replace("{{OWN}}", &own.to_string());
-    unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok), ("OWN", own), ("PLAIN", plain), ("GLU", glu)])
+    // Decode tiles issue two chunks' loads per round; verify tiles (4 tokens' x per chunk) one.
+    let cu = if tok == 1 { 2 } else { 1 };
+    let src = src.replace("{{CU}}", &cu.to_string());
+    unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok), ("OWN", own), ("PLAIN", plain), ("GLU", glu), ("GB", gb), ("CU", cu)])
 }
 
 /// Expands `// @unroll NAME COUNT` … `// @end NAME` blocks: the lines between are repeated for
@@ -263,6 +282,7 @@ impl Kernel {
         match self {
             Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
@@ -431,6 +451,27 @@ pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Opt
     let (lanes, rpt) = qmv_tile(2 * rows, cols);
     let pairs = (rpt / 2).max(1);
     Some((Kernel::QmvGlu { tok, lanes, pairs }, QMV_WG / lanes * pairs))
+}
+
+/// The gated qmv (`y = gelu_tanh(W x) · gb[..]`) for `rows` × `cols` at token tile `tok`, and
+/// its rows per workgroup: the plain rule's tile.
+pub fn qmv_gelu_b_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
+    match qmv_shape(rows, cols, x_stride, tok)? {
+        (Kernel::Qmv { tok, lanes, rpt }, per_wg) => Some((Kernel::QmvGeluB { tok, lanes, rpt }, per_wg)),
+        _ => None,
+    }
+}
+
+/// Params of the gated qmv (matmul_gb_params.wgsl).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct QmvGeluParams {
+    pub m: MatmulParams,
+    /// f32 elements between tokens in `gb`.
+    pub b_stride: u32,
+    /// First element of the gating row.
+    pub b_off: u32,
+    pub _pad: [u32; 2],
 }
 
 /// Sentinel for "no norm weight" (`NO_WEIGHT` in the WGSL).

@@ -1231,6 +1231,40 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
+    /// `y[t, r] = gelu_tanh(G x[t])[r] · b[t · b_stride + b_off + r]` for the `rows`-row gate `m`
+    /// (the per-layer input gate): chunks run the mat-mat and gelu_mul, decode and verify steps
+    /// one gated qmv where it applies.
+    #[allow(clippy::too_many_arguments)]
+    fn ple_gate(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, b: &wgpu::Buffer, rows: usize, b_stride: usize, b_off: usize) -> Result<()> {
+        let gelu = GeluParams { n: rows as u32, a_stride: rows as u32, b_stride: b_stride as u32, b_off: b_off as u32, ..Default::default() };
+        let shape = |tok| if m.format == Format::Q4 && m.parts.len() == 1 { qmv_gelu_b_shape(rows, m.cols, x_stride, tok) } else { None };
+        let (Some((vk, vper)), Some((sk, sper))) = (shape(MATMUL_VERIFY_TOK), shape(1)) else {
+            self.matmul(m, x, x_stride, y, rows, false)?;
+            self.gelu_mul(y, b, gelu);
+            return Ok(());
+        };
+        self.matmul_steps(m, x, x_stride, y, rows, false, false)?;
+        self.gelu_mul(y, b, gelu);
+        self.specs.last_mut().expect("just pushed").only = Only::Multi;
+        let part = &m.parts[0];
+        let p = QmvGeluParams {
+            m: MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, k_splits: 0 },
+            b_stride: b_stride as u32,
+            b_off: b_off as u32,
+            _pad: [0; 2],
+        };
+        let mut res = weight_res(part, &[x, y]);
+        res.push(Res::Buf(b.clone()));
+        let vt = MATMUL_VERIFY_TOK;
+        let vx = (rows as u32).div_ceil(vper);
+        self.spec(vk, res, &p, vx, GridY::TokenTiles(vt));
+        let sp = self.specs.last_mut().expect("just pushed");
+        sp.only = Only::Single;
+        sp.single = Some((sk, (rows as u32).div_ceil(sper), 1));
+        sp.verify = Some((vk, vx, vt));
+        Ok(())
+    }
+
     /// Routed-expert mat-vec: `y[t, j, r] = W[idx[t,j] · stride + off + r] · x[t, j]`; decode
     /// steps run it per (token, expert) pair, chunks per expert over `groups` (see moe_group).
     /// `with_single`: also record the decode/verify form (false where `moe_glu` recorded it).
@@ -1758,8 +1792,7 @@ impl<'a> Builder<'a> {
 
             // per-layer input, then the layer scalar
             if let (Some((gate, proj)), Some((ple_all, _, ple_g))) = (&gl.ple, &ple_bufs) {
-                self.matmul(gate, &x, h, ple_g, pd, false)?;
-                self.gelu_mul(ple_g, ple_all, GeluParams { n: pd as u32, a_stride: pd as u32, b_stride: (nl * pd) as u32, b_off: (li * pd) as u32, ..Default::default() });
+                self.ple_gate(gate, &x, h, ple_g, ple_all, pd, nl * pd, li * pd)?;
                 self.matmul(proj, ple_g, pd, &o, h, false)?;
                 residual = Some(self.norm(&o, &norm_buf, &x, plain(h, ln.ple_post, 1, lw.layer_scalar)));
             }
