@@ -1699,6 +1699,8 @@ struct MoeMatmulCase {
     grouped: bool,
     /// The 4-bit decode form the backend runs (qmv_moe.wgsl) instead of moe_matmul.
     qmv: bool,
+    /// With `grouped`: the 4-bit prefill form the backend runs (qmm_moe.wgsl).
+    qmm: bool,
     /// Every third pair SKIP (another round of a streamed step): its rows must stay untouched.
     skips: bool,
 }
@@ -1735,7 +1737,7 @@ impl MoeMatmulCase {
     /// Split layout, gate/up input mode.
     fn new(fmt: Format, experts: usize, top_k: usize, rows: usize, cols: usize, tokens: usize) -> Self {
         let gs = if is_quant(fmt) { 64 } else { 0 };
-        MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride: rows, row_off: 0, per_slot: false, y_pad: 0, grouped: false, qmv: false, skips: false }
+        MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride: rows, row_off: 0, per_slot: false, y_pad: 0, grouped: false, qmv: false, qmm: false, skips: false }
     }
     fn grouped(self) -> Self {
         MoeMatmulCase { grouped: true, ..self }
@@ -1753,7 +1755,9 @@ impl Case for MoeMatmulCase {
     fn name(&self) -> String {
         let c = self;
         let (xt, xs) = c.x_strides();
-        let kind = if c.grouped {
+        let kind = if c.grouped && c.qmm {
+            "qmm_moe"
+        } else if c.grouped {
             "moe_matmul_grouped"
         } else if c.qmv {
             "qmv_moe"
@@ -1825,6 +1829,12 @@ impl Case for MoeMatmulCase {
             ..Default::default()
         };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        if self.grouped && self.qmm {
+            // (n_groups · ceil(rows / 64), ceil(n_tokens / 64)), as the backend launches it.
+            let p = MoeMatmulParams { n_groups: experts as u32, ..p };
+            let x = experts * rows.div_ceil(16 * QMM_MOE_TM as usize);
+            return launch(Kernel::QmmMoe, bufs, &p, step, (x, tokens.div_ceil(QMM_TOK as usize)));
+        }
         if self.grouped {
             // GridY::Fixed(n_groups): (ceil(rows / 4), experts, 1).
             return launch(Kernel::MoeMatmulGrouped(fmt), bufs, &p, step, (rows.div_ceil(MATMUL_ROWS as usize), experts));
@@ -1911,6 +1921,24 @@ fn moe_matmul_cases() -> Vec<Box<dyn Case>> {
     // The real 26B shapes (4 rows per team): gate_up 704 rows × 2816, down 2816 rows × 704.
     v.push(Box::new(q(9, 8, 704, 2816, 1).fused_up()));
     v.push(Box::new(MoeMatmulCase { per_slot: true, skips: true, ..q(9, 8, 2816, 704, 1) }));
+    // The 4-bit prefill form (qmm_moe): partial row tiles, experts with no pairs, more pairs
+    // than one 64-pair tile (tokens 70, top 2 of 3), both input modes, fused up, SKIP pairs,
+    // group size 128, a padded y, the 26B widths.
+    let m = |experts, top_k, rows, cols, tokens| MoeMatmulCase { qmm: true, ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped() };
+    for rows in [1, 65] {
+        for tokens in [1, 9, 70] {
+            for per_slot in [false, true] {
+                let c = MoeMatmulCase { per_slot, ..m(16, 2, rows, 320, tokens) };
+                v.push(Box::new(c));
+                v.push(Box::new(c.fused_up()));
+            }
+        }
+    }
+    v.push(Box::new(MoeMatmulCase { skips: true, ..m(3, 2, 65, 320, 70) }));
+    v.push(Box::new(MoeMatmulCase { gs: 128, per_slot: true, ..m(4, 4, 65, 512, 9) }));
+    v.push(Box::new(MoeMatmulCase { y_pad: 5, ..m(16, 4, 7, 320, 9).fused_up() }));
+    v.push(Box::new(m(9, 8, 9, 2816, 11).fused_up()));
+    v.push(Box::new(MoeMatmulCase { per_slot: true, y_pad: 3, ..m(9, 8, 9, 704, 11) }));
     v
 }
 

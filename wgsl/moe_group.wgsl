@@ -2,8 +2,9 @@
 // the list of routed pairs p = t * top_k + j with idx[p] == s, in ascending p:
 //   groups[s * stride] = count, groups[s * stride + 1 + i] = the i-th such p   (i < count).
 // Pairs marked SKIP (0xffffffff: computed in another round of a streamed step) match no group.
-// The prefill expert kernel (moe_matmul_grouped) reads these lists so each expert's weights are
-// loaded once per chunk for all of its tokens instead of once per (token, expert) pair.
+// The prefill expert kernels (qmm_moe; moe_matmul_grouped for other formats) read these lists,
+// so each expert's weights are loaded once per chunk for all of its tokens instead of once per
+// (token, expert) pair.
 //
 // Bindings: idx: u32[n_tokens * top_k]; groups: u32[n_groups * stride] (stride = 1 + max pairs
 //   per group ≥ 1 + n_tokens: a token routes to an expert at most once); p: GroupParams; step: Step.

@@ -12,7 +12,7 @@ struct MoeMatmulParams {
     x_tok_stride: u32,
     x_slot_stride: u32,
     y_stride: u32,
-    group_stride: u32, // words between moe_group's lists (moe_matmul_grouped only)
+    group_stride: u32, // words between moe_group's lists (moe_matmul_grouped, qmm_moe)
     up_off: u32,       // the up rows of a fused gate_up stack (qmv_moe_glu only)
-    _pad2: u32,
+    n_groups: u32,     // lists in `groups` (qmm_moe only)
 }

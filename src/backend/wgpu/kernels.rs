@@ -86,6 +86,8 @@ pub enum Kernel {
     MoeGroup,
     /// MoE: each expert's rows applied to all of its pairs in the chunk (prefill).
     MoeMatmulGrouped(Format),
+    /// MoE, 4-bit: qmm's tile over each expert's pairs in the chunk (prefill).
+    QmmMoe,
     /// MoE: weighted sum of the routed experts' outputs.
     MoeCombine,
     /// vec4 buffer copy: the bandwidth roofline of benchmarks (not part of the forward pass).
@@ -116,6 +118,7 @@ impl Kernel {
             Kernel::MoeMatmul(f) => format!("moe_matmul_{}", f.name()),
             Kernel::MoeGroup => "moe_group".into(),
             Kernel::MoeMatmulGrouped(f) => format!("moe_matmul_grouped_{}", f.name()),
+            Kernel::QmmMoe => "qmm_moe_q4".into(),
             Kernel::MoeCombine => "moe_combine".into(),
             Kernel::Copy => "copy".into(),
         }
@@ -148,10 +151,8 @@ impl Kernel {
             Kernel::QmvGlu { tok, lanes, pairs } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, 2 * pairs, pairs, sg)),
             Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0, sg)),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg)),
-            Kernel::Qmm { tm } => {
-                let src = include_str!("../../../wgsl/qmm.wgsl").replace("{{TM}}", &tm.to_string());
-                format!("{matmul_params}\n{groups}\n{}", unroll(&src, &[("TM", tm), ("TN", 4), ("WPT", tm / 4)]))
-            }
+            Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
+            Kernel::QmmMoe => format!("{moe_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)),
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => {
@@ -206,6 +207,16 @@ const QMV_BUTTERFLY: &str = "    for (var h = BFLY / 2u; h > 0u; h >>= 1u) {
         v{i} += subgroupShuffleXor(v{i}, h);
         // @end i
     }";
+
+/// A qmm kernel (`qmm.wgsl`, `qmm_moe.wgsl`) followed by the shared tile loop (`qmm_core.wgsl`),
+/// TM substituted and the `@unroll` blocks expanded.
+fn qmm_source(kernel: &str, tm: u32) -> String {
+    let src = format!("{kernel}\n{}", include_str!("../../../wgsl/qmm_core.wgsl")).replace("{{TM}}", &tm.to_string());
+    unroll(&src, &[("TM", tm), ("TN", 4), ("WPT", tm / 4)])
+}
+
+/// Rows per thread of `qmm_moe` (TM of qmm_core.wgsl): qmm's rule.
+pub const QMM_MOE_TM: u32 = 4;
 
 /// `pairs` value of `qmv_source` that picks qmv.wgsl's gated form.
 const QMV_GELU_B: u32 = u32::MAX;
@@ -290,7 +301,7 @@ impl Kernel {
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmmMoe | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeCombine => &[Read, Read, ReadWrite, Uniform, Uniform],
         }
@@ -637,11 +648,12 @@ pub struct MoeMatmulParams {
     pub x_tok_stride: u32,
     pub x_slot_stride: u32,
     pub y_stride: u32,
-    /// u32 words between groups in moe_group's lists (moe_matmul_grouped only).
+    /// u32 words between groups in moe_group's lists (moe_matmul_grouped, qmm_moe).
     pub group_stride: u32,
     /// The up rows of a fused gate_up stack, per expert (qmv_moe_glu only).
     pub up_off: u32,
-    pub _pad: u32,
+    /// Lists in moe_group's buffer (qmm_moe only).
+    pub n_groups: u32,
 }
 
 #[repr(C)]

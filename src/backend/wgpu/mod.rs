@@ -1287,8 +1287,14 @@ impl<'a> Builder<'a> {
             self.spec(kernel, res(idx), &p, x_pairs, GridY::Slots(top_k as u32));
             self.specs.last_mut().expect("just pushed").only = Only::Single;
         }
-        let p = MoeMatmulParams { group_stride: groups.stride as u32, ..p };
-        self.spec(Kernel::MoeMatmulGrouped(m.format), res(&groups.buf), &p, x_groups, GridY::Fixed(groups.n as u32));
+        let p = MoeMatmulParams { group_stride: groups.stride as u32, n_groups: groups.n as u32, ..p };
+        // Chunks: qmm's tile per expert where it applies, else the 8-pair grouped kernel.
+        if m.format == Format::Q4 && m.cols % 64 == 0 && x_tok_stride % 4 == 0 && x_slot_stride % 4 == 0 {
+            let x = groups.n as u32 * (rows as u32).div_ceil(16 * QMM_MOE_TM);
+            self.spec(Kernel::QmmMoe, res(&groups.buf), &p, x, GridY::TokenTiles(QMM_TOK));
+        } else {
+            self.spec(Kernel::MoeMatmulGrouped(m.format), res(&groups.buf), &p, x_groups, GridY::Fixed(groups.n as u32));
+        }
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
     }
 
