@@ -16,6 +16,13 @@ use super::context::Gpu;
 use super::kernels::{Bind, CopyParams, Kernel, Pipelines, Step};
 use crate::error::{Error, Result};
 
+/// Untimed work before each timed kernel (see `KernelHarness::time`).
+const WARM_UP: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Untimed copies before the roofline is timed: long enough for the H200's clock to reach its
+/// boost from rest (it took two kbench processes' worth of work, a few seconds, in session 5).
+const CLOCK_RAMP: std::time::Duration = std::time::Duration::from_secs(4);
+
 /// A device plus the pipeline cache, for launching single kernels.
 pub struct KernelHarness {
     gpu: Gpu,
@@ -91,6 +98,12 @@ impl KernelHarness {
     /// steady state); the best of three such passes. Arguments as for [`run`](Self::run);
     /// nothing is read back.
     pub fn time(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32) -> Result<f64> {
+        self.time_after(kernel, buffers, params, step, grid, reps, WARM_UP)
+    }
+
+    /// `time` after `warm` of untimed passes.
+    #[allow(clippy::too_many_arguments)]
+    fn time_after(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32, warm: std::time::Duration) -> Result<f64> {
         let label = kernel.label();
         if !self.gpu.can_profile() {
             return Err(Error::Gpu("this adapter has no timestamp queries inside passes: kernels cannot be timed".into()));
@@ -108,8 +121,28 @@ impl KernelHarness {
             mapped_at_creation: false,
         });
         let read = gpu.staging("kernel timing readback", 16);
-        // The best of three timed runs: single runs of the large shapes varied up to 3× on the
-        // H200 (PERF_NOTES.md), the minimum is what the kernel can do.
+        // Warm-up: at rest the GPU runs at a low clock and ramps up over seconds of work (the
+        // H200's SM clock read 345 MHz before a kbench process; three consecutive processes
+        // measured the copy at 1.8, 2.6 and 4.0 TB/s as it rose, PERF_NOTES.md session 5):
+        // untimed passes of this kernel for `warm` first.
+        let t0 = std::time::Instant::now();
+        loop {
+            let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&label), timestamp_writes: None });
+                pass.set_pipeline(&bound.pipeline);
+                pass.set_bind_group(0, &bound.group, &[]);
+                for _ in 0..reps {
+                    pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+                }
+            }
+            gpu.queue.submit([enc.finish()]);
+            dev.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+            if t0.elapsed() >= warm {
+                break;
+            }
+        }
+        // The best of three timed runs: the minimum is what the kernel can do.
         let mut best = f64::INFINITY;
         for _ in 0..3 {
             let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
@@ -145,21 +178,24 @@ impl KernelHarness {
     /// the `copy` kernel on two 1 GiB buffers (or the largest binding), 20 copies per timed pass:
     /// the roofline benchmarks compare with. A slow device (software Vulkan, ~1 GB/s) keeps a
     /// one-copy figure instead of spending a minute on it.
+    /// The first measurement of a process also brings the GPU to its working clock: the copy
+    /// runs for [`CLOCK_RAMP`] before it is timed (later kernels keep it there).
     pub fn copy_roofline(&mut self) -> Result<f64> {
-        let quick = self.copy_bandwidth_kernel(1 << 30, 1)?;
+        let quick = self.copy_bandwidth_kernel(1 << 30, 1, WARM_UP)?;
         if quick > 100.0 {
-            self.copy_bandwidth_kernel(1 << 30, 20)
+            self.copy_bandwidth_kernel(1 << 30, 20, CLOCK_RAMP)
         } else {
             Ok(quick)
         }
     }
 
-    /// The `copy` kernel's bandwidth on `bytes`-sized buffers, `reps` copies per timed pass.
-    fn copy_bandwidth_kernel(&mut self, bytes: u64, reps: u32) -> Result<f64> {
+    /// The `copy` kernel's bandwidth on `bytes`-sized buffers, `reps` copies per timed pass,
+    /// after `warm` of untimed copies.
+    fn copy_bandwidth_kernel(&mut self, bytes: u64, reps: u32, warm: std::time::Duration) -> Result<f64> {
         let bytes = bytes.min(self.gpu.limits.max_storage_buffer_binding_size.min(self.gpu.limits.max_buffer_size)) / 16 * 16;
         let buf = vec![0u8; bytes as usize];
         let p = CopyParams { n: (bytes / 16) as u32, _pad: [0; 3] };
-        let us = self.time(Kernel::Copy, &[buf.clone(), buf], bytemuck::bytes_of(&p), Step::default(), (8192, 1, 1), reps)?;
+        let us = self.time_after(Kernel::Copy, &[buf.clone(), buf], bytemuck::bytes_of(&p), Step::default(), (8192, 1, 1), reps, warm)?;
         Ok(2.0 * bytes as f64 / us / 1e3)
     }
 
