@@ -125,7 +125,8 @@ impl Kernel {
     }
 
     /// The WGSL of this kernel: the shared prelude (`common.wgsl`), then for weight-reading
-    /// kernels the format's `load8`/`load1`, for attention the shared key loop, then the kernel.
+    /// kernels the format's `load8`/`load1` or the 4-bit helpers, for decode attention the
+    /// shared softmax step, then the kernel (with its shared loop: qmv_core, qmm_core).
     /// `sg`: the subgroup size reductions may use (0: none; workgroup-memory trees instead).
     fn source(self, sg: u32) -> String {
         format!("{}\n{}", include_str!("../../../wgsl/common.wgsl"), self.body(sg))
@@ -189,24 +190,16 @@ impl Kernel {
 
 /// `src` with its reductions for subgroups of `sg` lanes (0: none): the workgroup sum
 /// (`// {{WORKGROUP_SUM}}`: reduce_subgroup.wgsl or reduce_tree.wgsl), qmv_reduce's butterfly
-/// (`// {{BUTTERFLY}}`) and `{{SG}}` (1 without subgroups). Before `unroll`: the butterfly has
-/// `@unroll` blocks.
+/// (`// {{BUTTERFLY}}`: qmv_butterfly.wgsl, or nothing) and `{{SG}}` (1 without subgroups).
+/// Before `unroll`: the butterfly has `@unroll` blocks.
 fn subgroup_text(src: &str, sg: u32) -> String {
     let (reduce, butterfly) = if sg > 0 {
-        (include_str!("../../../wgsl/reduce_subgroup.wgsl"), QMV_BUTTERFLY)
+        (include_str!("../../../wgsl/reduce_subgroup.wgsl"), include_str!("../../../wgsl/qmv_butterfly.wgsl"))
     } else {
         (include_str!("../../../wgsl/reduce_tree.wgsl"), "")
     };
     src.replace("// {{WORKGROUP_SUM}}", reduce).replace("// {{BUTTERFLY}}", butterfly).replace("{{SG}}", &sg.max(1).to_string())
 }
-
-/// qmv_reduce's butterfly over the lanes of a team inside one subgroup (qmv_core.wgsl), inserted
-/// where the device has subgroup operations of one fixed size.
-const QMV_BUTTERFLY: &str = "    for (var h = BFLY / 2u; h > 0u; h >>= 1u) {
-        // @unroll i RPT_TOK
-        v{i} += subgroupShuffleXor(v{i}, h);
-        // @end i
-    }";
 
 /// A qmm kernel (`qmm.wgsl`, `qmm_moe.wgsl`) followed by the shared tile loop (`qmm_core.wgsl`),
 /// TM substituted and the `@unroll` blocks expanded.
