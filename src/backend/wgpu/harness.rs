@@ -121,12 +121,9 @@ impl KernelHarness {
             mapped_at_creation: false,
         });
         let read = gpu.staging("kernel timing readback", 16);
-        // Warm-up: at rest the GPU runs at a low clock and ramps up over seconds of work (the
-        // H200's SM clock read 345 MHz before a kbench process; three consecutive processes
-        // measured the copy at 1.8, 2.6 and 4.0 TB/s as it rose, PERF_NOTES.md session 5):
-        // untimed passes of this kernel for `warm` first.
-        let t0 = std::time::Instant::now();
-        loop {
+        // One pass of `reps` untimed dispatches, then, when `timed`, `reps` more between two
+        // timestamps: their time per dispatch in µs (the untimed ones fill the GPU first).
+        let pass = |timed: bool| -> Result<f64> {
             let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
             {
                 let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&label), timestamp_writes: None });
@@ -135,29 +132,18 @@ impl KernelHarness {
                 for _ in 0..reps {
                     pass.dispatch_workgroups(grid.0, grid.1, grid.2);
                 }
-            }
-            gpu.queue.submit([enc.finish()]);
-            dev.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
-            if t0.elapsed() >= warm {
-                break;
-            }
-        }
-        // The best of three timed runs: the minimum is what the kernel can do.
-        let mut best = f64::INFINITY;
-        for _ in 0..3 {
-            let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
-            {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&label), timestamp_writes: None });
-                pass.set_pipeline(&bound.pipeline);
-                pass.set_bind_group(0, &bound.group, &[]);
-                for _ in 0..reps {
-                    pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+                if timed {
+                    pass.write_timestamp(&queries, 0);
+                    for _ in 0..reps {
+                        pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+                    }
+                    pass.write_timestamp(&queries, 1);
                 }
-                pass.write_timestamp(&queries, 0);
-                for _ in 0..reps {
-                    pass.dispatch_workgroups(grid.0, grid.1, grid.2);
-                }
-                pass.write_timestamp(&queries, 1);
+            }
+            if !timed {
+                gpu.queue.submit([enc.finish()]);
+                dev.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+                return Ok(0.0);
             }
             enc.resolve_query_set(&queries, 0..2, &resolve, 0);
             enc.copy_buffer_to_buffer(&resolve, 0, &read, 0, Some(16));
@@ -166,7 +152,21 @@ impl KernelHarness {
             gpu.read(&read, 16, &mut bytes)?;
             let t: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
             let ns = t[1].saturating_sub(t[0]) as f64 * gpu.queue.get_timestamp_period() as f64;
-            best = best.min(ns / 1e3 / reps as f64);
+            Ok(ns / 1e3 / reps as f64)
+        };
+        // Warm-up: at rest the GPU runs at a low clock and ramps up over seconds of work (the
+        // H200's SM clock read 345 MHz before a kbench process; three consecutive processes
+        // measured the copy at 1.8, 2.6 and 4.0 TB/s as it rose, PERF_NOTES.md session 5):
+        // untimed passes of this kernel for `warm` first.
+        let t0 = std::time::Instant::now();
+        pass(false)?;
+        while t0.elapsed() < warm {
+            pass(false)?;
+        }
+        // The best of three timed runs: the minimum is what the kernel can do.
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            best = best.min(pass(true)?);
         }
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("{label} with grid {grid:?}: {e}")));

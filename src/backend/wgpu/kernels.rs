@@ -360,7 +360,8 @@ pub const QMM_TOK: u32 = 64;
 /// The `qmm` variant for a matrix of `rows` rows, and its rows per workgroup (16 · TM). 4 rows
 /// per thread everywhere: on the H200 the 128-row tile (TM 8: 128 multiply-adds per 12
 /// workgroup-memory reads instead of 64 per 8) was no faster on any Gemma 4 shape and slower on
-/// most (PERF_NOTES.md, session 5), so the multiply-adds are not what bounds the kernel there.
+/// most (PERF_NOTES.md, session 5; a sweep taken before the harness warmed the GPU's clock, to
+/// be re-measured — TM 8 stays a kernel variant, in kbench and the tests, for that).
 pub fn qmm_shape(_rows: usize) -> (Kernel, u32) {
     (Kernel::Qmm { tm: 4 }, 64)
 }

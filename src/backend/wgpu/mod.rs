@@ -1238,13 +1238,11 @@ impl<'a> Builder<'a> {
     fn ple_gate(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, b: &wgpu::Buffer, rows: usize, b_stride: usize, b_off: usize) -> Result<()> {
         let gelu = GeluParams { n: rows as u32, a_stride: rows as u32, b_stride: b_stride as u32, b_off: b_off as u32, ..Default::default() };
         let shape = |tok| if m.format == Format::Q4 && m.parts.len() == 1 { qmv_gelu_b_shape(rows, m.cols, x_stride, tok) } else { None };
-        let (Some((vk, vper)), Some((sk, sper))) = (shape(MATMUL_VERIFY_TOK), shape(1)) else {
-            self.matmul(m, x, x_stride, y, rows, false)?;
-            self.gelu_mul(y, b, gelu);
-            return Ok(());
-        };
-        self.matmul_steps(m, x, x_stride, y, rows, false, false)?;
+        let fused = shape(MATMUL_VERIFY_TOK).zip(shape(1));
+        // Chunks (and every step where the gated qmv does not apply): the mat-mat, then gelu_mul.
+        self.matmul_steps(m, x, x_stride, y, rows, false, fused.is_none())?;
         self.gelu_mul(y, b, gelu);
+        let Some(((vk, vper), (sk, sper))) = fused else { return Ok(()) };
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
         let part = &m.parts[0];
         let p = QmvGeluParams {
