@@ -571,8 +571,9 @@ fn split_k_qmm_matches_the_cpu_reference() {
 /// The 4-bit mat-vec of decode (tile 1) and verify (tile 4) steps: every lane count of
 /// `qmv_shape` (8: cols 320 → 10 chunks; 16: cols 1024; 32: cols 1536 → 48 chunks, so lanes idle
 /// on the second pass; 64: cols 2560; 128: cols 6144), every rows-per-team (1; 2: rows 3000;
-/// 4: rows 4100 and the LM-head rule at 65536 rows), partial row blocks, group size 128, a
-/// strided x, a later part, count = n_out, a folded grid.
+/// 4: rows 4100), the tall rules (16 lanes × 2 rows at 12300 rows, 8 × 2 for the LM head at
+/// 65536), x staged (34 chunks on 16 lanes, 20 on 8) and not, partial row blocks, group size
+/// 128, a strided x, a later part, count = n_out, a folded grid.
 fn qmv_cases() -> Vec<Box<dyn Case>> {
     let q = |rows, cols, tokens, tile| MatmulCase { tile, qmv: true, ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
     let mut v: Vec<Box<dyn Case>> = Vec::new();
@@ -585,7 +586,7 @@ fn qmv_cases() -> Vec<Box<dyn Case>> {
                 v.push(Box::new(q(rows, 320, tokens, tile)));
             }
         }
-        for (rows, cols) in [(33, 1536), (41, 2560), (9, 6144), (17, 1024), (3000, 2048), (4100, 2048), (65536, 64)] {
+        for (rows, cols) in [(33, 1536), (41, 2560), (9, 6144), (17, 1024), (3000, 2048), (4100, 2048), (12300, 1088), (65536, 64), (65536, 640)] {
             v.push(Box::new(q(rows, cols, 2, tile)));
         }
         v.push(Box::new(MatmulCase { gs: 128, ..q(65, 512, 3, tile) }));
@@ -698,7 +699,7 @@ impl Case for GeluBCase {
 fn glu_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for tile in [1, MATMUL_VERIFY_TOK as usize] {
-        for (rows, cols, tokens) in [(1, 320, 1), (7, 320, 3), (65, 320, 5), (3000, 256, 2), (70, 1536, 1), (40, 2560, 3), (9, 6144, 2)] {
+        for (rows, cols, tokens) in [(1, 320, 1), (7, 320, 3), (65, 320, 5), (3000, 256, 2), (6150, 1088, 2), (70, 1536, 1), (40, 2560, 3), (9, 6144, 2)] {
             v.push(Box::new(GluCase { rows, cols, tokens, tile }));
         }
         // The gated form: partial teams, E2B's per-layer gate (256 × 1536), E4B's width.
@@ -714,7 +715,7 @@ fn glu_cases() -> Vec<Box<dyn Case>> {
 #[test]
 fn qmv_rows_are_bitwise_equal_across_token_tiles() {
     let Some(mut h) = harness() else { return };
-    for (rows, cols) in [(65, 320), (33, 1536), (41, 2560)] {
+    for (rows, cols) in [(65, 320), (33, 1536), (41, 2560), (12300, 1088)] {
         let outs: Vec<Vec<u8>> = [1, MATMUL_VERIFY_TOK as usize]
             .iter()
             .map(|&tile| {
@@ -728,7 +729,7 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
         assert!(outs[0] == outs[1], "qmv rows={rows} cols={cols}: tile 1 and tile {MATMUL_VERIFY_TOK} differ");
     }
     // The GeGLU form: the same for its gate/up rows.
-    for (rows, cols) in [(65, 320), (70, 1536)] {
+    for (rows, cols) in [(65, 320), (70, 1536), (6150, 1088)] {
         let outs: Vec<Vec<u8>> = [1, MATMUL_VERIFY_TOK as usize]
             .iter()
             .map(|&tile| {
@@ -1286,6 +1287,8 @@ fn split_attention_matches_the_cpu_reference() {
     let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots };
     let cases = [
         a(256, 8, 1, 1, 130, 512, 640),
+        // 35 keys per split at head dim 256: several rounds of keys in flight and a partial one.
+        a(256, 8, 1, 1, 1100, 0, 1101),
         a(512, 8, 1, 1, 600, 0, 602),
         a(32, 4, 1, 5, 0, 0, 16),
         a(32, 4, 1, 3, 200, 16, 18),

@@ -52,7 +52,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // @unroll t TOK
     xrows[{t}] = (min(t0 + {t}u, count - 1u) * p.x_stride) / 4u;
     // @end t
-    qmv_reduce(qmv_dots(rows, xrows, lane, p.cols, p.gs), lid, lane);
+    qmv_reduce(qmv_dots_wg(rows, xrows, lane, lid, p.cols, p.gs), lid, lane);
     if (lane == 0u) {
         // @unroll r PLAIN
         // @unroll t TOK

@@ -29,6 +29,15 @@ const CU: u32 = {{CU}}u; // chunks per lane whose loads are issued together (2 f
 
 var<workgroup> red: array<f32, RPT * TOK * WG>; // [RPT * TOK][WG]
 
+// The staged form (STAGE, qmv_dots_staged): NCH chunks per round, all of the workgroup's teams
+// on the same chunks, x of a round staged once per workgroup: x · pre in xst as
+// [t][vec4 j of the chunk][chunk of the round] (consecutive lanes read consecutive vec4s: no
+// bank conflicts), the chunk's Σ x in xsum[t][chunk]. 1-element arrays when not staged.
+const STAGE: bool = {{STAGE}};
+const NCH: u32 = LANES * CU;
+var<workgroup> xst: array<vec4<f32>, select(1u, TOK * 8u * NCH, STAGE)>;
+var<workgroup> xsum: array<f32, select(1u, TOK * NCH, STAGE)>;
+
 // Σ q·x over the 32 values of one vec4 of weights against the pre-scaled x of its chunk.
 fn dot32(wv: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>,
          x4: vec4<f32>, x5: vec4<f32>, x6: vec4<f32>, x7: vec4<f32>) -> f32 {
@@ -95,6 +104,134 @@ fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32,
     // @end t
     // @end r
     return out;
+}
+
+// qmv_dots with x staged in workgroup memory (STAGE; every thread of the workgroup calls it:
+// barriers). Why: unstaged, every team reads x from L2 itself, and on the H200 those reads, not
+// the weights, bounded the wide mat-vecs (time ∝ x bytes per weight byte: 2 at 4 rows per team;
+// PERF_NOTES.md, session 6). Staged, a workgroup reads x once per TEAMS teams, the x · pre
+// products and chunk sums are computed once, and no thread holds x in registers across a round.
+// Rounds are software-pipelined: the next round's weights and x are loaded into registers
+// before this round is computed, so a round's loads are in flight across the barriers.
+// The same sums as qmv_dots in the same order: each lane visits chunks lane, lane + LANES, … in
+// rounds of CU and adds s · dot32(w, x · pre) + b · Σx per chunk and row as there, the staged
+// values being the products and sums qmv_dots forms in registers. A row's arithmetic still
+// depends only on LANES, never on TOK (decode and verify rows bitwise equal, tested).
+fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid: u32, cols: u32, gs: u32) -> array<f32, RPT * TOK> {
+    let chunks = cols / 32u;
+    let groups = cols / gs;
+    let per_group = gs / 32u;
+    let pre = vec4<f32>(1.0, 0.0625, 0.00390625, 0.000244140625);
+    // @unroll r RPT
+    // @unroll t TOK
+    var acc{r}_{t} = 0.0;
+    // @end t
+    // @end r
+    // This thread's staging task: chunk sk of each round for token st (threads past TOK · NCH
+    // stage nothing).
+    let stager = lid < TOK * NCH;
+    let st = min(lid / NCH, TOK - 1u);
+    let sk = lid % NCH;
+    var sxrow = 0u;
+    // @unroll t TOK
+    if (st == {t}u) { sxrow = xrows[{t}]; }
+    // @end t
+    // Round 0's loads (chunk indices clamped: a round past the end loads a valid chunk, unused).
+    // @unroll u CU
+    // @unroll r RPT
+    var w{r}_{u}: vec4<u32>;
+    var s{r}_{u}: f32;
+    var b{r}_{u}: f32;
+    // @end r
+    // @end u
+    // @unroll i 8
+    var v{i}: vec4<f32>;
+    // @end i
+    for (var base = 0u; base < chunks; base += NCH) {
+        if (base == 0u) {
+            // @unroll u CU
+            let c{u} = min(lane + {u}u * LANES, chunks - 1u);
+            // @unroll r RPT
+            w{r}_{u} = w[rows[{r}] * chunks + c{u}];
+            s{r}_{u} = scale_at(rows[{r}] * groups + c{u} / per_group);
+            b{r}_{u} = bias_at(rows[{r}] * groups + c{u} / per_group);
+            // @end r
+            // @end u
+            if (stager) {
+                let xb = sxrow + min(sk, chunks - 1u) * 8u;
+                // @unroll i 8
+                v{i} = x[xb + {i}u];
+                // @end i
+            }
+        }
+        if (stager) {
+            xsum[st * NCH + sk] = ((dot(v0, vec4<f32>(1.0)) + dot(v1, vec4<f32>(1.0))) + (dot(v2, vec4<f32>(1.0)) + dot(v3, vec4<f32>(1.0))))
+                                + ((dot(v4, vec4<f32>(1.0)) + dot(v5, vec4<f32>(1.0))) + (dot(v6, vec4<f32>(1.0)) + dot(v7, vec4<f32>(1.0))));
+            let xo = st * 8u * NCH + sk;
+            // @unroll i 8
+            xst[xo + {i}u * NCH] = v{i} * pre;
+            // @end i
+        }
+        workgroupBarrier();
+        // The next round's loads, issued before this round's arithmetic.
+        let next = base + NCH;
+        // @unroll u CU
+        let nc{u} = min(next + lane + {u}u * LANES, chunks - 1u);
+        // @unroll r RPT
+        let nw{r}_{u} = w[rows[{r}] * chunks + nc{u}];
+        let ns{r}_{u} = scale_at(rows[{r}] * groups + nc{u} / per_group);
+        let nb{r}_{u} = bias_at(rows[{r}] * groups + nc{u} / per_group);
+        // @end r
+        // @end u
+        if (stager && next < chunks) {
+            let xb = sxrow + min(next + sk, chunks - 1u) * 8u;
+            // @unroll i 8
+            v{i} = x[xb + {i}u];
+            // @end i
+        }
+        // @unroll u CU
+        if (base + lane + {u}u * LANES < chunks) {
+            let k{u} = lane + {u}u * LANES;
+            // @unroll t TOK
+            {
+                let xo = {t}u * 8u * NCH + k{u};
+                let xs = xsum[{t}u * NCH + k{u}];
+                // @unroll i 8
+                let p{i} = xst[xo + {i}u * NCH];
+                // @end i
+                // @unroll r RPT
+                acc{r}_{t} += s{r}_{u} * dot32(w{r}_{u}, p0, p1, p2, p3, p4, p5, p6, p7) + b{r}_{u} * xs;
+                // @end r
+            }
+            // @end t
+        }
+        // @end u
+        // @unroll u CU
+        // @unroll r RPT
+        w{r}_{u} = nw{r}_{u};
+        s{r}_{u} = ns{r}_{u};
+        b{r}_{u} = nb{r}_{u};
+        // @end r
+        // @end u
+        // The next round restages x: every thread is done reading this one.
+        workgroupBarrier();
+    }
+    var out: array<f32, RPT * TOK>;
+    // @unroll r RPT
+    // @unroll t TOK
+    out[{r}u * TOK + {t}u] = acc{r}_{t};
+    // @end t
+    // @end r
+    return out;
+}
+
+// The kernel's dot loop: staged where the host picked it (STAGE), else qmv_dots. Every thread
+// of the workgroup calls it.
+fn qmv_dots_wg(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid: u32, cols: u32, gs: u32) -> array<f32, RPT * TOK> {
+    if (STAGE) {
+        return qmv_dots_staged(rows, xrows, lane, lid, cols, gs);
+    }
+    return qmv_dots(rows, xrows, lane, cols, gs);
 }
 
 // Adds the partials of the LANES lanes of each team in a fixed order: where the device has

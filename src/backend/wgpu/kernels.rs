@@ -144,14 +144,14 @@ impl Kernel {
                 let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
-            Kernel::Qmv { tok, lanes, rpt } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, rpt, 0, sg)),
+            Kernel::Qmv { tok, lanes, rpt } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, rpt, 0, sg, true)),
             Kernel::QmvGeluB { tok, lanes, rpt } => {
                 let kernel = include_str!("../../../wgsl/qmv.wgsl").replace("// {{GB_BINDING}}", "@group(0) @binding(7) var<storage, read> gb: array<f32>;");
-                format!("{}\n{}", include_str!("../../../wgsl/matmul_gb_params.wgsl"), qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg))
+                format!("{}\n{}", include_str!("../../../wgsl/matmul_gb_params.wgsl"), qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg, true))
             }
-            Kernel::QmvGlu { tok, lanes, pairs } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, 2 * pairs, pairs, sg)),
-            Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0, sg)),
-            Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg)),
+            Kernel::QmvGlu { tok, lanes, pairs } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, 2 * pairs, pairs, sg, true)),
+            Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0, sg, false)),
+            Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg, false)),
             Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
             Kernel::QmmMoe => format!("{moe_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)),
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
@@ -211,6 +211,22 @@ fn qmm_source(kernel: &str, tm: u32) -> String {
 /// Rows per thread of `qmm_moe` (TM of qmm_core.wgsl): qmm's rule.
 pub const QMM_MOE_TM: u32 = 4;
 
+/// Bytes of x one round of the staged qmv may hold in workgroup memory (with `red`, within the
+/// 32 KiB of lavapipe and the 48 KiB of the H200).
+const QMV_STAGE_BYTES: u32 = 16384;
+
+/// Whether a qmv tile stages x in workgroup memory (qmv_core.wgsl's `qmv_dots_staged`): where
+/// four or more teams share a workgroup (each would read x itself) and a round of x fits
+/// [`QMV_STAGE_BYTES`] — for lanes ≤ 32 always, at decode's CU 2 and verify's 4 tokens, so the
+/// decode and verify tiles of a matrix take the same loop (their rows are bitwise equal: tested).
+fn qmv_staged(tok: u32, lanes: u32, cu: u32) -> bool {
+    lanes <= QMV_STAGE_LANES && tok * lanes * cu * 32 * 4 <= QMV_STAGE_BYTES
+}
+
+/// The widest team that stages x: at 64 lanes (two teams) a round's 16 KiB of x and its barriers
+/// cost more than the halved x reads save (E4B gate|up 25.0 → 33.8 µs staged; session 6 sweep).
+const QMV_STAGE_LANES: u32 = 32;
+
 /// `pairs` value of `qmv_source` that picks qmv.wgsl's gated form.
 const QMV_GELU_B: u32 = u32::MAX;
 
@@ -218,7 +234,7 @@ const QMV_GELU_B: u32 = u32::MAX;
 /// with the tile constants substituted and the `@unroll` blocks expanded. `pairs` > 0 picks the
 /// GeGLU form (`rpt` = 2 · pairs rows of W per team: pairs gate rows, pairs up rows);
 /// [`QMV_GELU_B`] the gated form.
-fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32, sg: u32) -> String {
+fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32, sg: u32, stageable: bool) -> String {
     let gelu = include_str!("../../../wgsl/gelu.wgsl");
     let src = format!("{kernel}\n{gelu}\n{}\n{}", include_str!("../../../wgsl/formats/groups.wgsl"), subgroup_text(include_str!("../../../wgsl/qmv_core.wgsl"), sg));
     // Output rows per team; the plain epilogue's count (0 in the other forms), the GeGLU's and
@@ -234,8 +250,11 @@ fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32, sg: u32)
         .replace("{{RPT}}", &rpt.to_string())
         .replace("{{OWN}}", &own.to_string());
     // Decode tiles issue two chunks' loads per round; verify tiles (4 tokens' x per chunk) one.
-    let cu = if tok == 1 { 2 } else { 1 };
-    let src = src.replace("{{CU}}", &cu.to_string());
+    // KESTREL_QMV_CU overrides it for the kbench sweep (an experiment knob, not a setting).
+    let cu = std::env::var("KESTREL_QMV_CU").ok().and_then(|v| v.parse().ok()).unwrap_or(if tok == 1 { 2 } else { 1 });
+    // KESTREL_QMV_STAGE=0 turns staging off (an A/B knob for measurements).
+    let stage = stageable && qmv_staged(tok, lanes, cu) && std::env::var("KESTREL_QMV_STAGE").map_or(true, |v| v != "0");
+    let src = src.replace("{{CU}}", &cu.to_string()).replace("{{STAGE}}", if stage { "true" } else { "false" });
     unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok), ("OWN", own), ("PLAIN", plain), ("GLU", glu), ("GB", gb), ("CU", cu)])
 }
 
@@ -423,21 +442,31 @@ pub const QMV_WG: u32 = 128;
 /// that is not whole vec4s). Lanes per row follow the matrix shape only, so every token tile of
 /// a matrix (decode, verify) reduces a row the same way: bitwise-identical rows.
 ///
-/// The rule is the H200 sweep of `cargo bench --bench kernels -- --sweep` (PERF_NOTES.md):
-/// about two 32-value chunks per lane (lanes = the power of two ≥ chunks / 2, at most the
-/// workgroup), four rows per team while that still leaves ≥ 256 workgroups (2 per SM), fewer
-/// otherwise; the LM head (≥ 65536 rows: workgroups to spare) does best with 8 lanes × 4 rows,
-/// i.e. more chunks per lane in flight.
+/// The rule is the H200 sweep of `cargo bench --bench kernels -- --sweep` on the warmed harness
+/// (PERF_NOTES.md, session 6), with x staged in workgroup memory where lanes ≤ 32 ([`qmv_staged`]):
+/// tall matrices (≥ 8192 rows: the stacked gate|up of E2B and E4B, the 256 MiB matrix) take 16
+/// lanes × 2 rows per team, the LM head (≥ 65536 rows) 8 × 2; the rest about two 32-value chunks
+/// per lane (lanes = the power of two ≥ chunks / 2, at most the workgroup), four rows per team
+/// while that still leaves ≥ 256 workgroups (2 per SM), fewer otherwise.
 pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
     if cols % 64 != 0 || x_stride % 4 != 0 {
         return None;
     }
-    let (lanes, rpt) = if rows >= 65536 { (8, 4) } else { qmv_tile(rows, cols) };
+    let (lanes, rpt) = qmv_dense_tile(rows, cols);
     Some((Kernel::Qmv { tok, lanes, rpt }, QMV_WG / lanes * rpt))
 }
 
-/// Lanes per row and rows per team of the general qmv rule (see [`qmv_shape`]) for `rows` rows
-/// spread over the grid.
+/// Lanes per row and rows per team of the dense qmv rule (see [`qmv_shape`]).
+fn qmv_dense_tile(rows: usize, cols: usize) -> (u32, u32) {
+    match rows {
+        65536.. => (8, 2),
+        8192.. => (16, 2),
+        _ => qmv_tile(rows, cols),
+    }
+}
+
+/// Lanes per row and rows per team of the general rule (the routed experts' rule, whose loop
+/// is not staged) for `rows` rows spread over the grid.
 fn qmv_tile(rows: usize, cols: usize) -> (u32, u32) {
     let lanes = ((cols / 32) as u32).div_ceil(2).next_power_of_two().clamp(8, QMV_WG);
     let teams = (QMV_WG / lanes) as usize;
@@ -453,7 +482,7 @@ pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Opt
     if cols % 64 != 0 || x_stride % 4 != 0 {
         return None;
     }
-    let (lanes, rpt) = qmv_tile(2 * rows, cols);
+    let (lanes, rpt) = qmv_dense_tile(2 * rows, cols);
     let pairs = (rpt / 2).max(1);
     Some((Kernel::QmvGlu { tok, lanes, pairs }, QMV_WG / lanes * pairs))
 }
