@@ -225,10 +225,14 @@ fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid
     return out;
 }
 
-// The kernel's dot loop: staged where the host picked it (STAGE), else qmv_dots. Every thread
-// of the workgroup calls it.
+// The kernel's dot loop: staged where the host allows it (STAGE) and a row has more than two
+// chunks per lane (at fewer, a decode round holds all of x: each team reads each x chunk once
+// either way, and in a decode step the staged form's barriers cost ≈ 1 µs there: PERF_NOTES.md,
+// session 6), else qmv_dots. The choice depends on cols and LANES only, so decode and verify
+// tiles of a matrix take the same loop. Every thread of the workgroup calls it (a uniform
+// branch: barriers inside).
 fn qmv_dots_wg(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid: u32, cols: u32, gs: u32) -> array<f32, RPT * TOK> {
-    if (STAGE) {
+    if (STAGE && cols / 32u > 2u * LANES) {
         return qmv_dots_staged(rows, xrows, lane, lid, cols, gs);
     }
     return qmv_dots(rows, xrows, lane, cols, gs);

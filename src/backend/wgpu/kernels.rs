@@ -215,10 +215,11 @@ pub const QMM_MOE_TM: u32 = 4;
 /// 32 KiB of lavapipe and the 48 KiB of the H200).
 const QMV_STAGE_BYTES: u32 = 16384;
 
-/// Whether a qmv tile stages x in workgroup memory (qmv_core.wgsl's `qmv_dots_staged`): where
-/// four or more teams share a workgroup (each would read x itself) and a round of x fits
-/// [`QMV_STAGE_BYTES`] — for lanes ≤ 32 always, at decode's CU 2 and verify's 4 tokens, so the
-/// decode and verify tiles of a matrix take the same loop (their rows are bitwise equal: tested).
+/// Whether a qmv tile may stage x in workgroup memory (qmv_core.wgsl's `qmv_dots_staged`, taken
+/// for rows of more than two chunks per lane): where four or more teams share a workgroup (each
+/// would read x itself) and a round of x fits [`QMV_STAGE_BYTES`] — for lanes ≤ 32 always, at
+/// decode's CU 2 and verify's 4 tokens, so the decode and verify tiles of a matrix take the same
+/// loop (their rows are bitwise equal: tested).
 fn qmv_staged(tok: u32, lanes: u32, cu: u32) -> bool {
     lanes <= QMV_STAGE_LANES && tok * lanes * cu * 32 * 4 <= QMV_STAGE_BYTES
 }
@@ -443,9 +444,10 @@ pub const QMV_WG: u32 = 128;
 /// a matrix (decode, verify) reduces a row the same way: bitwise-identical rows.
 ///
 /// The rule is the H200 sweep of `cargo bench --bench kernels -- --sweep` on the warmed harness
-/// (PERF_NOTES.md, session 6), with x staged in workgroup memory where lanes ≤ 32 ([`qmv_staged`]):
-/// tall matrices (≥ 8192 rows: the stacked gate|up of E2B and E4B, the 256 MiB matrix) take 16
-/// lanes × 2 rows per team, the LM head (≥ 65536 rows) 8 × 2; the rest about two 32-value chunks
+/// and the decode steps' per-kernel times (PERF_NOTES.md, session 6), with x staged in workgroup
+/// memory where lanes ≤ 32 and x takes several rounds ([`qmv_staged`]): tall matrices (≥ 12288
+/// rows: the stacked gate|up of E2B and E4B, the 256 MiB matrix; 26B's 8192-row q|k|v was slower
+/// so) take 16 lanes × 2 rows per team, the LM head (≥ 65536 rows) 8 × 2; the rest about two 32-value chunks
 /// per lane (lanes = the power of two ≥ chunks / 2, at most the workgroup), four rows per team
 /// while that still leaves ≥ 256 workgroups (2 per SM), fewer otherwise.
 pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
@@ -460,7 +462,7 @@ pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<
 fn qmv_dense_tile(rows: usize, cols: usize) -> (u32, u32) {
     match rows {
         65536.. => (8, 2),
-        8192.. => (16, 2),
+        12288.. => (16, 2),
         _ => qmv_tile(rows, cols),
     }
 }
