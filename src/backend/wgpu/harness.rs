@@ -98,19 +98,30 @@ impl KernelHarness {
     /// steady state); the best of three such passes. Arguments as for [`run`](Self::run);
     /// nothing is read back.
     pub fn time(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32) -> Result<f64> {
-        self.time_after(kernel, buffers, params, step, grid, reps, WARM_UP)
+        self.time_after(kernel, buffers, params, step, grid, reps, WARM_UP, 1)
     }
 
-    /// `time` after `warm` of untimed passes.
+    /// [`time`](Self::time) with the buffers read from memory instead of the GPU's L2 cache, as a
+    /// decode step reads each weight matrix once: the buffers are uploaded `copies` times and
+    /// consecutive dispatches cycle through the copies (`copies` · the buffers' bytes should
+    /// exceed the L2: 50 MB on the H200). [`time`](Self::time) re-reads one copy, which stays in
+    /// L2 when it fits: on matrices of a few MB that understated a decode step's mat-vec times
+    /// and misled the session-5 rule (PERF_NOTES.md, session 6).
     #[allow(clippy::too_many_arguments)]
-    fn time_after(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32, warm: std::time::Duration) -> Result<f64> {
+    pub fn time_cold(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32, copies: usize) -> Result<f64> {
+        self.time_after(kernel, buffers, params, step, grid, reps, WARM_UP, copies)
+    }
+
+    /// `time` after `warm` of untimed passes, cycling through `copies` uploads of the buffers.
+    #[allow(clippy::too_many_arguments)]
+    fn time_after(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32, warm: std::time::Duration, copies: usize) -> Result<f64> {
         let label = kernel.label();
         if !self.gpu.can_profile() {
             return Err(Error::Gpu("this adapter has no timestamp queries inside passes: kernels cannot be timed".into()));
         }
         let reps = reps.max(1);
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let bound = self.bind(kernel, buffers, params, step)?;
+        let bound: Vec<Bound> = (0..copies.max(1)).map(|_| self.bind(kernel, buffers, params, step)).collect::<Result<_>>()?;
         let gpu = &self.gpu;
         let dev = &gpu.device;
         let queries = dev.create_query_set(&wgpu::QuerySetDescriptor { label: Some("kernel timing"), ty: wgpu::QueryType::Timestamp, count: 2 });
@@ -127,14 +138,15 @@ impl KernelHarness {
             let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
             {
                 let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&label), timestamp_writes: None });
-                pass.set_pipeline(&bound.pipeline);
-                pass.set_bind_group(0, &bound.group, &[]);
-                for _ in 0..reps {
+                pass.set_pipeline(&bound[0].pipeline);
+                for i in 0..reps as usize {
+                    pass.set_bind_group(0, &bound[i % bound.len()].group, &[]);
                     pass.dispatch_workgroups(grid.0, grid.1, grid.2);
                 }
                 if timed {
                     pass.write_timestamp(&queries, 0);
-                    for _ in 0..reps {
+                    for i in 0..reps as usize {
+                        pass.set_bind_group(0, &bound[i % bound.len()].group, &[]);
                         pass.dispatch_workgroups(grid.0, grid.1, grid.2);
                     }
                     pass.write_timestamp(&queries, 1);
@@ -195,7 +207,7 @@ impl KernelHarness {
         let bytes = bytes.min(self.gpu.limits.max_storage_buffer_binding_size.min(self.gpu.limits.max_buffer_size)) / 16 * 16;
         let buf = vec![0u8; bytes as usize];
         let p = CopyParams { n: (bytes / 16) as u32, _pad: [0; 3] };
-        let us = self.time_after(Kernel::Copy, &[buf.clone(), buf], bytemuck::bytes_of(&p), Step::default(), (8192, 1, 1), reps, warm)?;
+        let us = self.time_after(Kernel::Copy, &[buf.clone(), buf], bytemuck::bytes_of(&p), Step::default(), (8192, 1, 1), reps, warm, 1)?;
         Ok(2.0 * bytes as f64 / us / 1e3)
     }
 
