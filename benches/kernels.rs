@@ -24,7 +24,7 @@
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
     attention_split, fold_grid, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
-    RouterParams, Step, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
+    RouterParams, Step, BarrierParams, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
 struct Shape {
@@ -257,6 +257,35 @@ fn main() {
     latency_table(&mut h, &filter);
 }
 
+/// One grid-wide barrier (fence, atomic arrival, spin, fence: grid_barrier.wgsl) among 132, 264
+/// and 528 workgroups (1, 2, 4 per H200 SM: all resident), each dispatch 1000 of them: what a
+/// persistent decode kernel would pay between phases, against the dependent dispatch (the copy
+/// row) it would replace. A run first counts the reads that saw stale data (must be 0). Only on
+/// a device with ≥ 132 SMs' worth of concurrent workgroups: elsewhere the grid would not be
+/// resident at once and the kernel would spin forever.
+fn grid_barrier_rows(h: &mut KernelHarness, filter: &str) {
+    let label = Kernel::GridBarrier.label();
+    if !label.contains(filter) {
+        return;
+    }
+    if !h.gpu().describe().contains("H200") {
+        println!("| {label} | skipped: the grid must be resident at once, sized for the H200 only | |");
+        return;
+    }
+    let rounds = 1000u32;
+    let p = BarrierParams { rounds, _pad: [0; 3] };
+    let zero = vec![0u8; 4];
+    for nwg in [132u32, 264, 528] {
+        let bufs = vec![zero.clone(), vec![0u8; 4 * nwg as usize], zero.clone()];
+        let errors = h.run(Kernel::GridBarrier, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1)).map(|out| u32::from_le_bytes(out[2][..4].try_into().expect("4 bytes")));
+        // 5 dispatches per timed pass: with the harness's warm-up the counter stays far below 2^32.
+        match (errors, h.time(Kernel::GridBarrier, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1), 5)) {
+            (Ok(e), Ok(us)) => println!("| {label} | {nwg} workgroups, stale reads {e} | {:.2} per barrier |", us / rounds as f64),
+            (Err(e), _) | (_, Err(e)) => println!("| {label} | {nwg} workgroups | error: {e} |"),
+        }
+    }
+}
+
 /// The one-workgroup and small kernels a decode step is made of, each timed as a chain of 200
 /// dependent dispatches (each writes what the next overwrites, so every one waits for the
 /// last: the per-dispatch cost inside a decode step). The 16-byte `copy` is the floor: a
@@ -278,6 +307,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     };
     let p = CopyParams { n: 1, ..Default::default() };
     row(h, Kernel::Copy, "16 bytes".into(), vec![f32s(4, 1.0), f32s(4, 0.0)], bytemuck::bytes_of(&p), (1, 1, 1));
+    grid_barrier_rows(h, filter);
     // rmsnorm: a residual post-norm (mode 1) with 0, 1 and 3 chained norms, E2B/E4B/26B widths.
     for n in [1536usize, 2560, 2816] {
         for chain in [0u32, 1, 3] {

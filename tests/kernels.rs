@@ -2162,6 +2162,25 @@ fn every_kernel_matches_the_cpu_reference() {
     assert!(failures.is_empty(), "{} kernel case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// grid_barrier (a benchmark kernel: the cost of one grid-wide barrier, for the persistent-kernel
+/// question) counts its arrivals and sees its own writes across its barriers; each dispatch
+/// finds its base in a counter earlier dispatches left. One workgroup only: lavapipe runs one
+/// workgroup per worker thread, and a grid wider than what runs at once would spin forever.
+#[test]
+fn grid_barrier_counts_and_sees_its_writes() {
+    let Some(mut h) = harness() else { return };
+    let to_bytes = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let rounds = 40u32;
+    let p = BarrierParams { rounds, _pad: [0; 3] };
+    // A fresh counter, then one that two earlier dispatches of this grid left.
+    for start in [0u32, 2 * rounds] {
+        let out = h.run(Kernel::GridBarrier, &[to_bytes(&[start]), to_bytes(&[0]), to_bytes(&[0])], bytemuck::bytes_of(&p), Step::default(), (1, 1, 1)).unwrap();
+        assert_eq!(words(&out[0]), vec![start + rounds], "counter after a dispatch from {start}");
+        assert_eq!(words(&out[1]), vec![rounds], "the workgroup's last round");
+        assert_eq!(words(&out[2]), vec![0], "reads that saw a slot from before the last barrier");
+    }
+}
+
 #[test]
 fn harness_rejects_a_wrong_number_of_buffers() {
     let Some(mut h) = harness() else { return };

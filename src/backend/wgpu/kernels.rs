@@ -92,6 +92,9 @@ pub enum Kernel {
     MoeCombine,
     /// vec4 buffer copy: the bandwidth roofline of benchmarks (not part of the forward pass).
     Copy,
+    /// Grid-wide barriers among the workgroups of one dispatch: what one costs, for benchmarks
+    /// (not part of the forward pass).
+    GridBarrier,
 }
 
 impl Kernel {
@@ -121,6 +124,7 @@ impl Kernel {
             Kernel::QmmMoe => "qmm_moe_q4".into(),
             Kernel::MoeCombine => "moe_combine".into(),
             Kernel::Copy => "copy".into(),
+            Kernel::GridBarrier => "grid_barrier".into(),
         }
     }
 
@@ -184,6 +188,7 @@ impl Kernel {
             Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
             Kernel::MoeCombine => include_str!("../../../wgsl/moe_combine.wgsl").into(),
             Kernel::Copy => include_str!("../../../wgsl/copy.wgsl").into(),
+            Kernel::GridBarrier => include_str!("../../../wgsl/grid_barrier.wgsl").into(),
         }
     }
 }
@@ -311,6 +316,7 @@ impl Kernel {
             Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
+            Kernel::GridBarrier => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
@@ -694,6 +700,15 @@ pub struct GroupParams {
 pub struct CopyParams {
     /// vec4 elements to copy.
     pub n: u32,
+    pub _pad: [u32; 3],
+}
+
+/// Params of grid_barrier.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct BarrierParams {
+    /// Barriers per dispatch (≥ 2).
+    pub rounds: u32,
     pub _pad: [u32; 3],
 }
 
