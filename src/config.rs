@@ -481,7 +481,7 @@ fn validate(t: &TextConfig, f: &Fields) -> Result<()> {
             return Err(f.err(name, &format!("is {d}: must be even and at most 1024")));
         }
     }
-    if t.num_attention_heads % t.num_key_value_heads != 0 {
+    if !t.num_attention_heads.is_multiple_of(t.num_key_value_heads) {
         return Err(f.err(
             "num_key_value_heads",
             &format!(
@@ -491,7 +491,7 @@ fn validate(t: &TextConfig, f: &Fields) -> Result<()> {
         ));
     }
     if let Some(g) = t.num_global_key_value_heads {
-        if g == 0 || t.num_attention_heads % g != 0 {
+        if g == 0 || !t.num_attention_heads.is_multiple_of(g) {
             return Err(f.err(
                 "num_global_key_value_heads",
                 &format!("({g}) must divide num_attention_heads ({})", t.num_attention_heads),
@@ -538,7 +538,7 @@ fn parse_quant(root: &Value, path: &Path) -> Result<Option<QuantConfig>> {
         if b != 4 && b != 8 {
             return Err(f.err(field, &format!("has bits {b}: supported are 4 and 8")));
         }
-        if gs == 0 || gs % 32 != 0 {
+        if gs == 0 || !gs.is_multiple_of(32) {
             return Err(f.err(field, &format!("has group_size {gs}: must be a multiple of 32")));
         }
         Ok(())

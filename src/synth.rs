@@ -226,7 +226,7 @@ pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Resu
     let specs = specs(&cfg, opts.bits.is_some());
 
     // Layout first (the header needs every offset), then the data in the same order.
-    let quantised = |s: &Spec| s.matrix && opts.bits.is_some() && s.shape[1] % opts.group_size == 0;
+    let quantised = |s: &Spec| s.matrix && opts.bits.is_some() && s.shape[1].is_multiple_of(opts.group_size);
     let spec_bits = |s: &Spec| s.bits.or(opts.bits).unwrap_or(16) as usize;
     // `[lead, rows / lead, last]`, or `[rows, last]` when nothing is stacked.
     let shape = |s: &Spec, rows: usize, last: usize| -> Vec<usize> {

@@ -159,7 +159,7 @@ impl ExpertLayout {
         if self.n_experts != n_experts {
             return bad(format!("{} experts, config.json has {n_experts}", self.n_experts));
         }
-        if self.blob_stride % BLOB_ALIGN != 0 || self.blob_bytes > self.blob_stride {
+        if !self.blob_stride.is_multiple_of(BLOB_ALIGN) || self.blob_bytes > self.blob_stride {
             return bad(format!("blob stride {} is not a page multiple holding {} bytes", self.blob_stride, self.blob_bytes));
         }
         if self.layers.len() != n_layers || self.layers.keys().any(|&l| l >= n_layers) {

@@ -121,7 +121,7 @@ fn plan(src: &Path, cfg: &Config, store: &TensorStore, w: &ModelWeights) -> Resu
             let mut spans = Vec::new();
             for tr in &tensors {
                 let total = tr.bytes().len() as u64;
-                if total % e as u64 != 0 {
+                if !total.is_multiple_of(e as u64) {
                     return Err(Error::Invalid(format!("{}: tensor `{}` ({total} bytes) does not split into {e} experts", tr.path().display(), tr.name)));
                 }
                 let per = total / e as u64;
@@ -174,7 +174,7 @@ fn plan(src: &Path, cfg: &Config, store: &TensorStore, w: &ModelWeights) -> Resu
         tensors.push(tr);
     }
     let mut hbytes = serde_json::to_vec(&serde_json::Value::Object(header)).expect("JSON of strings and numbers");
-    while hbytes.len() % 8 != 0 {
+    while !hbytes.len().is_multiple_of(8) {
         hbytes.push(b' ');
     }
     let mut head = (hbytes.len() as u64).to_le_bytes().to_vec();

@@ -249,7 +249,7 @@ impl Resolver<'_> {
             };
             let bits = bits as u32;
             let named = q.overrides.contains_key(&format!("{}{}", self.prefix, module));
-            let bits_ok = (bits == 4 || bits == 8) && (!named || bits == cfg_bits) && inp % gs == 0;
+            let bits_ok = (bits == 4 || bits == 8) && (!named || bits == cfg_bits) && inp.is_multiple_of(gs);
             let mut exp_w = lead.to_vec();
             exp_w.extend([out, inp * cfg_bits as usize / 32]);
             if !bits_ok || wshape[..wshape.len() - 1] != exp_w[..exp_w.len() - 1] || (wshape[wshape.len() - 1] * 32) % inp != 0 {

@@ -226,7 +226,7 @@ impl LayerCache {
                 let mut fences: Vec<u64> = self
                     .slots
                     .iter()
-                    .filter(|s| !s.expert.is_some_and(|e| self.requested[e as usize] == now))
+                    .filter(|s| s.expert.is_none_or(|e| self.requested[e as usize] != now))
                     .map(|s| s.pinned_until)
                     .collect();
                 fences.sort_unstable();

@@ -102,7 +102,7 @@ impl Gpu {
     /// A storage buffer holding `bytes` (padded to 4 bytes): weights, uploaded once.
     pub fn upload(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
         let padded;
-        let contents = if bytes.len() % 4 == 0 && !bytes.is_empty() {
+        let contents = if bytes.len().is_multiple_of(4) && !bytes.is_empty() {
             bytes
         } else {
             let mut v = bytes.to_vec();

@@ -361,7 +361,7 @@ pub const fn matmul_rows(tok: u32) -> u32 {
 /// [`qmv_shape`], with both x strides in whole vec4s). Shaped by the general qmv rule for the
 /// `rows · top_k` rows one token's pairs cover (never the LM-head rule: experts are narrow).
 pub fn qmv_moe_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize, x_slot_stride: usize) -> Option<(Kernel, u32)> {
-    if cols % 64 != 0 || x_tok_stride % 4 != 0 || x_slot_stride % 4 != 0 {
+    if !cols.is_multiple_of(64) || !x_tok_stride.is_multiple_of(4) || !x_slot_stride.is_multiple_of(4) {
         return None;
     }
     let (lanes, rpt) = qmv_tile(rows * top_k, cols);
@@ -372,7 +372,7 @@ pub fn qmv_moe_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize
 /// `cols`, and its output rows per workgroup; `None` where qmv_moe does not apply. Shaped by the
 /// qmv rule for the `2 · rows · top_k` rows one token's pairs cover, at least one pair per team.
 pub fn qmv_moe_glu_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize, x_slot_stride: usize) -> Option<(Kernel, u32)> {
-    if cols % 64 != 0 || x_tok_stride % 4 != 0 || x_slot_stride % 4 != 0 {
+    if !cols.is_multiple_of(64) || !x_tok_stride.is_multiple_of(4) || !x_slot_stride.is_multiple_of(4) {
         return None;
     }
     let (lanes, rpt) = qmv_tile(2 * rows * top_k, cols);
@@ -400,7 +400,7 @@ pub fn qmm_shape(_rows: usize) -> (Kernel, u32) {
 pub fn qmm_splits(rows: usize, cols: usize, tokens: usize, rows_per_wg: u32) -> u32 {
     let tiles = rows.div_ceil(rows_per_wg as usize) * tokens.div_ceil(QMM_TOK as usize);
     let mut s = 1;
-    while tiles * s < QMM_MIN_WORKGROUPS && cols % (64 * 2 * s) == 0 && cols / (2 * s) >= 256 && s < 8 {
+    while tiles * s < QMM_MIN_WORKGROUPS && cols.is_multiple_of(64 * 2 * s) && cols / (2 * s) >= 256 && s < 8 {
         s *= 2;
     }
     s as u32
@@ -414,7 +414,7 @@ pub const QMM_MIN_WORKGROUPS: usize = 384;
 /// True when the prefill mat-mat `qmm` applies: 4-bit weights in whole 64-value groups and an
 /// x stride of whole vec4s (as for `qmv`).
 pub fn qmm_applies(format: Format, cols: usize, x_stride: usize) -> bool {
-    format == Format::Q4 && cols % 64 == 0 && x_stride % 4 == 0
+    format == Format::Q4 && cols.is_multiple_of(64) && x_stride.is_multiple_of(4)
 }
 
 /// Values of a row each rmsnorm thread holds in registers (`V` in rmsnorm.wgsl): with 256
@@ -457,7 +457,7 @@ pub const QMV_WG: u32 = 128;
 /// per lane (lanes = the power of two ≥ chunks / 2, at most the workgroup), four rows per team
 /// while that still leaves ≥ 256 workgroups (2 per SM), fewer otherwise.
 pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
-    if cols % 64 != 0 || x_stride % 4 != 0 {
+    if !cols.is_multiple_of(64) || !x_stride.is_multiple_of(4) {
         return None;
     }
     let (lanes, rpt) = qmv_dense_tile(rows, cols);
@@ -487,7 +487,7 @@ fn qmv_tile(rows: usize, cols: usize) -> (u32, u32) {
 /// Lanes and rows per team follow qmv's rule for the stacked matrix (at least one gate/up pair
 /// per team), so rows reduce as qmv would reduce them.
 pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
-    if cols % 64 != 0 || x_stride % 4 != 0 {
+    if !cols.is_multiple_of(64) || !x_stride.is_multiple_of(4) {
         return None;
     }
     let (lanes, rpt) = qmv_dense_tile(2 * rows, cols);

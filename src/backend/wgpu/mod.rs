@@ -951,7 +951,7 @@ impl<'a> Builder<'a> {
         let mut gs = 0;
         for m in ms {
             let Matrix::Quant { layout, w, scales, biases, .. } = m else { return Ok(None) };
-            if layout.bits != 4 || m.cols() != cols || cols % 64 != 0 || (gs != 0 && layout.group_size != gs) {
+            if layout.bits != 4 || m.cols() != cols || !cols.is_multiple_of(64) || (gs != 0 && layout.group_size != gs) {
                 return Ok(None);
             }
             gs = layout.group_size;
@@ -1287,7 +1287,7 @@ impl<'a> Builder<'a> {
         }
         let p = MoeMatmulParams { group_stride: groups.stride as u32, n_groups: groups.n as u32, ..p };
         // Chunks: qmm's tile per expert where it applies, else the 8-pair grouped kernel.
-        if m.format == Format::Q4 && m.cols % 64 == 0 && x_tok_stride % 4 == 0 && x_slot_stride % 4 == 0 {
+        if m.format == Format::Q4 && m.cols.is_multiple_of(64) && x_tok_stride.is_multiple_of(4) && x_slot_stride.is_multiple_of(4) {
             let x = groups.n as u32 * (rows as u32).div_ceil(16 * QMM_MOE_TM);
             self.spec(Kernel::QmmMoe, res(&groups.buf), &p, x, GridY::TokenTiles(QMM_TOK));
         } else {
