@@ -138,32 +138,23 @@ fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid
     // @end t
     // Round 0's loads (chunk indices clamped: a round past the end loads a valid chunk, unused).
     // @unroll u CU
+    let c{u} = min(lane + {u}u * LANES, chunks - 1u);
     // @unroll r RPT
-    var w{r}_{u}: vec4<u32>;
-    var s{r}_{u}: f32;
-    var b{r}_{u}: f32;
+    var w{r}_{u} = w[rows[{r}] * chunks + c{u}];
+    var s{r}_{u} = scale_at(rows[{r}] * groups + c{u} / per_group);
+    var b{r}_{u} = bias_at(rows[{r}] * groups + c{u} / per_group);
     // @end r
     // @end u
     // @unroll i 8
-    var v{i}: vec4<f32>;
+    var v{i} = vec4<f32>(0.0);
     // @end i
+    if (stager) {
+        let xb = sxrow + min(sk, chunks - 1u) * 8u;
+        // @unroll i 8
+        v{i} = x[xb + {i}u];
+        // @end i
+    }
     for (var base = 0u; base < chunks; base += NCH) {
-        if (base == 0u) {
-            // @unroll u CU
-            let c{u} = min(lane + {u}u * LANES, chunks - 1u);
-            // @unroll r RPT
-            w{r}_{u} = w[rows[{r}] * chunks + c{u}];
-            s{r}_{u} = scale_at(rows[{r}] * groups + c{u} / per_group);
-            b{r}_{u} = bias_at(rows[{r}] * groups + c{u} / per_group);
-            // @end r
-            // @end u
-            if (stager) {
-                let xb = sxrow + min(sk, chunks - 1u) * 8u;
-                // @unroll i 8
-                v{i} = x[xb + {i}u];
-                // @end i
-            }
-        }
         if (stager) {
             xsum[st * NCH + sk] = ((dot(v0, vec4<f32>(1.0)) + dot(v1, vec4<f32>(1.0))) + (dot(v2, vec4<f32>(1.0)) + dot(v3, vec4<f32>(1.0))))
                                 + ((dot(v4, vec4<f32>(1.0)) + dot(v5, vec4<f32>(1.0))) + (dot(v6, vec4<f32>(1.0)) + dot(v7, vec4<f32>(1.0))));

@@ -1287,7 +1287,7 @@ impl<'a> Builder<'a> {
         }
         let p = MoeMatmulParams { group_stride: groups.stride as u32, n_groups: groups.n as u32, ..p };
         // Chunks: qmm's tile per expert where it applies, else the 8-pair grouped kernel.
-        if m.format == Format::Q4 && m.cols.is_multiple_of(64) && x_tok_stride.is_multiple_of(4) && x_slot_stride.is_multiple_of(4) {
+        if qmm_applies(m.format, m.cols, x_tok_stride) && x_slot_stride.is_multiple_of(4) {
             let x = groups.n as u32 * (rows as u32).div_ceil(16 * QMM_MOE_TM);
             self.spec(Kernel::QmmMoe, res(&groups.buf), &p, x, GridY::TokenTiles(QMM_TOK));
         } else {
