@@ -125,6 +125,8 @@ enum Check {
     F32 { want: Vec<Option<f64>>, tol: Tol },
     /// u32 output compared exactly, same rule for `None` and the guard.
     U32 { want: Vec<Option<u32>> },
+    /// Scratch between the passes of a two-pass kernel: any value, only the guard is checked.
+    Scratch { words: usize },
 }
 
 /// One storage binding: its name (for messages), initial bytes, and the check.
@@ -167,11 +169,13 @@ struct Launch {
     params: Vec<u8>,
     step: Step,
     grid: (u32, u32, u32),
+    /// A second dispatch on the buffers the first left (a two-pass kernel), and its grid.
+    then: Option<(Kernel, (u32, u32, u32))>,
     post: Option<PostCheck>,
 }
 
 fn launch<P: bytemuck::Pod>(kernel: Kernel, bufs: Vec<Buf>, p: &P, step: Step, grid: (usize, usize)) -> Launch {
-    Launch { kernel, bufs, params: bytemuck::bytes_of(p).to_vec(), step, grid: (grid.0 as u32, grid.1 as u32, 1), post: None }
+    Launch { kernel, bufs, params: bytemuck::bytes_of(p).to_vec(), step, grid: (grid.0 as u32, grid.1 as u32, 1), then: None, post: None }
 }
 
 /// A test case: `name()` prints every parameter (with the seed, a repro), `build()` makes the launch.
@@ -236,7 +240,10 @@ fn untouched(name: &str, got: &[u32], init: &[u32], len: usize, compared: impl F
 /// Runs one launch and checks every buffer. Ok: the report and the largest NMSE.
 fn run_case(h: &mut KernelHarness, l: &Launch) -> Result<(String, f64), String> {
     let init: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
-    let out = h.run(l.kernel, &init, &l.params, l.step, l.grid).map_err(|e| format!("dispatch failed: {e}"))?;
+    let mut out = h.run(l.kernel, &init, &l.params, l.step, l.grid).map_err(|e| format!("dispatch failed: {e}"))?;
+    if let Some((kernel, grid)) = l.then {
+        out = h.run(kernel, &out, &l.params, l.step, grid).map_err(|e| format!("second pass failed: {e}"))?;
+    }
     let mut parts = Vec::new();
     let mut worst = 0.0f64;
     for (b, got) in l.bufs.iter().zip(&out) {
@@ -269,6 +276,10 @@ fn run_case(h: &mut KernelHarness, l: &Launch) -> Result<(String, f64), String> 
                     }
                 }
                 parts.push(format!("{} exact", b.name));
+            }
+            Check::Scratch { words: n } => {
+                let (g, w0) = (words(got), words(&b.bytes));
+                untouched(b.name, &g, &w0, *n, |_| true)?;
             }
         }
     }
@@ -1495,6 +1506,12 @@ impl Case for ArgmaxCase {
                 // Index 255 (lane 255) ties with 256 (lane 0): the tree must still pick 255.
                 idx.extend([256, 255]);
             }
+            let chunk = ARGMAX_CHUNK as usize;
+            if r == 1 && ties && vocab > chunk {
+                // The last index of the first chunk ties with the first of the second: the merge
+                // must pick the first chunk's.
+                idx.extend([chunk, chunk - 1]);
+            }
             let k = if ties { 4.min(vocab) } else { 1 };
             while idx.len() < k {
                 let i = rng.below(vocab);
@@ -1517,14 +1534,20 @@ impl Case for ArgmaxCase {
             Tol::Exact // cap 0: the logits must come back as they were
         };
         let want = capped.iter().map(|&x| Some(x as f64)).collect();
-        let bufs = vec![output_f32("logits", bits(&logits), want, tol), output_u32("best", vec![POISON; rows], best)];
-        let p = ArgmaxParams { vocab: vocab as u32, cap, _pad: [0; 2] };
+        let chunks = argmax_chunks(vocab);
+        let part_words = 2 * rows * chunks as usize;
+        let mut part = vec![POISON; part_words];
+        part.extend(std::iter::repeat_n(GUARD, GUARD_WORDS));
+        let part = Buf { name: "part", bytes: to_bytes(&part), check: Check::Scratch { words: part_words } };
+        let bufs = vec![output_f32("logits", bits(&logits), want, tol), part, output_u32("best", vec![POISON; rows], best)];
+        let p = ArgmaxParams { vocab: vocab as u32, cap, chunks, _pad: 0 };
         // The LM head rows are the last n_out of the step.
         let step = Step { n_tokens: rows as u32 + 2, pos0: 0, n_out: rows as u32, out_row0: 2, ..Default::default() };
-        let mut l = launch(Kernel::SoftcapArgmax, bufs, &p, step, (rows, 1));
+        let mut l = launch(Kernel::SoftcapArgmax, bufs, &p, step, (chunks as usize, rows));
+        l.then = Some((Kernel::ArgmaxMerge, (rows as u32, 1, 1)));
         // Whatever the capped values are, best must be the first maximum of what was written.
         l.post = Some(Box::new(move |out: &[Vec<u8>]| {
-            let (lg, bs) = (words(&out[0]), words(&out[1]));
+            let (lg, bs) = (words(&out[0]), words(&out[2]));
             for r in 0..rows {
                 let row: Vec<f32> = lg[r * vocab..(r + 1) * vocab].iter().map(|&b| f32::from_bits(b)).collect();
                 let first = (0..vocab).fold(0, |bi, i| if row[i] > row[bi] { i } else { bi });
@@ -1541,7 +1564,8 @@ impl Case for ArgmaxCase {
 fn argmax_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     let c = |vocab, rows, cap, ties, masked| ArgmaxCase { vocab, rows, cap, ties, masked };
-    for vocab in [1, 7, 255, 256, 257, 1000] {
+    // 2048 / 2049 / 4097: one chunk of softcap_argmax exactly, one and a bit, two and a bit.
+    for vocab in [1, 7, 255, 256, 257, 1000, 2048, 2049, 4097] {
         for cap in [30.0, 0.0] {
             v.push(Box::new(c(vocab, 3, cap, false, false)));
             if vocab > 1 {
@@ -1551,6 +1575,7 @@ fn argmax_cases() -> Vec<Box<dyn Case>> {
     }
     for cap in [30.0, 0.0] {
         v.push(Box::new(c(1000, 2, cap, true, true)));
+        v.push(Box::new(c(5000, 2, cap, true, true)));
     }
     // Gemma 4's vocabulary.
     v.push(Box::new(c(262_144, 2, 30.0, true, false)));

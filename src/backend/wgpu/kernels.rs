@@ -77,7 +77,10 @@ pub enum Kernel {
     AttentionSplit { dk: u32 },
     AttentionCombine,
     GeluMul,
+    /// Softcap and each chunk's first maximum (pass 1 of the argmax).
     SoftcapArgmax,
+    /// Each row's first maximum among its chunks' (pass 2).
+    ArgmaxMerge,
     /// MoE: softmax, top-k and weights of the router logits.
     RouterTopk,
     /// MoE: gathered mat-vec of each token's routed experts (decode).
@@ -117,6 +120,7 @@ impl Kernel {
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::GeluMul => "gelu_mul".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
+            Kernel::ArgmaxMerge => "argmax_merge".into(),
             Kernel::RouterTopk => "router_topk".into(),
             Kernel::MoeMatmul(f) => format!("moe_matmul_{}", f.name()),
             Kernel::MoeGroup => "moe_group".into(),
@@ -181,7 +185,11 @@ impl Kernel {
                 format!("{params}\n{}", unroll(&src, &[("U", COMBINE_U)]))
             }
             Kernel::GeluMul => format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/gelu_mul.wgsl")),
-            Kernel::SoftcapArgmax => unroll(&include_str!("../../../wgsl/softcap_argmax.wgsl").replace("{{U}}", "16"), &[("U", 16)]),
+            Kernel::SoftcapArgmax => {
+                let src = include_str!("../../../wgsl/softcap_argmax.wgsl").replace("{{U}}", &ARGMAX_U.to_string());
+                format!("{}\n{}", include_str!("../../../wgsl/argmax_params.wgsl"), unroll(&src, &[("U", ARGMAX_U)]))
+            }
+            Kernel::ArgmaxMerge => format!("{}\n{}", include_str!("../../../wgsl/argmax_params.wgsl"), include_str!("../../../wgsl/argmax_merge.wgsl")),
             Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
             Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
@@ -318,7 +326,7 @@ impl Kernel {
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GridBarrier => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
-            Kernel::SoftcapArgmax => &[ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmmMoe | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
@@ -656,7 +664,21 @@ pub struct GeluParams {
 pub struct ArgmaxParams {
     pub vocab: u32,
     pub cap: f32,
-    pub _pad: [u32; 2],
+    /// Chunks of [`ARGMAX_CHUNK`] logits per row: [`argmax_chunks`].
+    pub chunks: u32,
+    pub _pad: u32,
+}
+
+/// Logits each thread of softcap_argmax holds (its loads in flight).
+const ARGMAX_U: u32 = 8;
+
+/// Logits per softcap_argmax workgroup (256 threads × [`ARGMAX_U`]): a 262144-entry row is 128
+/// workgroups, and argmax_merge reduces 128 pairs.
+pub const ARGMAX_CHUNK: u32 = 256 * ARGMAX_U;
+
+/// softcap_argmax's workgroups per row (grid x) and the pairs argmax_merge reads per row.
+pub fn argmax_chunks(vocab: usize) -> u32 {
+    (vocab as u32).div_ceil(ARGMAX_CHUNK)
 }
 
 #[repr(C)]

@@ -205,6 +205,7 @@ struct Variant {
 }
 
 /// A resource of a dispatch under construction, in WGSL binding order.
+#[derive(Clone)]
 enum Res {
     Buf(wgpu::Buffer),
     Params,
@@ -1578,6 +1579,7 @@ impl<'a> Builder<'a> {
         let xf = self.act("final hidden", logit_rows * h)?;
         let logits = self.act("logits", logit_rows * vocab)?;
         let best = self.act("argmax", logit_rows)?;
+        let argmax_part = self.act("argmax chunks", logit_rows * 2 * argmax_chunks(vocab) as usize)?;
         let (ne, tk, iw) = (t.num_experts, t.top_k_experts, t.moe_intermediate_size);
         let moe_bufs = if t.enable_moe_block {
             Some((
@@ -1806,20 +1808,24 @@ impl<'a> Builder<'a> {
         self.norm(&x, &norm_buf, &xf, NormParams { x_row_sel: 1, count_sel: 1, ..plain(h, final_norm, 0, 1.0) });
         self.matmul(&embed, &xf, h, &logits, vocab, true)?;
         let cap = t.final_logit_softcapping.unwrap_or(0.0);
-        let (param_off, param_len) = self.push_params(&ArgmaxParams { vocab: vocab as u32, cap, _pad: [0; 2] });
-        self.specs.push(Spec {
+        let chunks = argmax_chunks(vocab);
+        let (param_off, param_len) = self.push_params(&ArgmaxParams { vocab: vocab as u32, cap, chunks, _pad: 0 });
+        let res = vec![Res::Buf(logits.clone()), Res::Buf(argmax_part.clone()), Res::Buf(best.clone()), Res::Params, Res::Step];
+        let pass = |kernel, x, x_from_out, y| Spec {
             only: Only::Always,
-            kernel: Kernel::SoftcapArgmax,
+            kernel,
             single: None,
             verify: None,
-            res: vec![Res::Buf(logits.clone()), Res::Buf(best.clone()), Res::Params, Res::Step],
+            res: res.clone(),
             param_off,
             param_len,
-            x: 0,
-            x_from_out: true,
+            x,
+            x_from_out,
             x_from_tokens: false,
-            y: GridY::One,
-        });
+            y,
+        };
+        self.specs.push(pass(Kernel::SoftcapArgmax, chunks, false, GridY::Out));
+        self.specs.push(pass(Kernel::ArgmaxMerge, 0, true, GridY::One));
 
         // ---- bind groups
         let param_buf = {
