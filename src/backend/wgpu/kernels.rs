@@ -461,7 +461,8 @@ pub const QMV_WG: u32 = 128;
 /// and the decode steps' per-kernel times (PERF_NOTES.md, session 6), with x staged in workgroup
 /// memory where lanes ≤ 32 and x takes several rounds ([`qmv_staged`]): tall matrices (≥ 12288
 /// rows: the stacked gate|up of E2B and E4B, the 256 MiB matrix; 26B's 8192-row q|k|v was slower
-/// so) take 16 lanes × 2 rows per team, the LM head (≥ 65536 rows) 8 × 2; the rest about two 32-value chunks
+/// so) take 16 lanes × 2 rows per team, the LM head (≥ 65536 rows) 8 × 4 (session 7's sweep with
+/// the weights read from memory: E2B 117.7 → 104.0 µs, E4B 183.7 → 170.8); the rest about two 32-value chunks
 /// per lane (lanes = the power of two ≥ chunks / 2, at most the workgroup), four rows per team
 /// while that still leaves ≥ 256 workgroups (2 per SM), fewer otherwise.
 pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
@@ -474,11 +475,29 @@ pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<
 
 /// Lanes per row and rows per team of the dense qmv rule (see [`qmv_shape`]).
 fn qmv_dense_tile(rows: usize, cols: usize) -> (u32, u32) {
+    if let Some(tile) = qmv_tile_override(rows, cols) {
+        return tile;
+    }
     match rows {
-        65536.. => (8, 2),
+        65536.. => (8, 4),
         12288.. => (16, 2),
         _ => qmv_tile(rows, cols),
     }
+}
+
+/// `KESTREL_QMV_TILES="ROWSxCOLS=LANESxRPT,…"`: the tile of those exact shapes (a stacked
+/// gate|up counts its 2 · rows), for A/B runs of a rule change end to end. An experiment knob,
+/// not a setting: entries that do not parse, or name a tile qmv has no variant for, are ignored.
+fn qmv_tile_override(rows: usize, cols: usize) -> Option<(u32, u32)> {
+    let spec = std::env::var("KESTREL_QMV_TILES").ok()?;
+    spec.split(',').find_map(|entry| {
+        let (shape, tile) = entry.trim().split_once('=')?;
+        let (r, c) = shape.split_once('x')?;
+        let (l, t) = tile.split_once('x')?;
+        let (lanes, rpt): (u32, u32) = (l.parse().ok()?, t.parse().ok()?);
+        let valid = lanes.is_power_of_two() && (8..=QMV_WG).contains(&lanes) && [1, 2, 4, 8].contains(&rpt);
+        (valid && r.parse::<usize>().ok()? == rows && c.parse::<usize>().ok()? == cols).then_some((lanes, rpt))
+    })
 }
 
 /// Lanes per row and rows per team of the general rule (the routed experts' rule, whose loop
