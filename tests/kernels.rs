@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 
 use half::bf16;
 use kestrel::backend::cpu::{embed_scale, ops};
-use kestrel::backend::wgpu::harness::KernelHarness;
+use kestrel::backend::wgpu::harness::{KernelHarness, PARAMS2_AT};
 use kestrel::backend::wgpu::kernels::*;
 use kestrel::config::Rope;
 use kestrel::loader::{FileBytes, Matrix, SafetensorsFile, TensorStore};
@@ -654,6 +654,103 @@ impl Case for GluCase {
     }
 }
 
+/// The fused-norm mat-vec (qmv.wgsl with qmv_norm.wgsl's prologue): per token,
+/// `h = (res + norm(a) · w1) · post1` is written to res_out, and the plain or GeGLU mat-vec
+/// multiplies `norm(h) · w2 · post2` (`second`) or `h`. The norm weights sit at odd offsets of
+/// a wider buffer (as in the backend's one buffer of all norm weights).
+#[derive(Clone, Copy)]
+struct NormQmvCase {
+    rows: usize,
+    cols: usize,
+    tokens: usize,
+    tile: usize,
+    second: bool,
+    glu: bool,
+}
+
+impl Case for NormQmvCase {
+    fn name(&self) -> String {
+        let c = self;
+        let form = if c.glu { "qmv_glu" } else { "qmv" };
+        format!("{form}_norm_q4_t{}(rows={},cols={},tokens={},second={})", c.tile, c.rows, c.cols, c.tokens, c.second)
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &NormQmvCase { rows, cols, tokens, tile, second, glu } = self;
+        let w_rows = if glu { 2 * rows } else { rows };
+        let w = Weights::new(Format::Q4, w_rows, cols, 64, rng);
+        let (a, res) = (rng.vec(tokens * cols), rng.vec(tokens * cols));
+        let (w1_off, w2_off) = (5, 5 + cols + 3);
+        let nw: Vec<f32> = (0..w2_off + cols + 1).map(|_| 0.5 + 0.5 * (rng.uniform() + 1.0)).collect();
+        let (post1, post2, eps) = (0.75f32, 1.25f32, 1e-6f32);
+        // The reference: rmsnorm (ops) in f64 sums, then the mat-vec of the normed rows.
+        let mut hs = Vec::with_capacity(tokens * cols);
+        let mut vs = Vec::with_capacity(tokens * cols);
+        for t in 0..tokens {
+            let mut n1 = a[t * cols..(t + 1) * cols].to_vec();
+            ops::rmsnorm(&mut n1, Some(&nw[w1_off..w1_off + cols]), eps);
+            let h: Vec<f32> = n1.iter().zip(&res[t * cols..(t + 1) * cols]).map(|(&n, &r)| (n + r) * post1).collect();
+            let mut v = h.clone();
+            if second {
+                ops::rmsnorm(&mut v, Some(&nw[w2_off..w2_off + cols]), eps);
+                v.iter_mut().for_each(|x| *x *= post2);
+            }
+            hs.extend(h);
+            vs.extend(v);
+        }
+        let y_ref = ops::matmul(&w.matrix, &vs, tokens);
+        let y_stride = w_rows;
+        let mut want = vec![None; tokens * y_stride];
+        for t in 0..tokens {
+            for r in 0..rows {
+                want[t * y_stride + r] = Some(if glu {
+                    let (g, u) = (y_ref[t * 2 * rows + r], y_ref[t * 2 * rows + rows + r]);
+                    ops::gelu_tanh(g) as f64 * u as f64
+                } else {
+                    y_ref[t * rows + r] as f64
+                });
+            }
+        }
+        let [wb, sb, bb] = w.part(0, w_rows);
+        let bufs = vec![
+            input("w", wb),
+            input("scales", sb),
+            input("biases", bb),
+            input_words("a", &bits(&a)),
+            // The normed input's error (tol::NORM, relative ~1e-7 per value) passes through the
+            // dot products as their own rounding does: tol::DOT covers both.
+            output_f32("y", vec![POISON; tokens * y_stride], want, tol::DOT),
+            input_words("res", &bits(&res)),
+            input_words("norm weights", &bits(&nw)),
+            output_f32("res_out", vec![POISON; tokens * cols], hs.iter().map(|&v| Some(v as f64)).collect(), tol::NORM),
+        ];
+        let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: y_stride as u32, y_off: 0, count_sel: 0, k_splits: 0 };
+        let pro = NormPro { w1: w1_off as u32, post1, w2: w2_off as u32, post2, eps, second: second as u32, _pad: [0; 2] };
+        let mut params = bytemuck::bytes_of(&p).to_vec();
+        params.resize(PARAMS2_AT, 0);
+        params.extend_from_slice(bytemuck::bytes_of(&pro));
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let (kernel, rows_per_wg) = if glu { qmv_glu_shape(rows, cols, cols, tile as u32) } else { qmv_shape(rows, cols, cols, tile as u32) }.expect("qmv applies to this case");
+        let kernel = with_norm(kernel, cols, 32768).expect("the fused form fits in lavapipe's workgroup memory");
+        let grid = (rows.div_ceil(rows_per_wg as usize) as u32, tokens.div_ceil(tile) as u32, 1);
+        Launch { kernel, bufs, params, step, grid, then: None, post: None }
+    }
+}
+
+fn norm_qmv_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for (rows, cols) in [(65, 320), (40, 1536), (33, 2816)] {
+        for tile in [1, PRO_VERIFY_TOK as usize] {
+            for second in [true, false] {
+                for glu in [false, true] {
+                    v.push(Box::new(NormQmvCase { rows, cols, tokens: 3, tile, second, glu }));
+                }
+            }
+        }
+    }
+    v
+}
+
 /// The gated decode/verify mat-vec (qmv.wgsl, gated form): `y[t, r] = gelu_tanh(W x[t])[r] ·
 /// gb[t · b_stride + b_off + r]`, gb a later slice of a wider buffer (Gemma 4's per-layer
 /// input gate times that layer's per-layer input), token tile `tile`.
@@ -750,6 +847,21 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
             })
             .collect();
         assert!(outs[0] == outs[1], "qmv_glu rows={rows} cols={cols}: tile 1 and tile {MATMUL_VERIFY_TOK} differ");
+    }
+    // The fused-norm forms: the normed input and the updated residual too.
+    for glu in [false, true] {
+        for (rows, cols) in [(65, 320), (40, 2816)] {
+            let outs: Vec<(Vec<u8>, Vec<u8>)> = [1, PRO_VERIFY_TOK as usize]
+                .iter()
+                .map(|&tile| {
+                    let l = NormQmvCase { rows, cols, tokens: 3, tile, second: true, glu }.build(&mut Rng(kestrel::synth::SplitMix64(11)));
+                    let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+                    let out = h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap();
+                    (out[4].clone(), out[7].clone())
+                })
+                .collect();
+            assert!(outs[0] == outs[1], "fused-norm qmv (glu {glu}) rows={rows} cols={cols}: tile 1 and tile {PRO_VERIFY_TOK} differ");
+        }
     }
 }
 
@@ -926,6 +1038,8 @@ impl Case for NormCase {
         // The router norm's H^-½ on the second chained output.
         let posts = [1.0f32, 0.125, 1.0];
         let mut out = vec![POISON; count * out_stride];
+        // Mode 2's residual: its own buffer (the stream ping-pongs), out starts as poison.
+        let mut res = vec![POISON; count * out_stride];
         let mut want = vec![None; count * out_stride];
         for t in 0..count {
             let xr = if n_out.is_some() { out_row0 + t } else { t };
@@ -936,9 +1050,13 @@ impl Case for NormCase {
                 let ob = t * out_stride + s * n;
                 for i in 0..n {
                     let mut y = v[i] as f64;
-                    if mode == 1 {
+                    if mode >= 1 {
                         let resid = rng.uniform();
-                        out[ob + i] = resid.to_bits();
+                        if mode == 1 {
+                            out[ob + i] = resid.to_bits();
+                        } else {
+                            res[ob + i] = resid.to_bits();
+                        }
                         y += resid as f64;
                     }
                     want[ob + i] = Some(y * post as f64);
@@ -965,6 +1083,7 @@ impl Case for NormCase {
                 output_f32(name, vec![POISON; 4], vec![None; 4], tol::NORM)
             });
         }
+        bufs.push(input_words("res", &res));
         let p = NormParams {
             n: n as u32,
             segs: segs as u32,
@@ -1016,8 +1135,13 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
     for (tokens, n_out) in [(9, 1), (9, 3), (1, 1)] {
         v.push(Box::new(NormCase { n_out: Some(n_out), ..NormCase::new(1536, tokens, 0) }));
     }
+    // The residual read from another buffer (mode 2: decode's ping-pong), chained or not.
+    for (n, tokens, post) in [(1536, 1, 1.0), (2560, 3, 0.37), (3200, 2, 1.0)] {
+        v.push(Box::new(NormCase { post, ..NormCase::new(n, tokens, 2) }));
+        v.push(Box::new(NormCase { post, chain: Some(0), out_pad: 3, ..NormCase::new(n, tokens, 2) }));
+    }
     // Scale-free norm, a weight at an offset, strided rows.
-    for mode in [0, 1] {
+    for mode in [0, 1, 2] {
         v.push(Box::new(NormCase { weight: false, ..NormCase::new(256, 3, mode) }));
         v.push(Box::new(NormCase { w_off: 11, x_pad: 5, out_pad: 3, ..NormCase::new(129, 3, mode) }));
     }
@@ -2112,6 +2236,7 @@ fn all_cases() -> Vec<Box<dyn Case>> {
     v.extend(moe_matmul_cases());
     v.extend(group_cases());
     v.extend(combine_cases());
+    v.extend(norm_qmv_cases());
     v
 }
 

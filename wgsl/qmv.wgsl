@@ -19,6 +19,8 @@
 //   OWN)), ceil(count / TOK)), x folded into x·z past 65535 as in matmul.wgsl.
 // Host guarantees: cols % 64 == 0 (whole groups; gs a multiple of 64, so a 32-value chunk lies in
 //   one group), x_stride % 4 == 0.
+// The fused-norm form (PRO, qmv_norm.wgsl appended): x is the residual branch's output `a`,
+//   and the matrix multiplies the normed residual the workgroup computes first (see there).
 // The loop and the reduction are qmv_core.wgsl (appended by the host; why the shape: there).
 
 @group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;
@@ -29,6 +31,7 @@
 @group(0) @binding(5) var<uniform> p: MatmulParams;
 @group(0) @binding(6) var<uniform> step: Step;
 // {{GB_BINDING}}
+// {{XLOAD}}
 
 const OWN: u32 = {{OWN}}u;
 
@@ -38,8 +41,13 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let lid = lid3.x;
     let lane = lid % LANES;
     let count = select(step.n_tokens, step.n_out, p.count_sel == 1u);
-    let r0 = ((wid.x + wid.z * nwg.x) * TEAMS + lid / LANES) * OWN;
     let t0 = wid.y * TOK;
+    var xrows: array<u32, TOK>;
+    // @unroll t TOK
+    xrows[{t}] = {{XROW}};
+    // @end t
+    // {{PROLOGUE}}
+    let r0 = ((wid.x + wid.z * nwg.x) * TEAMS + lid / LANES) * OWN;
     // Out-of-range rows and tokens are clamped (computed, never stored).
     var rows: array<u32, RPT>;
     // @unroll r OWN
@@ -48,10 +56,6 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // @unroll r GLU
     rows[OWN + {r}u] = p.rows + min(r0 + {r}u, p.rows - 1u);
     // @end r
-    var xrows: array<u32, TOK>;
-    // @unroll t TOK
-    xrows[{t}] = (min(t0 + {t}u, count - 1u) * p.x_stride) / 4u;
-    // @end t
     qmv_reduce(qmv_dots_wg(rows, xrows, lane, lid, p.cols, p.gs), lid, lane);
     if (lane == 0u) {
         // @unroll r PLAIN

@@ -1,7 +1,7 @@
 // qmv_core: the 4-bit mat-vec loop shared by qmv.wgsl (dense decode/verify) and qmv_moe.wgsl
 // (routed experts, per (token, slot) pair). Prepended by the host after the kernel's bindings
-// (`w`: array<vec4<u32>>, `scales`, `biases`: array<u32>, `x`: array<vec4<f32>>, declared by
-// the kernel), with formats/groups.wgsl (scale_at, bias_at, nibbles), LANES, RPT, TOK substituted and
+// (`w`: array<vec4<u32>>, `scales`, `biases`: array<u32>, and `xload(i)`: the i-th vec4 of x,
+// from the `x` binding or, in the fused-norm form, from workgroup memory: declared by the kernel), with formats/groups.wgsl (scale_at, bias_at, nibbles), LANES, RPT, TOK substituted and
 // the `@unroll` blocks expanded.
 //
 // A team of LANES lanes owns RPT rows of W (absolute row indices `rows`) and TOK x vectors
@@ -73,14 +73,14 @@ fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32,
         // @end r
         // @unroll t TOK
         let xb{t}_{u} = xrows[{t}] + c{u} * 8u;
-        let v{t}_{u}_0 = x[xb{t}_{u}];
-        let v{t}_{u}_1 = x[xb{t}_{u} + 1u];
-        let v{t}_{u}_2 = x[xb{t}_{u} + 2u];
-        let v{t}_{u}_3 = x[xb{t}_{u} + 3u];
-        let v{t}_{u}_4 = x[xb{t}_{u} + 4u];
-        let v{t}_{u}_5 = x[xb{t}_{u} + 5u];
-        let v{t}_{u}_6 = x[xb{t}_{u} + 6u];
-        let v{t}_{u}_7 = x[xb{t}_{u} + 7u];
+        let v{t}_{u}_0 = xload(xb{t}_{u});
+        let v{t}_{u}_1 = xload(xb{t}_{u} + 1u);
+        let v{t}_{u}_2 = xload(xb{t}_{u} + 2u);
+        let v{t}_{u}_3 = xload(xb{t}_{u} + 3u);
+        let v{t}_{u}_4 = xload(xb{t}_{u} + 4u);
+        let v{t}_{u}_5 = xload(xb{t}_{u} + 5u);
+        let v{t}_{u}_6 = xload(xb{t}_{u} + 6u);
+        let v{t}_{u}_7 = xload(xb{t}_{u} + 7u);
         // @end t
         // @end u
         // @unroll u CU
@@ -151,7 +151,7 @@ fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid
     if (stager) {
         let xb = sxrow + min(sk, chunks - 1u) * 8u;
         // @unroll i 8
-        v{i} = x[xb + {i}u];
+        v{i} = xload(xb + {i}u);
         // @end i
     }
     for (var base = 0u; base < chunks; base += NCH) {
@@ -177,7 +177,7 @@ fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid
         if (stager && next < chunks) {
             let xb = sxrow + min(next + sk, chunks - 1u) * 8u;
             // @unroll i 8
-            v{i} = x[xb + {i}u];
+            v{i} = xload(xb + {i}u);
             // @end i
         }
         // @unroll u CU

@@ -23,6 +23,8 @@
 @group(0) @binding(2) var<storage, read> biases: array<u32>;
 @group(0) @binding(3) var<storage, read> idx: array<u32>;
 @group(0) @binding(4) var<storage, read> x: array<vec4<f32>>;
+
+fn xload(i: u32) -> vec4<f32> { return x[i]; }
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;
 @group(0) @binding(6) var<uniform> p: MoeMatmulParams;
 @group(0) @binding(7) var<uniform> step: Step;

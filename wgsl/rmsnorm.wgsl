@@ -1,4 +1,6 @@
-// rmsnorm: out[t, s] = ((mode == 1 ? out[t, s] : 0) + norm(x[t', s] · pre) · w) · post
+// rmsnorm: out[t, s] = (r[t, s] + norm(x[t', s] · pre) · w) · post, with r = 0 (mode 0), the
+//   old out[t, s] (mode 1: in place), or res[t, s] (mode 2: the residual stream read from one
+//   buffer and written to another, as the fused-norm qmv of decode steps does, qmv_norm.wgsl)
 //   where norm(v) = v · (mean(v²) + eps)^-½, s is one of `segs` segments of length n per token,
 //   and t' = t (x_row_sel 0) or step.out_row0 + t (x_row_sel 1: the rows the LM head reads).
 //   chain = c ∈ 1..3 (segs 1): then also out{2,3,4}[t] = norm(out[t]) · w{2,3,4} · post{2,3,4}
@@ -14,7 +16,7 @@
 // Bindings: x: f32[count, x_stride]; wt: f32[..] all norm weights of the model, this one at
 //   w_off (NO_WEIGHT: scale-free norm), the chained ones at w2_off, w3_off, w4_off; out:
 //   f32[count, out_stride]; out2, out3, out4: f32[count, out2_stride] (those past `chain`: any
-//   buffer); p: NormParams; step: Step.
+//   buffer); p: NormParams; step: Step; res: f32[count, out_stride] (mode 2; else any buffer).
 // Launch: 256 threads per (segment, token); grid = (segs, count).
 // Why a fixed-order reduction (reduce_tree.wgsl, or reduce_subgroup.wgsl where the device has
 // subgroups): results must not depend on the chunk a token was run in.
@@ -60,6 +62,7 @@ struct NormParams {
 @group(0) @binding(5) var<storage, read_write> out4: array<f32>;
 @group(0) @binding(6) var<uniform> p: NormParams;
 @group(0) @binding(7) var<uniform> step: Step;
+@group(0) @binding(8) var<storage, read> res: array<f32>;
 
 var<workgroup> red: array<f32, WG>;
 
@@ -68,6 +71,7 @@ fn finish(y0: f32, i: u32, ob: u32) -> f32 {
     var y = y0;
     if (p.w_off != NO_WEIGHT) { y *= wt[p.w_off + i]; }
     if (p.mode == 1u) { y += out[ob + i]; }
+    if (p.mode == 2u) { y += res[ob + i]; }
     y *= p.post;
     out[ob + i] = y;
     return y;
@@ -89,7 +93,8 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // the residual (mode 1) and the chained norm's weights arrive while the sum is reduced.
     // (Loads placed after the stores of the output pass waited on them, one round trip each.)
     let has_w = p.w_off != NO_WEIGHT;
-    let resid = p.mode == 1u;
+    let resid = p.mode >= 1u;
+    let in_place = p.mode == 1u;
     let chain = p.chain >= 1u;
     let chain3 = p.chain >= 2u;
     let chain4 = p.chain >= 3u;
@@ -103,7 +108,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     if (lid + {k}u * WG < p.n) {
         v{k} = x[xb + lid + {k}u * WG];
         if (has_w) { w{k} = wt[p.w_off + lid + {k}u * WG]; }
-        if (resid) { o{k} = out[ob + lid + {k}u * WG]; }
+        if (in_place) { o{k} = out[ob + lid + {k}u * WG]; } else if (resid) { o{k} = res[ob + lid + {k}u * WG]; }
         if (chain) { c{k} = wt[p.w2_off + lid + {k}u * WG]; }
         if (chain3) { d{k} = wt[p.w3_off + lid + {k}u * WG]; }
         if (chain4) { e{k} = wt[p.w4_off + lid + {k}u * WG]; }

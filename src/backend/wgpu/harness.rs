@@ -23,6 +23,9 @@ const WARM_UP: std::time::Duration = std::time::Duration::from_millis(100);
 /// boost from rest (it took two kbench processes' worth of work, a few seconds, in session 5).
 const CLOCK_RAMP: std::time::Duration = std::time::Duration::from_secs(4);
 
+/// Where a second params block starts in [`KernelHarness::run`]'s `params`.
+pub const PARAMS2_AT: usize = 256;
+
 /// A device plus the pipeline cache, for launching single kernels.
 pub struct KernelHarness {
     gpu: Gpu,
@@ -57,6 +60,8 @@ impl KernelHarness {
     /// nothing, as in the real program). Returns the final contents of every storage buffer, in
     /// the same order and with the same lengths as `buffers`. Validation errors (wrong binding
     /// count or size, a grid over the device limit) come back as `Error::Gpu` naming the kernel.
+    /// `params` of a kernel with two params blocks: the first padded to [`PARAMS2_AT`] bytes,
+    /// then the second.
     pub fn run(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32)) -> Result<Vec<Vec<u8>>> {
         let label = kernel.label();
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -233,10 +238,15 @@ impl KernelHarness {
                 usage: wgpu::BufferUsages::UNIFORM,
             })
         };
-        let params_buf = uniform("params", params);
+        // A kernel with a second params block (the fused-norm qmv's NormPro, bound last) takes
+        // both in `params`: the first padded to PARAMS2_AT bytes, then the second.
+        let second = kernel.bindings().iter().filter(|b| **b == Bind::Uniform).count() == 3;
+        let (first, rest) = if second { params.split_at(PARAMS2_AT.min(params.len())) } else { (params, &[][..]) };
+        let params_buf = uniform("params", first);
         let step_buf = uniform("step", bytemuck::bytes_of(&step));
+        let params2_buf = uniform("params 2", rest);
         let mut storage_iter = storage.iter();
-        let mut uniforms = [&params_buf, &step_buf].into_iter();
+        let mut uniforms = [&params_buf, &step_buf, &params2_buf].into_iter();
         let entries: Vec<wgpu::BindGroupEntry> = kernel
             .bindings()
             .iter()

@@ -50,12 +50,13 @@ pub enum Kernel {
     Matmul(Format, u32),
     /// The 4-bit mat-vec of decode (`tok` 1) and verify steps: `lanes` per row, `rpt` rows per
     /// team of lanes (see qmv.wgsl and [`qmv_shape`]).
-    Qmv { tok: u32, lanes: u32, rpt: u32 },
+    /// `pro` > 0: the fused-norm form (qmv_norm.wgsl) over rows of 4 · `pro` values.
+    Qmv { tok: u32, lanes: u32, rpt: u32, pro: u32 },
     /// `Qmv` over a stacked [gate; up] matrix with the GeGLU as epilogue (qmv.wgsl's GeGLU
     /// form): `pairs` output rows per team.
-    QmvGlu { tok: u32, lanes: u32, pairs: u32 },
+    QmvGlu { tok: u32, lanes: u32, pairs: u32, pro: u32 },
     /// `Qmv` with the gated epilogue `gelu_tanh(y) · gb[..]` (qmv.wgsl's gated form).
-    QmvGeluB { tok: u32, lanes: u32, rpt: u32 },
+    QmvGeluB { tok: u32, lanes: u32, rpt: u32, pro: u32 },
     /// The 4-bit mat-mat of prefill chunks: 16 · `tm` rows × [`QMM_TOK`] tokens per workgroup.
     Qmm { tm: u32 },
     /// The in-order sum of a split-k `Qmm`'s partials.
@@ -104,9 +105,9 @@ impl Kernel {
     pub fn label(self) -> String {
         match self {
             Kernel::Matmul(f, tok) => format!("matmul_{}_t{tok}", f.name()),
-            Kernel::Qmv { tok, lanes, rpt } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}"),
-            Kernel::QmvGlu { tok, lanes, pairs } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}"),
-            Kernel::QmvGeluB { tok, lanes, rpt } => format!("qmv_gelu_b_q4_t{tok}_l{lanes}_r{rpt}"),
+            Kernel::Qmv { tok, lanes, rpt, pro } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
+            Kernel::QmvGlu { tok, lanes, pairs, pro } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}{}", pro_label(pro)),
+            Kernel::QmvGeluB { tok, lanes, rpt, pro } => format!("qmv_gelu_b_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
             Kernel::Qmm { tm } => format!("qmm_q4_m{tm}"),
             Kernel::QmmSum => "qmm_sum".into(),
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
@@ -152,12 +153,12 @@ impl Kernel {
                 let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
-            Kernel::Qmv { tok, lanes, rpt } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, rpt, 0, sg, true)),
-            Kernel::QmvGeluB { tok, lanes, rpt } => {
-                let kernel = include_str!("../../../wgsl/qmv.wgsl").replace("// {{GB_BINDING}}", "@group(0) @binding(7) var<storage, read> gb: array<f32>;");
-                format!("{}\n{}", include_str!("../../../wgsl/matmul_gb_params.wgsl"), qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg, true))
+            Kernel::Qmv { tok, lanes, rpt, pro } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, rpt, 0, sg, pro == 0)),
+            Kernel::QmvGeluB { tok, lanes, rpt, pro } => {
+                let kernel = qmv_kernel(pro, 8, sg).replace("// {{GB_BINDING}}", "@group(0) @binding(7) var<storage, read> gb: array<f32>;");
+                format!("{}\n{}", include_str!("../../../wgsl/matmul_gb_params.wgsl"), qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg, pro == 0))
             }
-            Kernel::QmvGlu { tok, lanes, pairs } => format!("{matmul_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv.wgsl"), tok, lanes, 2 * pairs, pairs, sg, true)),
+            Kernel::QmvGlu { tok, lanes, pairs, pro } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, 2 * pairs, pairs, sg, pro == 0)),
             Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0, sg, false)),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg, false)),
             Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
@@ -244,6 +245,33 @@ const QMV_STAGE_LANES: u32 = 32;
 /// `pairs` value of `qmv_source` that picks qmv.wgsl's gated form.
 const QMV_GELU_B: u32 = u32::MAX;
 
+/// qmv.wgsl, with x read from its binding, or (`pro` > 0) with qmv_norm.wgsl's fused-norm
+/// prologue over rows of 4 · `pro` values, its bindings from index `first`.
+fn qmv_kernel(pro: u32, first: u32, sg: u32) -> String {
+    let src = include_str!("../../../wgsl/qmv.wgsl");
+    if pro == 0 {
+        return src.replace("// {{XLOAD}}", "fn xload(i: u32) -> vec4<f32> { return x[i]; }").replace("{{XROW}}", "(min(t0 + {t}u, count - 1u) * p.x_stride) / 4u");
+    }
+    let pro_src = include_str!("../../../wgsl/qmv_norm.wgsl")
+        .replace("{{PB}}", &first.to_string())
+        .replace("{{PB1}}", &(first + 1).to_string())
+        .replace("{{PB2}}", &(first + 2).to_string())
+        .replace("{{PB3}}", &(first + 3).to_string())
+        .replace("{{N4}}", &pro.to_string())
+        .replace("{{KV}}", &pro.div_ceil(QMV_WG).to_string())
+        .replace("{{SG_ADD}}", if sg > 0 { "subgroupAdd(v)" } else { "v" })
+        .replace("// @unroll k KV", &format!("// @unroll k {}", pro.div_ceil(QMV_WG)));
+    src.replace("// {{XLOAD}}", &pro_src).replace("{{XROW}}", "{t}u * N4").replace("// {{PROLOGUE}}", "qmv_prologue(lid, wid.x + wid.z == 0u, t0, count);")
+}
+
+fn pro_label(pro: u32) -> String {
+    if pro == 0 {
+        String::new()
+    } else {
+        format!("_norm{}", 4 * pro)
+    }
+}
+
 /// A qmv kernel (`qmv.wgsl`, `qmv_moe.wgsl`) followed by the shared loop (`qmv_core.wgsl`),
 /// with the tile constants substituted and the `@unroll` blocks expanded. `pairs` > 0 picks the
 /// GeGLU form (`rpt` = 2 · pairs rows of W per team: pairs gate rows, pairs up rows);
@@ -317,8 +345,10 @@ impl Kernel {
     pub fn bindings(self) -> &'static [Bind] {
         use Bind::*;
         match self {
+            Kernel::Qmv { pro: 1.., .. } | Kernel::QmvGlu { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, ReadWrite, Uniform],
+            Kernel::QmvGeluB { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Read, ReadWrite, Uniform],
             Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
-            Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
@@ -470,7 +500,7 @@ pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<
         return None;
     }
     let (lanes, rpt) = qmv_dense_tile(rows, cols);
-    Some((Kernel::Qmv { tok, lanes, rpt }, QMV_WG / lanes * rpt))
+    Some((Kernel::Qmv { tok, lanes, rpt, pro: 0 }, QMV_WG / lanes * rpt))
 }
 
 /// Lanes per row and rows per team of the dense qmv rule (see [`qmv_shape`]).
@@ -519,16 +549,63 @@ pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Opt
     }
     let (lanes, rpt) = qmv_dense_tile(2 * rows, cols);
     let pairs = (rpt / 2).max(1);
-    Some((Kernel::QmvGlu { tok, lanes, pairs }, QMV_WG / lanes * pairs))
+    Some((Kernel::QmvGlu { tok, lanes, pairs, pro: 0 }, QMV_WG / lanes * pairs))
 }
 
 /// The gated qmv (`y = gelu_tanh(W x) · gb[..]`) for `rows` × `cols` at token tile `tok`, and
 /// its rows per workgroup: the plain rule's tile.
 pub fn qmv_gelu_b_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
     match qmv_shape(rows, cols, x_stride, tok)? {
-        (Kernel::Qmv { tok, lanes, rpt }, per_wg) => Some((Kernel::QmvGeluB { tok, lanes, rpt }, per_wg)),
+        (Kernel::Qmv { tok, lanes, rpt, .. }, per_wg) => Some((Kernel::QmvGeluB { tok, lanes, rpt, pro: 0 }, per_wg)),
         _ => None,
     }
+}
+
+/// Params of the fused-norm prologue (qmv_norm.wgsl's NormPro), a second uniform binding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct NormPro {
+    /// Offsets of the two norms' weights in the norm weights buffer.
+    pub w1: u32,
+    pub post1: f32,
+    pub w2: u32,
+    pub post2: f32,
+    pub eps: f32,
+    /// 1: the input is the second norm of the updated residual; 0: the residual itself.
+    pub second: u32,
+    pub _pad: [u32; 2],
+}
+
+/// The widest residual stream whose norms the decode mat-vecs take over (`fuse_norm` in
+/// mod.rs). Measured on the H200 (PERF_NOTES.md, session 7, same binary, fused vs
+/// `KESTREL_FUSE_NORMS=0`): E2B (1536) 306 → 311–316 tok/s, but E4B (2560) 205 → 190 and 26B
+/// (2816) 202 → 181: there the fused mat-vecs lost more than the norm dispatches cost (26B's
+/// q|k|v 17 → 37 µs), for reasons not yet found.
+pub const PRO_MAX_HIDDEN: usize = 2048;
+
+/// Token tile of the fused-norm qmv's verify form: the tile's inputs live in workgroup memory
+/// (4 bytes × cols per token), so the tile is smaller than [`MATMUL_VERIFY_TOK`].
+pub const PRO_VERIFY_TOK: u32 = 2;
+
+/// The fused-norm form of a qmv variant over rows of `cols` values, where the tile's inputs
+/// fit in workgroup memory beside the reduction's (`None` elsewhere, and for other kernels).
+pub fn with_norm(kernel: Kernel, cols: usize, max_wg_bytes: u32) -> Option<Kernel> {
+    let pro = (cols / 4) as u32;
+    let (tok, rpt) = match kernel {
+        Kernel::Qmv { tok, rpt, .. } | Kernel::QmvGeluB { tok, rpt, .. } => (tok, rpt),
+        Kernel::QmvGlu { tok, pairs, .. } => (tok, 2 * pairs),
+        _ => return None,
+    };
+    let bytes = 16 * tok * pro + 4 * rpt * tok * QMV_WG;
+    if !cols.is_multiple_of(64) || bytes > max_wg_bytes {
+        return None;
+    }
+    Some(match kernel {
+        Kernel::Qmv { tok, lanes, rpt, .. } => Kernel::Qmv { tok, lanes, rpt, pro },
+        Kernel::QmvGlu { tok, lanes, pairs, .. } => Kernel::QmvGlu { tok, lanes, pairs, pro },
+        Kernel::QmvGeluB { tok, lanes, rpt, .. } => Kernel::QmvGeluB { tok, lanes, rpt, pro },
+        _ => return None,
+    })
 }
 
 /// Params of the gated qmv (matmul_gb_params.wgsl).

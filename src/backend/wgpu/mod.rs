@@ -209,6 +209,8 @@ struct Variant {
 enum Res {
     Buf(wgpu::Buffer),
     Params,
+    /// A second params block (offset, length) in the params buffer: the fused-norm prologue's.
+    ParamsAt(u64, u64),
     Step,
 }
 
@@ -1333,9 +1335,91 @@ impl<'a> Builder<'a> {
     fn norm(&mut self, x: &wgpu::Buffer, wt: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams) -> usize {
         let y = if p.count_sel == 1 { GridY::Out } else { GridY::Tokens };
         let d = || Res::Buf(self.dummy.clone());
-        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step];
+        // `res` (binding 8, read by mode 2 only): the weights stand in (read-only there too; the
+        // dummy is bound writable at 3..5, and one buffer may not be both in a dispatch).
+        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone())];
         self.spec(Kernel::RmsNorm, res, &p, p.segs, y);
         self.specs.len() - 1
+    }
+
+    /// A sandwich post-norm folded into the residual add: `out = (res + norm(a) · w) · post`
+    /// (rmsnorm mode 2). The residual stream ping-pongs between two buffers (`res` → `out`), so
+    /// that a decode step can run this norm inside the next mat-vec instead ([`Self::fuse_norm`]).
+    fn residual_norm(&mut self, a: &wgpu::Buffer, wt: &wgpu::Buffer, res: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams) -> usize {
+        let spec = self.norm(a, wt, out, NormParams { mode: 2, ..p });
+        self.specs[spec].res[8] = Res::Buf(res.clone());
+        spec
+    }
+
+    /// Moves the residual norm `norm` (with at most one chained norm) into the decode and verify
+    /// form of the 4-bit mat-vec recorded from spec `first` on, whose input is that norm's last
+    /// output: the mat-vec then runs qmv_norm.wgsl's prologue (it reads the norm's input and
+    /// residual, writes the updated residual), the norm runs in chunks only. One dispatch fewer
+    /// per fused norm in decode and verify steps; false (nothing changed) where it does not apply.
+    fn fuse_norm(&mut self, norm: usize, first: usize, h: usize) -> bool {
+        let sp = &self.specs[norm];
+        let range = sp.param_off as usize..(sp.param_off + sp.param_len) as usize;
+        let np: NormParams = bytemuck::pod_read_unaligned(&self.params[range]);
+        let plain_rows = np.segs == 1 && np.x_stride == h as u32 && np.out_stride == h as u32 && np.x_row_sel == 0 && np.count_sel == 0;
+        let applies = np.mode == 2 && np.chain <= 1 && np.pre == 1.0 && np.w_off != NO_WEIGHT && plain_rows && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT));
+        // KESTREL_FUSE_NORMS=0: every norm its own dispatch (an A/B knob for measurements).
+        let off = std::env::var("KESTREL_FUSE_NORMS").is_ok_and(|v| v == "0");
+        if off || h > PRO_MAX_HIDDEN || !applies || !matches!(sp.only, Only::Always) {
+            return false;
+        }
+        let max_wg = self.gpu.limits.max_compute_workgroup_storage_size;
+        // One decode dispatch must read the norm's output (a matrix in several parts is not fused).
+        let mut decode_forms = (first..self.specs.len()).filter(|&i| self.specs[i].only != Only::Multi && self.specs[i].single.is_some());
+        let (Some(ci), None) = (decode_forms.next(), decode_forms.next()) else {
+            return false;
+        };
+        let c = &self.specs[ci];
+        let (Some((sk, sx, _)), Some((vk, vx, _))) = (c.single, c.verify) else {
+            return false;
+        };
+        let verify_kernel = match vk {
+            Kernel::Qmv { lanes, rpt, .. } => Kernel::Qmv { tok: PRO_VERIFY_TOK, lanes, rpt, pro: 0 },
+            Kernel::QmvGlu { lanes, pairs, .. } => Kernel::QmvGlu { tok: PRO_VERIFY_TOK, lanes, pairs, pro: 0 },
+            Kernel::QmvGeluB { lanes, rpt, .. } => Kernel::QmvGeluB { tok: PRO_VERIFY_TOK, lanes, rpt, pro: 0 },
+            _ => return false,
+        };
+        let (Some(sk), Some(vk)) = (with_norm(sk, h, max_wg), with_norm(verify_kernel, h, max_wg)) else {
+            return false;
+        };
+        // The consumer's bindings with x replaced by the norm's input, then the prologue's.
+        let buf = |r: &Res| match r {
+            Res::Buf(b) => b.clone(),
+            _ => unreachable!("rmsnorm binds buffers at 0, 1, 2 and 8"),
+        };
+        let (a, wt, out, res_in) = (buf(&sp.res[0]), buf(&sp.res[1]), buf(&sp.res[2]), buf(&sp.res[8]));
+        let mut res = c.res.clone();
+        res[3] = Res::Buf(a);
+        let pro = NormPro { w1: np.w_off, post1: np.post, w2: if np.chain == 1 { np.w2_off } else { 0 }, post2: np.post2, eps: np.eps, second: np.chain, _pad: [0; 2] };
+        let (param_off, param_len) = (c.param_off, c.param_len);
+        let (pro_off, pro_len) = self.push_params(&pro);
+        res.extend([Res::Buf(res_in), Res::Buf(wt), Res::Buf(out), Res::ParamsAt(pro_off, pro_len)]);
+        let fused = Spec {
+            only: Only::Single,
+            kernel: sk,
+            single: Some((sk, sx, 1)),
+            verify: Some((vk, vx, PRO_VERIFY_TOK)),
+            res,
+            param_off,
+            param_len,
+            x: sx,
+            x_from_out: false,
+            x_from_tokens: false,
+            y: GridY::TokenTiles(PRO_VERIFY_TOK),
+        };
+        self.specs[norm].only = Only::Multi;
+        let c = &mut self.specs[ci];
+        if c.only == Only::Single {
+            self.specs[ci] = fused;
+        } else {
+            (c.only, c.single, c.verify) = (Only::Multi, None, None);
+            self.specs.insert(ci + 1, fused);
+        }
+        true
     }
 
     /// Folds a later norm of the rows the residual norm `spec` wrote (weight at `w_off`, scaled
@@ -1562,6 +1646,8 @@ impl<'a> Builder<'a> {
         let rope_stride = ds + df;
         let rope_buf = self.act("rope table", c * rope_stride)?;
         let x = self.act("x (residual)", c * h)?;
+        // The residual stream's other buffer: each residual norm reads one and writes the other.
+        let x_alt = self.act("x (residual, other)", c * h)?;
         let xn = self.act("xn (normed)", c * h)?;
         let xn2 = self.act("xn2 (MoE pre-expert norm)", if t.enable_moe_block { c * h } else { 1 })?;
         let q = self.act("q", c * q_max)?;
@@ -1634,8 +1720,11 @@ impl<'a> Builder<'a> {
             n: n as u32, segs: 1, x_stride: n as u32, x_row_sel: 0, out_stride: n as u32,
             w_off, mode, count_sel: 0, pre: 1.0, post, eps, ..Default::default()
         };
-        // The residual norm that ended the last layer (it wrote x), for the next input norm.
+        // The residual norm that ended the last layer, for the next input norm.
         let mut residual: Option<usize> = None;
+        // The residual stream: xs[cur] holds it; a residual norm writes xs[cur ^ 1] and flips cur.
+        let xs = [x.clone(), x_alt];
+        let mut cur = 0;
         for (li, (l, gl)) in cfg.layers.iter().zip(&layers).enumerate() {
             let ln = &layer_norms[li];
             let lw = &w.layers[li];
@@ -1645,17 +1734,22 @@ impl<'a> Builder<'a> {
             let slots = kv.caches[rc].slots as u32;
 
             // attention block; the input norm rides on the last layer's final residual norm
-            match residual.take() {
+            let input_norm = residual.take();
+            match input_norm {
                 Some(prev) => self.chain_norm(prev, ln.input, 1.0, &xn, h),
                 None => {
-                    self.norm(&x, &norm_buf, &xn, plain(h, ln.input, 0, 1.0));
+                    self.norm(&xs[cur], &norm_buf, &xn, plain(h, ln.input, 0, 1.0));
                 }
             }
             // Where q, k and v land: (buffer, offset in a row, row stride) each.
             let (qs, ks, vs) = match &gl.proj {
                 Proj::Stacked(m) => {
                     let rows = m.parts[0].rows;
+                    let first = self.specs.len();
                     self.matmul(m, &xn, h, &qkv, rows, false)?;
+                    if let Some(prev) = input_norm {
+                        self.fuse_norm(prev, first, h);
+                    }
                     let k_off = l.q_dim();
                     // attention_k_eq_v: V = raw K projection
                     let v_off = if rows > l.q_dim() + l.kv_dim() { k_off + l.kv_dim() } else { k_off };
@@ -1723,7 +1817,8 @@ impl<'a> Builder<'a> {
             self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
             self.specs.last_mut().expect("just pushed").only = Only::Single;
             self.matmul(&gl.o, &att, l.q_dim(), &o, h, false)?;
-            let post_attn = self.norm(&o, &norm_buf, &x, plain(h, ln.post_attn, 1, 1.0));
+            let post_attn = self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_attn, 2, 1.0));
+            cur ^= 1;
 
             // feed-forward block
             self.chain_norm(post_attn, ln.pre_ff, 1.0, &xn, h);
@@ -1755,7 +1850,11 @@ impl<'a> Builder<'a> {
                     l.mlp_width
                 }
                 Mlp::Stacked(gu) => {
+                    let first = self.specs.len();
                     self.matmul_glu(gu, l.mlp_width, &xn, h, &g)?;
+                    if gl.moe.is_none() {
+                        self.fuse_norm(post_attn, first, h);
+                    }
                     2 * l.mlp_width
                 }
             };
@@ -1793,19 +1892,23 @@ impl<'a> Builder<'a> {
                 ff_out = m1;
             }
             let post_ff_scale = if gl.ple.is_some() { 1.0 } else { lw.layer_scalar };
-            let post_ff = self.norm(ff_out, &norm_buf, &x, plain(h, ln.post_ff, 1, post_ff_scale));
+            let post_ff = self.residual_norm(ff_out, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_ff, 2, post_ff_scale));
+            cur ^= 1;
             residual = Some(post_ff);
 
             // per-layer input, then the layer scalar
             if let (Some((gate, proj)), Some((ple_all, _, ple_g))) = (&gl.ple, &ple_bufs) {
-                self.ple_gate(gate, &x, h, ple_g, ple_all, pd, nl * pd, li * pd)?;
+                let first = self.specs.len();
+                self.ple_gate(gate, &xs[cur], h, ple_g, ple_all, pd, nl * pd, li * pd)?;
+                self.fuse_norm(post_ff, first, h);
                 self.matmul(proj, ple_g, pd, &o, h, false)?;
-                residual = Some(self.norm(&o, &norm_buf, &x, plain(h, ln.ple_post, 1, lw.layer_scalar)));
+                residual = Some(self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.ple_post, 2, lw.layer_scalar)));
+                cur ^= 1;
             }
         }
 
         // ---- head: final norm of the output rows, tied LM head, softcap + argmax
-        self.norm(&x, &norm_buf, &xf, NormParams { x_row_sel: 1, count_sel: 1, ..plain(h, final_norm, 0, 1.0) });
+        self.norm(&xs[cur], &norm_buf, &xf, NormParams { x_row_sel: 1, count_sel: 1, ..plain(h, final_norm, 0, 1.0) });
         self.matmul(&embed, &xf, h, &logits, vocab, true)?;
         let cap = t.final_logit_softcapping.unwrap_or(0.0);
         let chunks = argmax_chunks(vocab);
@@ -1860,6 +1963,11 @@ impl<'a> Builder<'a> {
                             buffer: &param_buf,
                             offset: s.param_off,
                             size: std::num::NonZeroU64::new(s.param_len),
+                        }),
+                        Res::ParamsAt(offset, len) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: &param_buf,
+                            offset: *offset,
+                            size: std::num::NonZeroU64::new(*len),
                         }),
                         Res::Step => self.step_buf.as_entire_binding(),
                     },

@@ -1,0 +1,115 @@
+// qmv_norm: the fused-norm prologue of qmv.wgsl (PRO): before its mat-vec, each workgroup forms
+// its input from the residual stream itself, for each of its TOK tokens t (N = 4 · N4 values):
+//   h[t] = (res[t] + norm(a[t]) · w1) · post1        the residual after a sandwich norm
+//   v[t] = norm(h[t]) · w2 · post2   (second)        the next block's input norm, or
+//   v[t] = h[t]                      (no second)
+// with norm(u) = u · (mean(u²) + eps)^-½, a = the kernel's `x` binding (the branch output: o
+// of attention, the MLP's down projection, the per-layer projection), and stores v in workgroup
+// memory, where the loop reads it (xload). Workgroup 0 of each token tile also writes h to
+// res_out: the residual stream ping-pongs between two buffers, so no workgroup reads what
+// another writes in the same dispatch.
+// Why (PERF_NOTES.md, session 7): a residual norm as its own dispatch cost ≈ 5.5 µs of an E2B
+// decode step (decode steps that skip them: 3288 → 2708 µs for 105 norms); here it costs a few
+// loads from L2 and two workgroup sums.
+// The sums reduce over the workgroup in a fixed order that does not depend on TOK: decode and
+// verify tiles form bitwise-equal inputs (and so bitwise-equal rows).
+//
+// Bindings (after the kernel's): res: f32[count, N] as vec4; nw: f32[..] all norm weights, w1
+//   at np.w1, w2 at np.w2; res_out: f32[count, N] as vec4; np: NormPro.
+// Host guarantees: the matrix's cols = N = a's and res's row length; TOK · N4 vec4s fit in
+//   workgroup memory beside `red`.
+
+struct NormPro {
+    w1: u32,
+    post1: f32,
+    w2: u32,
+    post2: f32,
+    eps: f32,
+    second: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding({{PB}}) var<storage, read> res: array<vec4<f32>>;
+@group(0) @binding({{PB1}}) var<storage, read> nw: array<f32>;
+@group(0) @binding({{PB2}}) var<storage, read_write> res_out: array<vec4<f32>>;
+@group(0) @binding({{PB3}}) var<uniform> np: NormPro;
+
+const N4: u32 = {{N4}}u;
+const KV: u32 = {{KV}}u; // vec4s per thread: ceil(N4 / WG)
+
+const NCHUNK: u32 = N4 / 8u; // 32-value chunks per row
+
+// v of token t, as [t][vec4 j of a chunk][chunk]: the loop's lanes read consecutive chunks'
+// j-th vec4s, consecutive addresses (stored as the row is, [t][chunk][j], each lane's reads
+// were 128 bytes apart: bank conflicts, session 7's first fused form lost 30-60 % to them).
+var<workgroup> xw: array<vec4<f32>, TOK * N4>;
+
+fn xw_index(t: u32, k: u32) -> u32 {
+    return t * N4 + (k & 7u) * NCHUNK + (k >> 3u);
+}
+
+// The loop's i = t · N4 + 8 · chunk + j (xrows[t] = t · N4).
+fn xload(i: u32) -> vec4<f32> {
+    let t = select(0u, i / N4, TOK > 1u);
+    return xw[xw_index(t, i - t * N4)];
+}
+
+fn nw4(off: u32) -> vec4<f32> {
+    return vec4<f32>(nw[off], nw[off + 1u], nw[off + 2u], nw[off + 3u]);
+}
+
+// Σ over the workgroup's threads in a fixed order (subgroup sums, then those in order). Every
+// thread calls it (barriers); `red` is free again when it returns.
+fn pro_sum(v: f32, lid: u32) -> f32 {
+    let s = {{SG_ADD}};
+    if (lid % SG == 0u) { red[lid / SG] = s; }
+    workgroupBarrier();
+    var total = 0.0;
+    for (var i = 0u; i < WG / SG; i++) { total += red[i]; }
+    workgroupBarrier();
+    return total;
+}
+
+// Every thread calls it. `write`: this workgroup writes res_out for tokens t0 + t < count.
+fn qmv_prologue(lid: u32, write: bool, t0: u32, count: u32) {
+    let n = f32(N4 * 4u);
+    // @unroll t TOK
+    {
+        let tt = min(t0 + {t}u, count - 1u);
+        let ab = tt * (p.x_stride / 4u);
+        let rb = tt * N4;
+        // Every load is issued before any is used (one L2 round trip, not one per vec4).
+        // @unroll k KV
+        let i{k} = min(lid + {k}u * WG, N4 - 1u);
+        let a{k} = x[ab + i{k}];
+        let r{k} = res[rb + i{k}];
+        let w{k} = nw4(np.w1 + 4u * i{k});
+        let c{k} = nw4(np.w2 + 4u * i{k});
+        // @end k
+        var ss = 0.0;
+        // @unroll k KV
+        if (lid + {k}u * WG < N4) { ss += dot(a{k}, a{k}); }
+        // @end k
+        let inv1 = 1.0 / sqrt(pro_sum(ss, lid) / n + np.eps);
+        var ss2 = 0.0;
+        // @unroll k KV
+        let h{k} = ((a{k} * inv1) * w{k} + r{k}) * np.post1;
+        if (lid + {k}u * WG < N4) {
+            if (write && t0 + {t}u < count) { res_out[rb + i{k}] = h{k}; }
+            ss2 += dot(h{k}, h{k});
+        }
+        // @end k
+        var inv2 = 1.0;
+        if (np.second != 0u) { inv2 = 1.0 / sqrt(pro_sum(ss2, lid) / n + np.eps); }
+        // @unroll k KV
+        if (lid + {k}u * WG < N4) {
+            var v = h{k};
+            if (np.second != 0u) { v = ((h{k} * inv2) * c{k}) * np.post2; }
+            xw[xw_index({t}u, i{k})] = v;
+        }
+        // @end k
+    }
+    // @end t
+    workgroupBarrier();
+}
