@@ -260,7 +260,8 @@ fn main() {
 /// One grid-wide barrier (fence, atomic arrival, spin, fence: grid_barrier.wgsl) among 132, 264
 /// and 528 workgroups (1, 2, 4 per H200 SM: all resident), each dispatch 1000 of them: what a
 /// persistent decode kernel would pay between phases, against the dependent dispatch (the copy
-/// row) it would replace. A run first counts the reads that saw stale data (must be 0). Only on
+/// row) it would replace. A run first counts the reads that saw stale data (on the H200 most
+/// did, session 7: such a barrier orders atomics only, not plain stores). Only on
 /// a device with ≥ 132 SMs' worth of concurrent workgroups: elsewhere the grid would not be
 /// resident at once and the kernel would spin forever.
 fn grid_barrier_rows(h: &mut KernelHarness, filter: &str) {
