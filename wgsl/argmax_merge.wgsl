@@ -9,7 +9,6 @@
 // chunks in order keeping the first maximum, then a fixed tree picks (larger value, or equal
 // value and lower index).
 
-const WG: u32 = 256u;
 
 @group(0) @binding(0) var<storage, read_write> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> part: array<u32>;
@@ -17,8 +16,6 @@ const WG: u32 = 256u;
 @group(0) @binding(3) var<uniform> p: ArgmaxParams;
 @group(0) @binding(4) var<uniform> step: Step;
 
-var<workgroup> bv: array<f32, WG>;
-var<workgroup> bi: array<u32, WG>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -35,16 +32,6 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         // that has a value (strict >), and never over an equal real one (the index compare).
         if (v > best_v || (v == best_v && i < best_i)) { best_v = v; best_i = i; }
     }
-    bv[lid] = best_v;
-    bi[lid] = best_i;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            let ov = bv[lid + s];
-            let oi = bi[lid + s];
-            if (ov > bv[lid] || (ov == bv[lid] && oi < bi[lid])) { bv[lid] = ov; bi[lid] = oi; }
-        }
-        workgroupBarrier();
-    }
+    argmax_tree(best_v, best_i, lid);
     if (lid == 0u) { best[t] = bi[0]; }
 }

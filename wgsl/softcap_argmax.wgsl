@@ -17,7 +17,6 @@
 // each thread keeps the first maximum of its U values (visited in index order), then a fixed
 // tree picks (larger value, or equal value and lower index).
 
-const WG: u32 = 256u;
 const U: u32 = {{U}}u;
 const CH: u32 = WG * U;
 
@@ -27,8 +26,6 @@ const CH: u32 = WG * U;
 @group(0) @binding(3) var<uniform> p: ArgmaxParams;
 @group(0) @binding(4) var<uniform> step: Step;
 
-var<workgroup> bv: array<f32, WG>;
-var<workgroup> bi: array<u32, WG>;
 
 fn tanh_stable(z: f32) -> f32 {
     let e = exp(-2.0 * abs(z));
@@ -58,17 +55,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         if (v{u} > best_v) { best_v = v{u}; best_i = i0 + {u}u * WG; }
     }
     // @end u
-    bv[lid] = best_v;
-    bi[lid] = best_i;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            let ov = bv[lid + s];
-            let oi = bi[lid + s];
-            if (ov > bv[lid] || (ov == bv[lid] && oi < bi[lid])) { bv[lid] = ov; bi[lid] = oi; }
-        }
-        workgroupBarrier();
-    }
+    argmax_tree(best_v, best_i, lid);
     if (lid == 0u) {
         let o = 2u * (t * p.chunks + wid.x);
         part[o] = bitcast<u32>(bv[0]);

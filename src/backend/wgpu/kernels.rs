@@ -188,9 +188,9 @@ impl Kernel {
             Kernel::GeluMul => format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/gelu_mul.wgsl")),
             Kernel::SoftcapArgmax => {
                 let src = include_str!("../../../wgsl/softcap_argmax.wgsl").replace("{{U}}", &ARGMAX_U.to_string());
-                format!("{}\n{}", include_str!("../../../wgsl/argmax_params.wgsl"), unroll(&src, &[("U", ARGMAX_U)]))
+                format!("{}\n{}", include_str!("../../../wgsl/argmax_common.wgsl"), unroll(&src, &[("U", ARGMAX_U)]))
             }
-            Kernel::ArgmaxMerge => format!("{}\n{}", include_str!("../../../wgsl/argmax_params.wgsl"), include_str!("../../../wgsl/argmax_merge.wgsl")),
+            Kernel::ArgmaxMerge => format!("{}\n{}", include_str!("../../../wgsl/argmax_common.wgsl"), include_str!("../../../wgsl/argmax_merge.wgsl")),
             Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
             Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
