@@ -264,6 +264,7 @@ fn qmv_kernel(pro: u32, first: u32, sg: u32) -> String {
     src.replace("// {{XLOAD}}", &pro_src).replace("{{XROW}}", "{t}u * N4").replace("// {{PROLOGUE}}", "qmv_prologue(lid, wid.x + wid.z == 0u, t0, count);")
 }
 
+/// The label suffix of a fused-norm variant (`_norm1536`), none for the plain one.
 fn pro_label(pro: u32) -> String {
     if pro == 0 {
         String::new()
