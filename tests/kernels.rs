@@ -731,7 +731,7 @@ impl Case for NormQmvCase {
         params.extend_from_slice(bytemuck::bytes_of(&pro));
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let (kernel, rows_per_wg) = if glu { qmv_glu_shape(rows, cols, cols, tile as u32) } else { qmv_shape(rows, cols, cols, tile as u32) }.expect("qmv applies to this case");
-        let kernel = with_norm(kernel, cols, 32768).expect("the fused form fits in lavapipe's workgroup memory");
+        let kernel = with_norm(kernel, tile as u32, cols, 32768).expect("the fused form fits in lavapipe's workgroup memory");
         let grid = (rows.div_ceil(rows_per_wg as usize) as u32, tokens.div_ceil(tile) as u32, 1);
         Launch { kernel, bufs, params, step, grid, then: None, post: None }
     }

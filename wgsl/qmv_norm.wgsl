@@ -61,17 +61,9 @@ fn nw4(off: u32) -> vec4<f32> {
     return vec4<f32>(nw[off], nw[off + 1u], nw[off + 2u], nw[off + 3u]);
 }
 
-// Σ over the workgroup's threads in a fixed order (subgroup sums, then those in order). Every
-// thread calls it (barriers); `red` is free again when it returns.
-fn pro_sum(v: f32, lid: u32) -> f32 {
-    let s = {{SG_ADD}};
-    if (lid % SG == 0u) { red[lid / SG] = s; }
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < WG / SG; i++) { total += red[i]; }
-    workgroupBarrier();
-    return total;
-}
+// workgroup_sum: the norms' sums, as rmsnorm.wgsl reduces them (qmv_core.wgsl declares SG and
+// `red`, which is free again when it returns).
+// {{WORKGROUP_SUM}}
 
 // Every thread calls it. `write`: this workgroup writes res_out for tokens t0 + t < count.
 fn qmv_prologue(lid: u32, write: bool, t0: u32, count: u32) {
@@ -87,13 +79,14 @@ fn qmv_prologue(lid: u32, write: bool, t0: u32, count: u32) {
         let a{k} = x[ab + i{k}];
         let r{k} = res[rb + i{k}];
         let w{k} = nw4(np.w1 + 4u * i{k});
-        let c{k} = nw4(np.w2 + 4u * i{k});
+        var c{k} = vec4<f32>(1.0);
+        if (np.second != 0u) { c{k} = nw4(np.w2 + 4u * i{k}); }
         // @end k
         var ss = 0.0;
         // @unroll k KV
         if (lid + {k}u * WG < N4) { ss += dot(a{k}, a{k}); }
         // @end k
-        let inv1 = 1.0 / sqrt(pro_sum(ss, lid) / n + np.eps);
+        let inv1 = 1.0 / sqrt(workgroup_sum(ss, lid) / n + np.eps);
         var ss2 = 0.0;
         // @unroll k KV
         let h{k} = ((a{k} * inv1) * w{k} + r{k}) * np.post1;
@@ -103,7 +96,7 @@ fn qmv_prologue(lid: u32, write: bool, t0: u32, count: u32) {
         }
         // @end k
         var inv2 = 1.0;
-        if (np.second != 0u) { inv2 = 1.0 / sqrt(pro_sum(ss2, lid) / n + np.eps); }
+        if (np.second != 0u) { inv2 = 1.0 / sqrt(workgroup_sum(ss2, lid) / n + np.eps); }
         // @unroll k KV
         if (lid + {k}u * WG < N4) {
             var v = h{k};

@@ -4,8 +4,8 @@
 // log2(WG) + 2. Deterministic on a given device (the same values in the same lanes give the
 // same sum), so a token's result does not depend on its chunk. Relies on subgroups of SG
 // consecutive invocations (what Vulkan drivers do for one-dimensional workgroups; the host
-// passes SG only when the device reports one fixed size). Every thread must call it.
-const SG: u32 = {{SG}}u;
+// passes SG only when the device reports one fixed size). Every thread must call it. SG is
+// declared by the kernel (`const SG: u32 = {{SG}}u;`, the host substitutes it).
 
 fn workgroup_sum(ss: f32, lid: u32) -> f32 {
     let s = subgroupAdd(ss);

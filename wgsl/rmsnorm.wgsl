@@ -77,6 +77,7 @@ fn finish(y0: f32, i: u32, ob: u32) -> f32 {
     return y;
 }
 
+const SG: u32 = {{SG}}u; // subgroup size (1 without subgroups): reduce_subgroup.wgsl's
 // {{WORKGROUP_SUM}}
 
 @compute @workgroup_size(256)

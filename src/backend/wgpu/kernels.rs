@@ -259,8 +259,8 @@ fn qmv_kernel(pro: u32, first: u32, sg: u32) -> String {
         .replace("{{PB3}}", &(first + 3).to_string())
         .replace("{{N4}}", &pro.to_string())
         .replace("{{KV}}", &pro.div_ceil(QMV_WG).to_string())
-        .replace("{{SG_ADD}}", if sg > 0 { "subgroupAdd(v)" } else { "v" })
         .replace("// @unroll k KV", &format!("// @unroll k {}", pro.div_ceil(QMV_WG)));
+    let pro_src = subgroup_text(&pro_src, sg);
     src.replace("// {{XLOAD}}", &pro_src).replace("{{XROW}}", "{t}u * N4").replace("// {{PROLOGUE}}", "qmv_prologue(lid, wid.x + wid.z == 0u, t0, count);")
 }
 
@@ -588,25 +588,19 @@ pub const PRO_MAX_HIDDEN: usize = 2048;
 /// (4 bytes × cols per token), so the tile is smaller than [`MATMUL_VERIFY_TOK`].
 pub const PRO_VERIFY_TOK: u32 = 2;
 
-/// The fused-norm form of a qmv variant over rows of `cols` values, where the tile's inputs
-/// fit in workgroup memory beside the reduction's (`None` elsewhere, and for other kernels).
-pub fn with_norm(kernel: Kernel, cols: usize, max_wg_bytes: u32) -> Option<Kernel> {
+/// The fused-norm form of a qmv variant (same lanes and rows per team, so the same rows) at
+/// token tile `tok`, over rows of `cols` values, where the tile's inputs fit in workgroup
+/// memory beside the reduction's (`None` elsewhere, and for other kernels).
+pub fn with_norm(kernel: Kernel, tok: u32, cols: usize, max_wg_bytes: u32) -> Option<Kernel> {
     let pro = (cols / 4) as u32;
-    let (tok, rpt) = match kernel {
-        Kernel::Qmv { tok, rpt, .. } | Kernel::QmvGeluB { tok, rpt, .. } => (tok, rpt),
-        Kernel::QmvGlu { tok, pairs, .. } => (tok, 2 * pairs),
+    let (fused, rpt) = match kernel {
+        Kernel::Qmv { lanes, rpt, .. } => (Kernel::Qmv { tok, lanes, rpt, pro }, rpt),
+        Kernel::QmvGlu { lanes, pairs, .. } => (Kernel::QmvGlu { tok, lanes, pairs, pro }, 2 * pairs),
+        Kernel::QmvGeluB { lanes, rpt, .. } => (Kernel::QmvGeluB { tok, lanes, rpt, pro }, rpt),
         _ => return None,
     };
     let bytes = 16 * tok * pro + 4 * rpt * tok * QMV_WG;
-    if !cols.is_multiple_of(64) || bytes > max_wg_bytes {
-        return None;
-    }
-    Some(match kernel {
-        Kernel::Qmv { tok, lanes, rpt, .. } => Kernel::Qmv { tok, lanes, rpt, pro },
-        Kernel::QmvGlu { tok, lanes, pairs, .. } => Kernel::QmvGlu { tok, lanes, pairs, pro },
-        Kernel::QmvGeluB { tok, lanes, rpt, .. } => Kernel::QmvGeluB { tok, lanes, rpt, pro },
-        _ => return None,
-    })
+    (cols.is_multiple_of(64) && bytes <= max_wg_bytes).then_some(fused)
 }
 
 /// Params of the gated qmv (matmul_gb_params.wgsl).

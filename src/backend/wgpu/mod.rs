@@ -1377,13 +1377,7 @@ impl<'a> Builder<'a> {
         let (Some((sk, sx, _)), Some((vk, vx, _))) = (c.single, c.verify) else {
             return false;
         };
-        let verify_kernel = match vk {
-            Kernel::Qmv { lanes, rpt, .. } => Kernel::Qmv { tok: PRO_VERIFY_TOK, lanes, rpt, pro: 0 },
-            Kernel::QmvGlu { lanes, pairs, .. } => Kernel::QmvGlu { tok: PRO_VERIFY_TOK, lanes, pairs, pro: 0 },
-            Kernel::QmvGeluB { lanes, rpt, .. } => Kernel::QmvGeluB { tok: PRO_VERIFY_TOK, lanes, rpt, pro: 0 },
-            _ => return false,
-        };
-        let (Some(sk), Some(vk)) = (with_norm(sk, h, max_wg), with_norm(verify_kernel, h, max_wg)) else {
+        let (Some(sk), Some(vk)) = (with_norm(sk, 1, h, max_wg), with_norm(vk, PRO_VERIFY_TOK, h, max_wg)) else {
             return false;
         };
         // The consumer's bindings with x replaced by the norm's input, then the prologue's.
