@@ -10,6 +10,8 @@
 // value and lower index).
 
 
+const WG: u32 = 256u;
+
 @group(0) @binding(0) var<storage, read_write> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> part: array<u32>;
 @group(0) @binding(2) var<storage, read_write> best: array<u32>;

@@ -29,8 +29,6 @@ struct RouterParams {
 @group(0) @binding(4) var<uniform> p: RouterParams;
 @group(0) @binding(5) var<uniform> step: Step;
 
-var<workgroup> bv: array<f32, WG>;
-var<workgroup> bi: array<u32, WG>;
 var<workgroup> chosen: array<u32, WG>;
 var<workgroup> mx: f32;
 var<workgroup> ex: array<f32, WG>;
@@ -47,17 +45,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // k rounds of a (value, lower index) argmax over the experts not yet chosen.
     var mine = s;
     for (var j = 0u; j < p.top_k; j++) {
-        bv[lid] = mine;
-        bi[lid] = select(0xffffffffu, e, e < p.n_experts);
-        workgroupBarrier();
-        for (var st = WG / 2u; st > 0u; st >>= 1u) {
-            if (lid < st) {
-                let ov = bv[lid + st];
-                let oi = bi[lid + st];
-                if (ov > bv[lid] || (ov == bv[lid] && oi < bi[lid])) { bv[lid] = ov; bi[lid] = oi; }
-            }
-            workgroupBarrier();
-        }
+        argmax_tree(mine, select(0xffffffffu, e, e < p.n_experts), lid);
         if (lid == 0u) {
             chosen[j] = bi[0];
             if (j == 0u) { mx = bv[0]; }

@@ -20,6 +20,8 @@
 const U: u32 = {{U}}u;
 const CH: u32 = WG * U;
 
+const WG: u32 = 256u;
+
 @group(0) @binding(0) var<storage, read_write> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> part: array<u32>;
 @group(0) @binding(2) var<storage, read_write> best: array<u32>;

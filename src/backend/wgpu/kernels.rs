@@ -147,6 +147,8 @@ impl Kernel {
         let moe_params = include_str!("../../../wgsl/moe_params.wgsl");
         let matmul_params = include_str!("../../../wgsl/matmul_params.wgsl");
         let groups = include_str!("../../../wgsl/formats/groups.wgsl");
+        let argmax_params = include_str!("../../../wgsl/argmax_params.wgsl");
+        let argmax_tree = include_str!("../../../wgsl/argmax_tree.wgsl");
         match self {
             Kernel::Matmul(f, tok) => {
                 let src = include_str!("../../../wgsl/matmul.wgsl");
@@ -188,10 +190,10 @@ impl Kernel {
             Kernel::GeluMul => format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/gelu_mul.wgsl")),
             Kernel::SoftcapArgmax => {
                 let src = include_str!("../../../wgsl/softcap_argmax.wgsl").replace("{{U}}", &ARGMAX_U.to_string());
-                format!("{}\n{}", include_str!("../../../wgsl/argmax_common.wgsl"), unroll(&src, &[("U", ARGMAX_U)]))
+                format!("{argmax_params}\n{argmax_tree}\n{}", unroll(&src, &[("U", ARGMAX_U)]))
             }
-            Kernel::ArgmaxMerge => format!("{}\n{}", include_str!("../../../wgsl/argmax_common.wgsl"), include_str!("../../../wgsl/argmax_merge.wgsl")),
-            Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
+            Kernel::ArgmaxMerge => format!("{argmax_params}\n{argmax_tree}\n{}", include_str!("../../../wgsl/argmax_merge.wgsl")),
+            Kernel::RouterTopk => format!("{argmax_tree}\n{}", include_str!("../../../wgsl/router_topk.wgsl")),
             Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
             Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),

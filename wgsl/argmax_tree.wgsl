@@ -1,15 +1,6 @@
-// argmax_common: what softcap_argmax.wgsl and argmax_merge.wgsl share (prepended by the host):
-// the params struct (mirrors `ArgmaxParams` in kernels.rs) and the workgroup's (value, index)
-// tree.
-
-const WG: u32 = 256u;
-
-struct ArgmaxParams {
-    vocab: u32,
-    cap: f32,
-    chunks: u32, // ceil(vocab / CH): softcap_argmax's workgroups per row, argmax_merge's pairs
-    _pad0: u32,
-}
+// argmax_tree: the workgroup's (value, index) argmax tree, shared by softcap_argmax.wgsl,
+// argmax_merge.wgsl and router_topk.wgsl (prepended by the host). The kernel declares WG (its
+// workgroup size, a power of two).
 
 var<workgroup> bv: array<f32, WG>;
 var<workgroup> bi: array<u32, WG>;
