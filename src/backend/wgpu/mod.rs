@@ -1351,34 +1351,41 @@ impl<'a> Builder<'a> {
         spec
     }
 
+    /// The params of the rmsnorm spec `spec`, and where they sit in the params buffer.
+    fn norm_params(&self, spec: usize) -> (NormParams, std::ops::Range<usize>) {
+        let sp = &self.specs[spec];
+        debug_assert!(matches!(sp.kernel, Kernel::RmsNorm), "not a norm");
+        let range = sp.param_off as usize..(sp.param_off + sp.param_len) as usize;
+        (bytemuck::pod_read_unaligned(&self.params[range.clone()]), range)
+    }
+
     /// Moves the residual norm `norm` (with at most one chained norm) into the decode and verify
     /// form of the 4-bit mat-vec recorded from spec `first` on, whose input is that norm's last
     /// output: the mat-vec then runs qmv_norm.wgsl's prologue (it reads the norm's input and
     /// residual, writes the updated residual), the norm runs in chunks only. One dispatch fewer
-    /// per fused norm in decode and verify steps; false (nothing changed) where it does not apply.
-    fn fuse_norm(&mut self, norm: usize, first: usize, h: usize) -> bool {
+    /// per fused norm in decode and verify steps; nothing changes where it does not apply.
+    fn fuse_norm(&mut self, norm: usize, first: usize, h: usize) {
+        let (np, _) = self.norm_params(norm);
         let sp = &self.specs[norm];
-        let range = sp.param_off as usize..(sp.param_off + sp.param_len) as usize;
-        let np: NormParams = bytemuck::pod_read_unaligned(&self.params[range]);
         let plain_rows = np.segs == 1 && np.x_stride == h as u32 && np.out_stride == h as u32 && np.x_row_sel == 0 && np.count_sel == 0;
         let applies = np.mode == 2 && np.chain <= 1 && np.pre == 1.0 && np.w_off != NO_WEIGHT && plain_rows && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT));
         // KESTREL_FUSE_NORMS=0: every norm its own dispatch (an A/B knob for measurements).
         let off = std::env::var("KESTREL_FUSE_NORMS").is_ok_and(|v| v == "0");
         if off || h > PRO_MAX_HIDDEN || !applies || !matches!(sp.only, Only::Always) {
-            return false;
+            return;
         }
         let max_wg = self.gpu.limits.max_compute_workgroup_storage_size;
         // One decode dispatch must read the norm's output (a matrix in several parts is not fused).
         let mut decode_forms = (first..self.specs.len()).filter(|&i| self.specs[i].only != Only::Multi && self.specs[i].single.is_some());
         let (Some(ci), None) = (decode_forms.next(), decode_forms.next()) else {
-            return false;
+            return;
         };
         let c = &self.specs[ci];
         let (Some((sk, sx, _)), Some((vk, vx, _))) = (c.single, c.verify) else {
-            return false;
+            return;
         };
         let (Some(sk), Some(vk)) = (with_norm(sk, 1, h, max_wg), with_norm(vk, PRO_VERIFY_TOK, h, max_wg)) else {
-            return false;
+            return;
         };
         // The consumer's bindings with x replaced by the norm's input, then the prologue's.
         let buf = |r: &Res| match r {
@@ -1413,17 +1420,14 @@ impl<'a> Builder<'a> {
             (c.only, c.single, c.verify) = (Only::Multi, None, None);
             self.specs.insert(ci + 1, fused);
         }
-        true
     }
 
     /// Folds a later norm of the rows the residual norm `spec` wrote (weight at `w_off`, scaled
     /// by `post`, into `dst`, rows `stride` apart) into that norm: one dispatch fewer, the same
     /// arithmetic. Up to three per norm, all with one stride.
     fn chain_norm(&mut self, spec: usize, w_off: u32, post: f32, dst: &wgpu::Buffer, stride: usize) {
+        let (mut p, range) = self.norm_params(spec);
         let sp = &mut self.specs[spec];
-        debug_assert!(matches!(sp.kernel, Kernel::RmsNorm), "chained onto a non-norm");
-        let range = sp.param_off as usize..(sp.param_off + sp.param_len) as usize;
-        let mut p: NormParams = bytemuck::pod_read_unaligned(&self.params[range.clone()]);
         debug_assert!(p.segs == 1 && p.chain < 3, "chains need one segment, at most three outputs");
         debug_assert!(p.chain == 0 || p.out2_stride == stride as u32, "chained outputs share a stride");
         match p.chain {
