@@ -680,8 +680,9 @@ impl Case for NormQmvCase {
         let w_rows = if glu { 2 * rows } else { rows };
         let w = Weights::new(Format::Q4, w_rows, cols, 64, rng);
         let (a, res) = (rng.vec(tokens * cols), rng.vec(tokens * cols));
-        let (w1_off, w2_off) = (5, 5 + cols + 3);
-        let nw: Vec<f32> = (0..w2_off + cols + 1).map(|_| 0.5 + 0.5 * (rng.uniform() + 1.0)).collect();
+        // Offsets past the buffer's start, multiples of 4 (read as vec4, the host aligns them).
+        let (w1_off, w2_off) = (8, 8 + cols + 4);
+        let nw: Vec<f32> = (0..w2_off + cols + 4).map(|_| 0.5 + 0.5 * (rng.uniform() + 1.0)).collect();
         let (post1, post2, eps) = (0.75f32, 1.25f32, 1e-6f32);
         // The reference: rmsnorm (ops) in f64 sums, then the mat-vec of the normed rows.
         let mut hs = Vec::with_capacity(tokens * cols);

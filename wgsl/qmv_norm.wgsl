@@ -16,8 +16,9 @@
 // The sums reduce over the workgroup in a fixed order that does not depend on TOK: decode and
 // verify tiles form bitwise-equal inputs (and so bitwise-equal rows).
 //
-// Bindings (after the kernel's): res: f32[count, N] as vec4; nw: f32[..] all norm weights, w1
-//   at np.w1, w2 at np.w2; res_out: f32[count, N] as vec4; np: NormPro.
+// Bindings (after the kernel's): res: f32[count, N] as vec4; nw: f32[..] all norm weights as
+//   vec4, w1 at value offset np.w1, w2 at np.w2 (multiples of 4); res_out: f32[count, N] as vec4;
+//   np: NormPro.
 // Host guarantees: the matrix's cols = N = a's and res's row length; TOK · N4 vec4s fit in
 //   workgroup memory beside `red`.
 
@@ -33,7 +34,7 @@ struct NormPro {
 }
 
 @group(0) @binding({{PB}}) var<storage, read> res: array<vec4<f32>>;
-@group(0) @binding({{PB1}}) var<storage, read> nw: array<f32>;
+@group(0) @binding({{PB1}}) var<storage, read> nw: array<vec4<f32>>;
 @group(0) @binding({{PB2}}) var<storage, read_write> res_out: array<vec4<f32>>;
 @group(0) @binding({{PB3}}) var<uniform> np: NormPro;
 
@@ -57,8 +58,10 @@ fn xload(i: u32) -> vec4<f32> {
     return xw[xw_index(t, i - t * N4)];
 }
 
+// A norm weight's vec4 at value offset `off` (a multiple of 4: one 16-byte load, where four
+// scalar loads cost E4B ≈ 5 % of a decode step; PERF_NOTES.md, session 8).
 fn nw4(off: u32) -> vec4<f32> {
-    return vec4<f32>(nw[off], nw[off + 1u], nw[off + 2u], nw[off + 3u]);
+    return nw[off / 4u];
 }
 
 // workgroup_sum: the norms' sums, as rmsnorm.wgsl reduces them (qmv_core.wgsl declares SG and
@@ -108,3 +111,4 @@ fn qmv_prologue(lid: u32, write: bool, t0: u32, count: u32) {
     // @end t
     workgroupBarrier();
 }
+

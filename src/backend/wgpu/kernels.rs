@@ -580,10 +580,12 @@ pub struct NormPro {
 }
 
 /// The widest residual stream whose norms the decode mat-vecs take over (`fuse_norm` in
-/// mod.rs). Measured on the H200 (PERF_NOTES.md, session 7, same binary, fused vs
-/// `KESTREL_FUSE_NORMS=0`): E2B (1536) 306 → 311–316 tok/s, but E4B (2560) 205 → 190 and 26B
-/// (2816) 202 → 181: there the fused mat-vecs lost more than the norm dispatches cost (26B's
-/// q|k|v 17 → 37 µs), for reasons not yet found.
+/// mod.rs). Measured on the H200 (PERF_NOTES.md, sessions 7 and 8, same binary, fused vs
+/// `KESTREL_FUSE_NORMS=0` / `all`): E2B (1536) 307 → 322 tok/s, but E4B (2560) 207 → 198 and
+/// 26B (2816) 202 → 184. The prologue's cost follows the bytes every workgroup reads again
+/// (the norm's input, the residual and the weights: 40–45 KB per workgroup there, against 24 KB
+/// at 1536); at 2560 no consumer kind gains alone (q|k|v 200, gate|up 191, per-layer gate 205),
+/// and neither a three-pass prologue nor tiles of more rows per workgroup closed the gap.
 pub const PRO_MAX_HIDDEN: usize = 2048;
 
 /// Token tile of the fused-norm qmv's verify form: the tile's inputs live in workgroup memory

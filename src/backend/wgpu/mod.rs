@@ -1368,10 +1368,12 @@ impl<'a> Builder<'a> {
         let (np, _) = self.norm_params(norm);
         let sp = &self.specs[norm];
         let plain_rows = np.segs == 1 && np.x_stride == h as u32 && np.out_stride == h as u32 && np.x_row_sel == 0 && np.count_sel == 0;
-        let applies = np.mode == 2 && np.chain <= 1 && np.pre == 1.0 && np.w_off != NO_WEIGHT && plain_rows && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT));
-        // KESTREL_FUSE_NORMS=0: every norm its own dispatch (an A/B knob for measurements).
-        let off = std::env::var("KESTREL_FUSE_NORMS").is_ok_and(|v| v == "0");
-        if off || h > PRO_MAX_HIDDEN || !applies || !matches!(sp.only, Only::Always) {
+        let applies = np.mode == 2 && np.chain <= 1 && np.pre == 1.0 && np.w_off != NO_WEIGHT && np.w_off % 4 == 0 && plain_rows && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT && np.w2_off % 4 == 0));
+        // A/B knobs for measurements: KESTREL_FUSE_NORMS=0, every norm its own dispatch; =all,
+        // fused at every hidden size (past PRO_MAX_HIDDEN too).
+        let knob = std::env::var("KESTREL_FUSE_NORMS").unwrap_or_default();
+        let off = knob == "0";
+        if off || (h > PRO_MAX_HIDDEN && knob != "all") || !applies || !matches!(sp.only, Only::Always) {
             return;
         }
         let max_wg = self.gpu.limits.max_compute_workgroup_storage_size;
@@ -1465,7 +1467,9 @@ impl<'a> Builder<'a> {
 
         // ---- norm weights: one buffer, offsets recorded per use
         let mut norms: Vec<f32> = Vec::new();
+        // Each norm starts at a multiple of 4 values: the fused-norm mat-vec reads them as vec4.
         let mut add_norm = |v: &[f32]| -> u32 {
+            norms.resize(norms.len().next_multiple_of(4), 0.0);
             let off = norms.len() as u32;
             norms.extend_from_slice(v);
             off
@@ -1499,6 +1503,7 @@ impl<'a> Builder<'a> {
             .collect();
         let final_norm = add_norm(&w.final_norm);
         let ple_norm = w.ple.as_ref().map_or(NO_WEIGHT, |p| add_norm(&p.projection_norm));
+        norms.resize(norms.len().next_multiple_of(4), 0.0);
         let norm_buf = self.gpu.upload("norm weights", bytemuck::cast_slice(&norms));
         self.weight_bytes += 4 * norms.len() as u64;
 

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Session 8, probe 3: E4B decode with the norms fused into one kind of consumer at a time
+# (KESTREL_FUSE_ONLY: q|k|v = qmv, gate|up = glu, per-layer gate = gb): the final run said
+# fusing into all three loses at hidden 2560 (207.3 → 198.2); does any one of them win?
+set -uo pipefail
+. tools/device/env.sh
+F="$OUT/p3.txt"
+date -u | tee "$F"
+run() { # arch, env...
+  local arch=$1; shift
+  echo "== $arch $*" | tee -a "$F"
+  env "$@" ./target/release/kestrel bench --model /tmp/$arch -p 16 -n 128 2>&1 | grep -E "tg128|decode step:|^\| qmv_|^\| rmsnorm" | tee -a "$F"
+}
+./target/release/kestrel synth --arch e4b --quant 4bit /tmp/e4b > /dev/null 2>&1
+run e4b KESTREL_FUSE_NORMS=0
+for k in qmv glu gb glu,gb; do run e4b KESTREL_FUSE_NORMS=all KESTREL_FUSE_ONLY=$k; done
+run e4b KESTREL_FUSE_NORMS=0
+date -u | tee -a "$F"
