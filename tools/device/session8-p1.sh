@@ -4,6 +4,8 @@
 # prologue as committed, in three passes (KESTREL_PRO_LEAN=1: fewer registers live), with the
 # fused loop staging x from workgroup memory (KESTREL_PRO_STAGE=1), and with tiles of more
 # rows per workgroup (fewer prologues: KESTREL_QMV_TILES).
+# The knobs other than KESTREL_FUSE_NORMS and KESTREL_QMV_TILES are in
+# tools/experiments/fused-norm-forms.patch: apply it and build before running this.
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/p1.txt"

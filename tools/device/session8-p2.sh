@@ -3,6 +3,8 @@
 # tiles of more rows per workgroup (fewer redundant prologues: p1 said the prologue's cost
 # follows the workgroup count), against unfused; and the prologue without its norm-weight loads
 # (KESTREL_EXP_PRO_NOW=1, wrong output: what bf16 norm weights could buy at most).
+# The knobs other than KESTREL_FUSE_NORMS and KESTREL_QMV_TILES are in
+# tools/experiments/fused-norm-forms.patch: apply it and build before running this.
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/p2.txt"
