@@ -1759,12 +1759,18 @@ impl<'a> Builder<'a> {
                     ((&qkv, 0, rows), (&qkv, k_off, rows), (&qkv, v_off, rows))
                 }
                 Proj::Separate { q: qm, k, v } => {
+                    let first = self.specs.len();
                     self.matmul(qm, &xn, h, &att, l.q_dim(), false)?;
                     if let Some(k) = k {
                         self.matmul(k, &xn, h, &ktmp, l.kv_dim(), false)?;
                     }
                     if let Some(v) = v {
                         self.matmul(v, &xn, h, &vtmp, l.kv_dim(), false)?;
+                    }
+                    // A KV-sharing layer's q is the norm's only reader (with k or v, fuse_norm
+                    // finds several readers and leaves the norm alone).
+                    if let Some(prev) = input_norm {
+                        self.fuse_norm(prev, first, h);
                     }
                     let vsrc = if v.is_some() { &vtmp } else { &ktmp };
                     ((&att, 0, l.q_dim()), (&ktmp, 0, l.kv_dim()), (vsrc, 0, l.kv_dim()))
