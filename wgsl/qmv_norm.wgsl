@@ -11,8 +11,9 @@
 // Why (PERF_NOTES.md, session 7): a residual norm as its own dispatch cost ≈ 5.5 µs of an E2B
 // decode step (decode steps that skip them: 3288 → 2708 µs for 105 norms); here it costs a few
 // loads from L2 and two workgroup sums before the loop. Measured, that wins at E2B's hidden
-// size (1536: 306 → 311–316 tok/s) and loses at 2560 and 2816 (E4B, 26B), for reasons not yet
-// found: the host fuses only up to PRO_MAX_HIDDEN.
+// size (1536: 306 → 339 tok/s) and loses at 2560 and 2816 (E4B, 26B: 207 → 198, 202 → 184):
+// every workgroup reads 16 bytes per input value before its first weight load, and the wider
+// consumers have more workgroups (session 8). The host fuses only up to PRO_MAX_HIDDEN.
 // The sums reduce over the workgroup in a fixed order that does not depend on TOK: decode and
 // verify tiles form bitwise-equal inputs (and so bitwise-equal rows).
 //
