@@ -581,7 +581,7 @@ pub struct NormPro {
 
 /// The widest residual stream whose norms the decode mat-vecs take over (`fuse_norm` in
 /// mod.rs). Measured on the H200 (PERF_NOTES.md, sessions 7 and 8, same binary, fused vs
-/// `KESTREL_FUSE_NORMS=0` / `all`): E2B (1536) 307 → 322 tok/s, but E4B (2560) 207 → 198 and
+/// `KESTREL_FUSE_NORMS=0` / `all`): E2B (1536) 306 → 339 tok/s, but E4B (2560) 207 → 198 and
 /// 26B (2816) 202 → 184. The prologue's cost follows the bytes every workgroup reads again
 /// (the norm's input, the residual and the weights: 40–45 KB per workgroup there, against 24 KB
 /// at 1536); at 2560 no consumer kind gains alone (q|k|v 200, gate|up 191, per-layer gate 205),
