@@ -3,3 +3,11 @@
 for f in .gl/*.deb; do dpkg -x "$f" / ; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# One decode-only A/B run: `ab_run FILE ARCH [VAR=value …]` benches /tmp/ARCH (-p 16 -n 128) with
+# those variables set and appends tg128, the step line and the mat-vec/norm rows of the
+# per-dispatch profile to FILE.
+ab_run() {
+  local file=$1 arch=$2; shift 2
+  echo "== $arch $*" | tee -a "$file"
+  env "$@" ./target/release/kestrel bench --model /tmp/$arch -p 16 -n 128 2>&1 | grep -E "tg128|decode step:|^\| qmv_|^\| rmsnorm" | tee -a "$file"
+}

@@ -10,11 +10,7 @@ K=./target/release/kestrel
 F="$OUT/final.txt"
 P="$OUT/probe.txt"
 date -u | tee "$F" "$P"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee -a "$F"
-run() { # arch, env...
-  local arch=$1; shift
-  echo "== $arch $*" | tee -a "$P"
-  env "$@" $K bench --model /tmp/$arch -p 16 -n 128 2>&1 | grep -E "tg128|decode step:|^\| qmv_|^\| rmsnorm" | tee -a "$P"
-}
+run() { ab_run "$P" "$@"; }
 for arch in e2b e4b 26b-a4b; do
   $K synth --arch $arch --quant 4bit /tmp/$arch > /dev/null 2>&1
   run $arch KESTREL_FUSE_NORMS=0

@@ -10,11 +10,7 @@ set -uo pipefail
 . tools/device/env.sh
 F="$OUT/p1.txt"
 date -u | tee "$F"
-run() { # arch, env...
-  local arch=$1; shift
-  echo "== $arch $*" | tee -a "$F"
-  env "$@" ./target/release/kestrel bench --model /tmp/$arch -p 16 -n 128 2>&1 | grep -E "tg128|decode step:|^\| qmv_|^\| rmsnorm" | tee -a "$F"
-}
+run() { ab_run "$F" "$@"; }
 TA="8192x2816=32x4,9216x2816=32x4,20480x2560=16x4,3072x2560=32x4,6144x2560=32x4"
 TB="8192x2816=16x4,9216x2816=16x4,20480x2560=8x4,3072x2560=16x4,6144x2560=16x4"
 for arch in e4b 26b-a4b e2b; do

@@ -9,11 +9,7 @@ set -uo pipefail
 . tools/device/env.sh
 F="$OUT/p2.txt"
 date -u | tee "$F"
-run() { # arch, env...
-  local arch=$1; shift
-  echo "== $arch $*" | tee -a "$F"
-  env "$@" ./target/release/kestrel bench --model /tmp/$arch -p 16 -n 128 2>&1 | grep -E "tg128|decode step:|^\| qmv_|^\| rmsnorm" | tee -a "$F"
-}
+run() { ab_run "$F" "$@"; }
 declare -A T1 T2 T3
 T1[e4b]="20480x2560=8x4,3072x2560=16x4,6144x2560=16x4,256x2560=16x2"
 T2[e4b]="20480x2560=16x4,3072x2560=32x4,6144x2560=32x4,256x2560=32x2"

@@ -8,11 +8,7 @@ set -uo pipefail
 . tools/device/env.sh
 F="$OUT/p3.txt"
 date -u | tee "$F"
-run() { # arch, env...
-  local arch=$1; shift
-  echo "== $arch $*" | tee -a "$F"
-  env "$@" ./target/release/kestrel bench --model /tmp/$arch -p 16 -n 128 2>&1 | grep -E "tg128|decode step:|^\| qmv_|^\| rmsnorm" | tee -a "$F"
-}
+run() { ab_run "$F" "$@"; }
 ./target/release/kestrel synth --arch e4b --quant 4bit /tmp/e4b > /dev/null 2>&1
 run e4b KESTREL_FUSE_NORMS=0
 for k in qmv glu gb glu,gb; do run e4b KESTREL_FUSE_NORMS=all KESTREL_FUSE_ONLY=$k; done

@@ -7,8 +7,5 @@ set -uo pipefail
 F="$OUT/p4.txt"
 date -u | tee "$F"
 ./target/release/kestrel synth --arch e2b --quant 4bit /tmp/e2b > /dev/null 2>&1
-for v in KESTREL_FUSE_NORMS=1 KESTREL_FUSE_NORMS=0 KESTREL_FUSE_NORMS=1; do
-  echo "== e2b $v" | tee -a "$F"
-  env $v ./target/release/kestrel bench --model /tmp/e2b -p 16 -n 128 2>&1 | grep -E "tg128|decode step:|^\| qmv_|^\| rmsnorm" | tee -a "$F"
-done
+for v in KESTREL_FUSE_NORMS=1 KESTREL_FUSE_NORMS=0 KESTREL_FUSE_NORMS=1; do ab_run "$F" e2b $v; done
 date -u | tee -a "$F"
