@@ -59,8 +59,8 @@ fn xload(i: u32) -> vec4<f32> {
     return xw[xw_index(t, i - t * N4)];
 }
 
-// A norm weight's vec4 at value offset `off` (a multiple of 4: one 16-byte load, where four
-// scalar loads cost E4B ≈ 5 % of a decode step; PERF_NOTES.md, session 8).
+// A norm weight's vec4 at value offset `off` (a multiple of 4): one 16-byte load instead of four
+// scalar ones took fused decode steps from 316 to 322 tok/s on E2B (PERF_NOTES.md, session 8).
 fn nw4(off: u32) -> vec4<f32> {
     return nw[off / 4u];
 }
@@ -112,4 +112,3 @@ fn qmv_prologue(lid: u32, write: bool, t0: u32, count: u32) {
     // @end t
     workgroupBarrier();
 }
-
