@@ -180,7 +180,7 @@ fn wgpu_streamed_experts_match_transformers() {
         let which: &[usize] = if name == "tiny-moe" { &[0, 1, 2] } else { &[2] };
         for (form, reference) in FORMS {
             check_form(name, form, reference, "wgpu", which, &|m, slots| {
-                wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: CHUNK, max_binding: None, expert_slots: slots }).map(|b| Box::new(b) as Box<dyn Backend>)
+                wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: CHUNK, max_binding: None, expert_slots: slots, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>)
             });
         }
     }

@@ -89,6 +89,19 @@ fn wgpu_matches_transformers() {
     }
 }
 
+/// Every residual norm its own dispatch (`fuse_norms_up_to: 0`): the decode path of hidden
+/// sizes past PRO_MAX_HIDDEN (E4B, 26B), which the fixtures' small hidden sizes would otherwise
+/// never run (by default their decode steps compute the norms inside the next mat-vec).
+#[test]
+fn wgpu_unfused_norms_match_transformers() {
+    run_all(
+        &["tiny-e2b", "tiny-e4b", "tiny-moe"],
+        &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 128, fuse_norms_up_to: 0, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
+        128,
+        "wgpu-unfused",
+    );
+}
+
 #[test]
 fn wgpu_split_tensors_match_transformers() {
     // A 4 KiB binding cap splits every weight into many row ranges (the mechanism that keeps

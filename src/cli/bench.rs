@@ -29,7 +29,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let max_pos = model.cfg.text.max_position_embeddings;
     let ctx = args.model.ctx_for(max_pos).max(args.n_prompt + args.n_gen + 1).min(max_pos);
     let expert_slots = super::generate::expert_slots(&args.model, &model)?;
-    let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.model.chunk, max_binding: None, expert_slots };
+    let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.model.chunk, max_binding: None, expert_slots, ..WgpuOptions::default() };
     let mut b = WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?;
     let vocab = model.cfg.text.vocab_size;
 

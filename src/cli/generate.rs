@@ -40,7 +40,7 @@ pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn B
     Ok(match args.backend {
         BackendKind::Cpu => Box::new(CpuBackend::with_experts(model.cfg.clone(), model.weights.clone(), ctx, expert_slots)?),
         BackendKind::Wgpu => {
-            let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.chunk, max_binding: None, expert_slots };
+            let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.chunk, max_binding: None, expert_slots, ..WgpuOptions::default() };
             Box::new(WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?)
         }
     })

@@ -68,11 +68,15 @@ pub struct WgpuOptions {
     pub max_binding: Option<u64>,
     /// Expert slots per MoE layer of an installation (`All`: every expert resident).
     pub expert_slots: ExpertSlots,
+    /// The widest hidden size whose residual norms decode and verify steps compute inside the
+    /// next mat-vec (0: every norm its own dispatch). `KESTREL_FUSE_NORMS=0|all` overrides it
+    /// for A/B measurements.
+    pub fuse_norms_up_to: usize,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        WgpuOptions { max_ctx: 4096, max_chunk: 128, max_binding: None, expert_slots: ExpertSlots::All }
+        WgpuOptions { max_ctx: 4096, max_chunk: 128, max_binding: None, expert_slots: ExpertSlots::All, fuse_norms_up_to: PRO_MAX_HIDDEN }
     }
 }
 
@@ -1370,10 +1374,13 @@ impl<'a> Builder<'a> {
         let plain_rows = np.segs == 1 && np.x_stride == h as u32 && np.out_stride == h as u32 && np.x_row_sel == 0 && np.count_sel == 0;
         let applies = np.mode == 2 && np.chain <= 1 && np.pre == 1.0 && np.w_off != NO_WEIGHT && np.w_off % 4 == 0 && plain_rows && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT && np.w2_off % 4 == 0));
         // A/B knobs for measurements: KESTREL_FUSE_NORMS=0, every norm its own dispatch; =all,
-        // fused at every hidden size (past PRO_MAX_HIDDEN too).
-        let knob = std::env::var("KESTREL_FUSE_NORMS").unwrap_or_default();
-        let off = knob == "0";
-        if off || (h > PRO_MAX_HIDDEN && knob != "all") || !applies || !matches!(sp.only, Only::Always) {
+        // fused at every hidden size.
+        let up_to = match std::env::var("KESTREL_FUSE_NORMS").as_deref() {
+            Ok("0") => 0,
+            Ok("all") => usize::MAX,
+            _ => self.opts.fuse_norms_up_to,
+        };
+        if h > up_to || !applies || !matches!(sp.only, Only::Always) {
             return;
         }
         let max_wg = self.gpu.limits.max_compute_workgroup_storage_size;
