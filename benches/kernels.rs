@@ -333,24 +333,26 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
         row(h, Kernel::QkvNormRope, format!("8 + 1 + 1 heads × {d}"), bufs, bytemuck::bytes_of(&p), ((n_q + 2 * n_kv) as u32, 1, 1));
     }
     // Decode attention at E2B's sliding heads (8 q heads on 1 kv head, d 256) over 131 keys
-    // (step.pos0 = 130), and at 1025 and 4097 keys: the split kernel, then the merge.
-    for keys in [131usize, 1025, 4097] {
+    // (step.pos0 = 130), and at 1025 and 4097 keys: the split kernel, then the merge. Then the
+    // split kernel with one split at 32–256 keys: what a one-pass attention without the merge
+    // dispatch would cost at short contexts (PERF_NOTES.md, session 8, next step 1).
+    for (keys, splits) in [(131usize, ATTN_SPLITS), (1025, ATTN_SPLITS), (4097, ATTN_SPLITS), (32, 1), (131, 1), (256, 1)] {
         let (d, heads, slots) = (256usize, 8usize, 4608usize);
-        let p = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: ATTN_SPLITS, _pad: [0; 2] };
+        let p = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: splits, _pad: [0; 2] };
         let at = Step { pos0: keys as u32 - 1, ..step };
-        let part = f32s(heads * ATTN_SPLITS as usize * (d + 2), 0.0);
+        let part = f32s(heads * splits as usize * (d + 2), 0.0);
         let kernel = attention_split(d);
         if kernel.label().contains(filter) {
             let bufs = vec![f32s(heads * d, 0.1), f32s(slots * d, 0.2), f32s(slots * d, 0.3), part.clone()];
-            match h.time(kernel, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, ATTN_SPLITS, 1), 200) {
-                Ok(us) => println!("| {} | {keys} keys, 8 heads × {d} | {us:.2} |", kernel.label()),
+            match h.time(kernel, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, splits, 1), 200) {
+                Ok(us) => println!("| {} | {keys} keys in {splits} split(s), 8 heads × {d} | {us:.2} |", kernel.label()),
                 Err(e) => println!("| {} | {keys} keys | error: {e} |", kernel.label()),
             }
         }
-        if Kernel::AttentionCombine.label().contains(filter) {
+        if splits > 1 && Kernel::AttentionCombine.label().contains(filter) {
             let bufs = vec![part, f32s(heads * d, 0.0)];
             match h.time(Kernel::AttentionCombine, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, 1, 1), 200) {
-                Ok(us) => println!("| attention_combine | {} splits, 8 heads × {d} | {us:.2} |", ATTN_SPLITS),
+                Ok(us) => println!("| attention_combine | {splits} splits, 8 heads × {d} | {us:.2} |"),
                 Err(e) => println!("| attention_combine | error: {e} |"),
             }
         }
