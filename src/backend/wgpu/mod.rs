@@ -1752,21 +1752,17 @@ impl<'a> Builder<'a> {
                 }
             }
             // Where q, k and v land: (buffer, offset in a row, row stride) each.
+            let first = self.specs.len();
             let (qs, ks, vs) = match &gl.proj {
                 Proj::Stacked(m) => {
                     let rows = m.parts[0].rows;
-                    let first = self.specs.len();
                     self.matmul(m, &xn, h, &qkv, rows, false)?;
-                    if let Some(prev) = input_norm {
-                        self.fuse_norm(prev, first, h);
-                    }
                     let k_off = l.q_dim();
                     // attention_k_eq_v: V = raw K projection
                     let v_off = if rows > l.q_dim() + l.kv_dim() { k_off + l.kv_dim() } else { k_off };
                     ((&qkv, 0, rows), (&qkv, k_off, rows), (&qkv, v_off, rows))
                 }
                 Proj::Separate { q: qm, k, v } => {
-                    let first = self.specs.len();
                     self.matmul(qm, &xn, h, &att, l.q_dim(), false)?;
                     if let Some(k) = k {
                         self.matmul(k, &xn, h, &ktmp, l.kv_dim(), false)?;
@@ -1774,15 +1770,15 @@ impl<'a> Builder<'a> {
                     if let Some(v) = v {
                         self.matmul(v, &xn, h, &vtmp, l.kv_dim(), false)?;
                     }
-                    // A KV-sharing layer's q is the norm's only reader (with k or v, fuse_norm
-                    // finds several readers and leaves the norm alone).
-                    if let Some(prev) = input_norm {
-                        self.fuse_norm(prev, first, h);
-                    }
                     let vsrc = if v.is_some() { &vtmp } else { &ktmp };
                     ((&att, 0, l.q_dim()), (&ktmp, 0, l.kv_dim()), (vsrc, 0, l.kv_dim()))
                 }
             };
+            // The input norm inside its reader: the stacked q|k|v, or a KV-sharing layer's q
+            // (separate q, k and v are three readers: fuse_norm leaves the norm alone then).
+            if let Some(prev) = input_norm {
+                self.fuse_norm(prev, first, h);
+            }
             match (l.kv, &gl.proj) {
                 (KvSource::Own { cache }, Proj::Stacked(_)) => {
                     // One dispatch for the q, k and v heads of the stacked row.
