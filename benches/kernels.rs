@@ -163,13 +163,20 @@ fn main() {
         let x: Vec<u8> = std::iter::repeat_n(0.5f32.to_le_bytes(), tokens * cols).flatten().collect();
         let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        let picked = qmm_shape(rows);
-        let picked = (picked.0, qmm_splits(rows, cols, tokens, picked.1));
+        let coop = h.gpu().coop_f16();
+        let picked = qmm_shape(rows, coop);
+        let picked = (picked.0, qmm_splits(rows, cols, tokens, picked.1, picked.2));
         let mut variants = Vec::new();
-        for tm in [8u32, 4] {
+        let mut tiles = vec![(Kernel::Qmm { tm: 8 }, 128, QMM_TOK), (Kernel::Qmm { tm: 4 }, 64, QMM_TOK)];
+        if coop {
+            for (tb, rb) in [(1, 2), (2, 2), (1, 4), (2, 4)] {
+                tiles.push((Kernel::QmmCoop { tb, rb }, 32 * rb, 64 * tb));
+            }
+        }
+        for (kernel, per_wg, tok) in tiles {
             for splits in [1u32, 2, 4, 8] {
                 if cols % (64 * splits as usize) == 0 {
-                    variants.push((Kernel::Qmm { tm }, 16 * tm, QMM_TOK, splits));
+                    variants.push((kernel, per_wg, tok, splits));
                 }
             }
         }

@@ -382,21 +382,24 @@ struct MatmulCase {
     /// Run the 4-bit prefill mat-mat (qmm.wgsl, the backend's chunk variant for Q4) with this
     /// many rows per thread (TM) instead.
     qmm: Option<u32>,
+    /// With `qmm`: its tensor-core form (qmm_coop.wgsl) with this tile (TB, RB) instead.
+    coop: Option<(u32, u32)>,
 }
 
 impl MatmulCase {
     fn new(fmt: Format, rows: usize, cols: usize, tokens: usize, gs: usize) -> Self {
-        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8, qmv: false, qmm: None }
+        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8, qmv: false, qmm: None, coop: None }
     }
 }
 
 impl Case for MatmulCase {
     fn name(&self) -> String {
         let c = self;
-        let kind = match (c.qmv, c.qmm) {
-            (true, _) => "qmv".to_string(),
-            (false, Some(tm)) => format!("qmm_m{tm}"),
-            (false, None) => "matmul".to_string(),
+        let kind = match (c.qmv, c.qmm, c.coop) {
+            (true, ..) => "qmv".to_string(),
+            (false, Some(_), Some((tb, rb))) => format!("qmm_coop_{}x{}", 32 * rb, 64 * tb),
+            (false, Some(tm), None) => format!("qmm_m{tm}"),
+            (false, None, _) => "matmul".to_string(),
         };
         let mut s = format!("{kind}_{}_t{}(rows={},cols={},tokens={}", c.fmt.name(), c.tile, c.rows, c.cols, c.tokens);
         if is_quant(c.fmt) {
@@ -415,7 +418,7 @@ impl Case for MatmulCase {
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out, tile, qmv, qmm } = self;
+        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out, tile, qmv, qmm, coop } = self;
         let w = Weights::new(fmt, rows, cols, gs, rng);
         let count = n_out.unwrap_or(tokens);
         let (x_stride, y_stride) = (cols + x_pad, y_off + rows + y_pad);
@@ -456,11 +459,15 @@ impl Case for MatmulCase {
             qmv_shape(rows, cols, x_stride, tile as u32).expect("qmv applies to this case")
         } else if let Some(tm) = qmm {
             assert!(qmm_applies(fmt, cols, x_stride) && tile == QMM_TOK as usize);
-            (Kernel::Qmm { tm }, 16 * tm)
+            match coop {
+                Some((tb, rb)) => (Kernel::QmmCoop { tb, rb }, 32 * rb),
+                None => (Kernel::Qmm { tm }, 16 * tm),
+            }
         } else {
             (Kernel::Matmul(fmt, tile as u32), matmul_rows(tile as u32))
         };
-        let grid = (rows.div_ceil(rows_per_wg as usize), count.div_ceil(tile));
+        let tok_tile = coop.map_or(tile, |(tb, _)| 64 * tb as usize);
+        let grid = (rows.div_ceil(rows_per_wg as usize), count.div_ceil(tok_tile));
         let mut l = launch(kernel, bufs, &p, step, grid);
         if rows == 257 || rows == 1100 {
             // Fold x into x·z as the backend does past 65535 workgroups (here past 16): e.g. the
@@ -520,23 +527,53 @@ fn matmul_cases() -> Vec<Box<dyn Case>> {
 /// 65, 130), several 32-value steps per group (cols 320: 5 groups of 64, 10 steps) and group
 /// size 128, a strided x, a later part, count = n_out (the LM head), a folded grid.
 fn qmm_cases() -> Vec<Box<dyn Case>> {
+    [4, 8].into_iter().flat_map(|tm| qmm_shapes(|rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(tm), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) })).collect()
+}
+
+/// qmm_cases' shapes for one form of the kernel (`q` makes its case of rows × cols × tokens).
+fn qmm_shapes(q: impl Fn(usize, usize, usize) -> MatmulCase) -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
-    for tm in [4, 8] {
-        let q = |rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(tm), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
-        for rows in [1, 63, 65, 130] {
-            for tokens in [1, 9, 64, 65, 130] {
-                v.push(Box::new(q(rows, 320, tokens)));
-            }
-        }
-        v.push(Box::new(q(257, 1536, 20)));
-        v.push(Box::new(q(1100, 64, 3)));
-        v.push(Box::new(MatmulCase { gs: 128, ..q(65, 512, 70) }));
-        v.push(Box::new(MatmulCase { x_pad: 16, y_off: 70, y_pad: 13, ..q(63, 256, 9) }));
-        for (tokens, n_out) in [(9, 1), (70, 66)] {
-            v.push(Box::new(MatmulCase { n_out: Some(n_out), ..q(65, 256, tokens) }));
+    for rows in [1, 63, 65, 130] {
+        for tokens in [1, 9, 64, 65, 130] {
+            v.push(Box::new(q(rows, 320, tokens)));
         }
     }
+    v.push(Box::new(q(257, 1536, 20)));
+    v.push(Box::new(q(1100, 64, 3)));
+    v.push(Box::new(MatmulCase { gs: 128, ..q(65, 512, 70) }));
+    v.push(Box::new(MatmulCase { x_pad: 16, y_off: 70, y_pad: 13, ..q(63, 256, 9) }));
+    for (tokens, n_out) in [(9, 1), (70, 66)] {
+        v.push(Box::new(MatmulCase { n_out: Some(n_out), ..q(65, 256, tokens) }));
+    }
     v
+}
+
+/// The tensor-core prefill mat-mat (qmm_coop.wgsl) on qmm's cases, unsplit and split k. Needs
+/// a device with f16 cooperative matrices (the H200 through Vulkan, not lavapipe): ignored by
+/// default, run there with `--include-ignored`, and failing, not passing, on a device without
+/// them. Same tolerance as qmm: x and W each split into two f16 halves leave ~2^-21 of each
+/// product (qmm_coop.wgsl), far inside tol::DOT.
+#[test]
+#[ignore = "needs f16 cooperative matrices (tensor cores): run with --include-ignored on such a device"]
+fn qmm_coop_matches_the_cpu_reference() {
+    let Some(mut h) = harness() else { return };
+    assert!(h.gpu().coop_f16(), "{} has no f16 cooperative matrices: qmm_coop cannot run here", h.gpu().describe());
+    let mut failures = Vec::new();
+    let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
+    let cases = tiles.into_iter().flat_map(|t| qmm_shapes(move |rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(4), coop: Some(t), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) }));
+    for case in cases {
+        let name = case.name();
+        let seed = seed_of(&name);
+        let l = case.build(&mut Rng(kestrel::synth::SplitMix64(seed)));
+        match run_case(&mut h, &l) {
+            Ok((report, _)) => println!("{name} seed={seed} [wgpu]: {report} OK"),
+            Err(e) => failures.push(format!("{name} seed={seed} [wgpu]: FAIL {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{} qmm_coop case(s) failed:\n{}", failures.len(), failures.join("\n"));
+    for ((splits, c), t) in split_k_cases().into_iter().zip(tiles.into_iter().cycle()) {
+        run_split_k(&mut h, splits, MatmulCase { coop: Some(t), ..c });
+    }
 }
 
 /// Split-k qmm (qmm.wgsl with k_splits > 1, then qmm_sum.wgsl), as the backend runs few-row
@@ -545,37 +582,46 @@ fn qmm_cases() -> Vec<Box<dyn Case>> {
 #[test]
 fn split_k_qmm_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
+    for (splits, c) in split_k_cases() {
+        run_split_k(&mut h, splits, c);
+    }
+}
+
+/// The split-k cases: (ranges, case).
+fn split_k_cases() -> [(u32, MatmulCase); 5] {
     let q = |tm, rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(tm), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
-    let cases = [
+    [
         (2, q(4, 65, 512, 70)),
         (4, q(8, 130, 1024, 9)),
         (8, q(4, 63, 1536, 65)),
         (2, MatmulCase { x_pad: 16, y_off: 70, y_pad: 13, ..q(8, 63, 256, 9) }),
         (4, MatmulCase { n_out: Some(66), ..q(4, 65, 512, 70) }),
-    ];
-    for (splits, c) in cases {
-        let name = format!("{} k_splits={splits}", c.name());
-        let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&name))));
-        let Check::F32 { want, tol } = &l.bufs[4].check else { unreachable!("matmul's y is an f32 output") };
-        let mut p: MatmulParams = *bytemuck::from_bytes(&l.params[..std::mem::size_of::<MatmulParams>()]);
-        let count = c.n_out.unwrap_or(c.tokens);
-        let scratch = vec![0u8; 4 * splits as usize * count * c.rows];
-        let split_p = MatmulParams { y_stride: p.rows, y_off: 0, k_splits: splits, ..p };
-        let bufs: Vec<Vec<u8>> = l.bufs[..4].iter().map(|b| b.bytes.clone()).chain([scratch]).collect();
-        let grid = (l.grid.0, l.grid.1 * splits, l.grid.2);
-        let out = h.run(l.kernel, &bufs, bytemuck::bytes_of(&split_p), l.step, grid).unwrap();
-        p.k_splits = splits;
-        let sum_grid = ((c.rows as u32).div_ceil(256), count as u32, 1);
-        let y = h.run(Kernel::QmmSum, &[out[4].clone(), l.bufs[4].bytes.clone()], bytemuck::bytes_of(&p), l.step, sum_grid).unwrap();
-        let got: Vec<f32> = words(&y[1]).into_iter().map(f32::from_bits).collect();
-        // Every y value the reference leaves out must keep its poison (nothing written past the rows).
-        let init: Vec<u32> = words(&l.bufs[4].bytes);
-        untouched(&name, &words(&y[1]), &init, want.len(), |i| want[i].is_some()).unwrap();
-        let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
-        match compare(&g, &r, *tol) {
-            Ok(nmse) => println!("{name} [wgpu]: y NMSE {nmse:.1e} OK"),
-            Err(e) => panic!("{name}: {e}"),
-        }
+    ]
+}
+
+/// Runs case `c` split into `splits` k ranges, then qmm_sum, and checks y against the reference.
+fn run_split_k(h: &mut KernelHarness, splits: u32, c: MatmulCase) {
+    let name = format!("{} k_splits={splits}", c.name());
+    let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&name))));
+    let Check::F32 { want, tol } = &l.bufs[4].check else { unreachable!("matmul's y is an f32 output") };
+    let mut p: MatmulParams = *bytemuck::from_bytes(&l.params[..std::mem::size_of::<MatmulParams>()]);
+    let count = c.n_out.unwrap_or(c.tokens);
+    let scratch = vec![0u8; 4 * splits as usize * count * c.rows];
+    let split_p = MatmulParams { y_stride: p.rows, y_off: 0, k_splits: splits, ..p };
+    let bufs: Vec<Vec<u8>> = l.bufs[..4].iter().map(|b| b.bytes.clone()).chain([scratch]).collect();
+    let grid = (l.grid.0, l.grid.1 * splits, l.grid.2);
+    let out = h.run(l.kernel, &bufs, bytemuck::bytes_of(&split_p), l.step, grid).unwrap();
+    p.k_splits = splits;
+    let sum_grid = ((c.rows as u32).div_ceil(256), count as u32, 1);
+    let y = h.run(Kernel::QmmSum, &[out[4].clone(), l.bufs[4].bytes.clone()], bytemuck::bytes_of(&p), l.step, sum_grid).unwrap();
+    let got: Vec<f32> = words(&y[1]).into_iter().map(f32::from_bits).collect();
+    // Every y value the reference leaves out must keep its poison (nothing written past the rows).
+    let init: Vec<u32> = words(&l.bufs[4].bytes);
+    untouched(&name, &words(&y[1]), &init, want.len(), |i| want[i].is_some()).unwrap();
+    let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
+    match compare(&g, &r, *tol) {
+        Ok(nmse) => println!("{name} [wgpu]: y NMSE {nmse:.1e} OK"),
+        Err(e) => panic!("{name}: {e}"),
     }
 }
 

@@ -3,6 +3,8 @@
 for f in .gl/*.deb; do dpkg -x "$f" / ; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# Binaries carried packed by tools/device/pack.sh (target/carry/*.gz) go to target/release/.
+for f in target/carry/*.gz; do [ -e "$f" ] || continue; mkdir -p target/release; b=$(basename "$f" .gz); gunzip -c "$f" > "target/release/$b"; chmod +x "target/release/$b"; done
 # One decode-only A/B run: `ab_run FILE ARCH [VAR=value …]` benches /tmp/ARCH (-p 16 -n 128) with
 # those variables set and appends tg128, the step line and the mat-vec/norm rows of the
 # per-dispatch profile to FILE.

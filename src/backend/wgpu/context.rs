@@ -39,11 +39,29 @@ impl Gpu {
         // Timestamps inside passes let `kestrel bench` time each kernel; optional everywhere.
         let profiling = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         // Subgroup operations shorten the kernels' reductions (they fall back to trees).
-        let features = adapter.features() & (profiling | wgpu::Features::SUBGROUP);
+        let mut features = adapter.features() & (profiling | wgpu::Features::SUBGROUP);
+        // Tensor cores for the prefill mat-mat (qmm_coop.wgsl): f16 × f16 → f32 16×16×16
+        // cooperative matrices in subgroups of exactly 32 (the kernel's fragment layout).
+        let coop = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        let coop_f16 = adapter.features().contains(coop)
+            && (info.subgroup_min_size, info.subgroup_max_size) == (32, 32)
+            && adapter.cooperative_matrix_properties().iter().any(|c| {
+                (c.m_size, c.n_size, c.k_size) == (16, 16, 16)
+                    && c.ab_type == wgpu::CooperativeScalarType::F16
+                    && c.cr_type == wgpu::CooperativeScalarType::F32
+            });
+        if coop_f16 {
+            features |= coop;
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("kestrel"),
             required_features: features,
             required_limits: limits.clone(),
+            // SAFETY: wgpu's experimental features may have bugs that reach undefined behaviour;
+            // the one requested (cooperative matrices, only where the adapter lists the f16 → f32
+            // configuration qmm_coop uses) is used by one kernel, checked against the CPU
+            // reference by tests/kernels.rs on such a device.
+            experimental_features: if coop_f16 { unsafe { wgpu::ExperimentalFeatures::enabled() } } else { wgpu::ExperimentalFeatures::disabled() },
             ..Default::default()
         }))
         .map_err(|e| Error::Gpu(format!("could not open device on {}: {e}", info.name)))?;
@@ -87,6 +105,12 @@ impl Gpu {
     /// True when kernels may use subgroup operations.
     pub fn subgroups(&self) -> bool {
         self.device.features().contains(wgpu::Features::SUBGROUP)
+    }
+
+    /// True when the prefill mat-mat may run on tensor cores (`qmm_coop`): the device was opened
+    /// with f16 cooperative matrices (16×16×16, f32 accumulation) and subgroups of 32.
+    pub fn coop_f16(&self) -> bool {
+        self.device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16)
     }
 
     /// A storage buffer of `size` bytes (rounded up to 4), zero-initialised by wgpu.

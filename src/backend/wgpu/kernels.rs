@@ -59,6 +59,9 @@ pub enum Kernel {
     QmvGeluB { tok: u32, lanes: u32, rpt: u32, pro: u32 },
     /// The 4-bit mat-mat of prefill chunks: 16 · `tm` rows × [`QMM_TOK`] tokens per workgroup.
     Qmm { tm: u32 },
+    /// `Qmm` on tensor cores (f16 cooperative matrices, x and W each split into two f16 halves):
+    /// 32 · `rb` rows × 64 · `tb` tokens per workgroup, the same bindings and split k.
+    QmmCoop { tb: u32, rb: u32 },
     /// The in-order sum of a split-k `Qmm`'s partials.
     QmmSum,
     /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
@@ -109,6 +112,7 @@ impl Kernel {
             Kernel::QmvGlu { tok, lanes, pairs, pro } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}{}", pro_label(pro)),
             Kernel::QmvGeluB { tok, lanes, rpt, pro } => format!("qmv_gelu_b_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
             Kernel::Qmm { tm } => format!("qmm_q4_m{tm}"),
+            Kernel::QmmCoop { tb, rb } => format!("qmm_coop_q4_{}x{}", 32 * rb, 64 * tb),
             Kernel::QmmSum => "qmm_sum".into(),
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
@@ -138,7 +142,9 @@ impl Kernel {
     /// shared softmax step, then the kernel (with its shared loop: qmv_core, qmm_core).
     /// `sg`: the subgroup size reductions may use (0: none; workgroup-memory trees instead).
     fn source(self, sg: u32) -> String {
-        format!("{}\n{}", include_str!("../../../wgsl/common.wgsl"), self.body(sg))
+        // Enable directives must open the module.
+        let enables = if matches!(self, Kernel::QmmCoop { .. }) { "enable f16;\nenable wgpu_cooperative_matrix;\n" } else { "" };
+        format!("{enables}{}\n{}", include_str!("../../../wgsl/common.wgsl"), self.body(sg))
     }
 
     fn body(self, sg: u32) -> String {
@@ -165,6 +171,10 @@ impl Kernel {
             Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg, false)),
             Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
             Kernel::QmmMoe => format!("{moe_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)),
+            Kernel::QmmCoop { tb, rb } => {
+                let src = include_str!("../../../wgsl/qmm_coop.wgsl").replace("{{TB}}", &tb.to_string()).replace("{{RB}}", &rb.to_string());
+                format!("{matmul_params}\n{groups}\n{}", unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb)]))
+            }
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => {
@@ -350,7 +360,7 @@ impl Kernel {
         match self {
             Kernel::Qmv { pro: 1.., .. } | Kernel::QmvGlu { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, ReadWrite, Uniform],
             Kernel::QmvGeluB { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Read, ReadWrite, Uniform],
-            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::QmmCoop { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum => &[Read, ReadWrite, Uniform, Uniform],
@@ -429,8 +439,19 @@ pub const QMM_TOK: u32 = 64;
 /// workgroup-memory reads instead of 64 per 8) was no faster on any Gemma 4 shape and slower on
 /// most (PERF_NOTES.md, session 5; a sweep taken before the harness warmed the GPU's clock, to
 /// be re-measured — TM 8 stays a kernel variant, in kbench and the tests, for that).
-pub fn qmm_shape(_rows: usize) -> (Kernel, u32) {
-    (Kernel::Qmm { tm: 4 }, 64)
+/// `coop`: the device runs f16 cooperative matrices ([`super::context::Gpu::coop_f16`]) and the
+/// caller wants them: then `qmm_coop` (tensor cores; PERF_NOTES.md, session 9). Returns the
+/// kernel, its rows and its tokens per workgroup.
+pub fn qmm_shape(_rows: usize, coop: bool) -> (Kernel, u32, u32) {
+    if !coop {
+        return (Kernel::Qmm { tm: 4 }, 64, QMM_TOK);
+    }
+    // 128 rows × 128 tokens: each weight's dequantisation and each x value's split serve twice
+    // the products of 64 × 64 (E4B pp512 4156 → 6313 tok/s, PERF_NOTES.md, session 9).
+    // KESTREL_QMM_COOP_TILE=TBxRB picks another tile (an experiment knob for the sweep).
+    let knob = std::env::var("KESTREL_QMM_COOP_TILE").ok();
+    let (tb, rb) = knob.as_deref().and_then(|v| v.split_once('x')).and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).unwrap_or((2, 4));
+    (Kernel::QmmCoop { tb, rb }, 32 * rb, 64 * tb)
 }
 
 /// Ranges `qmm` splits the k loop of a `rows` × `cols` matrix into for chunks of `tokens`
@@ -438,8 +459,8 @@ pub fn qmm_shape(_rows: usize) -> (Kernel, u32) {
 /// give at least [`QMM_MIN_WORKGROUPS`] workgroups, each range whole 64-value groups and at
 /// least 256 values long (the partials' extra traffic, `splits · tokens · rows` floats written
 /// and read back, stays small against the weights' dequantisation work).
-pub fn qmm_splits(rows: usize, cols: usize, tokens: usize, rows_per_wg: u32) -> u32 {
-    let tiles = rows.div_ceil(rows_per_wg as usize) * tokens.div_ceil(QMM_TOK as usize);
+pub fn qmm_splits(rows: usize, cols: usize, tokens: usize, rows_per_wg: u32, tok_per_wg: u32) -> u32 {
+    let tiles = rows.div_ceil(rows_per_wg as usize) * tokens.div_ceil(tok_per_wg as usize);
     let mut s = 1;
     while tiles * s < QMM_MIN_WORKGROUPS && cols.is_multiple_of(64 * 2 * s) && cols / (2 * s) >= 256 && s < 8 {
         s *= 2;
@@ -937,5 +958,21 @@ mod tests {
         let src = "a\n  // @unroll r R\n  x{r}\n  // @unroll t 2\n  y{r}_{t}\n  // @end t\n  // @end r\nb\n";
         assert_eq!(unroll(src, &[("R", 2)]), "a\n  x0\n  y0_0\n  y0_1\n  x1\n  y1_0\n  y1_1\nb\n");
         assert_eq!(unroll("// @unroll r 0\nz\n// @end r\nq\n", &[]), "q\n");
+    }
+
+    /// qmm_coop needs a device with cooperative matrices (not lavapipe, where CI runs): naga
+    /// validates its WGSL here with the capabilities such a device gives, so a shader error
+    /// shows on every machine, not only on the H200.
+    #[test]
+    fn qmm_coop_validates_with_cooperative_matrices() {
+        use naga::valid::{Capabilities, ValidationFlags, Validator};
+        for (tb, rb) in [(1, 2), (2, 2), (1, 4), (2, 4)] {
+            let src = super::Kernel::QmmCoop { tb, rb }.source(32);
+            let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
+            let caps = Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP;
+            if let Err(e) = Validator::new(ValidationFlags::all(), caps).validate(&module) {
+                panic!("tile {tb}x{rb}: {}", e.emit_to_string(&src));
+            }
+        }
     }
 }

@@ -72,11 +72,14 @@ pub struct WgpuOptions {
     /// next mat-vec (0: every norm its own dispatch). `KESTREL_FUSE_NORMS=0|all` overrides it
     /// for A/B measurements.
     pub fuse_norms_up_to: usize,
+    /// Run the prefill mat-mat on tensor cores (`qmm_coop`) where the device has f16 cooperative
+    /// matrices. `KESTREL_QMM_COOP=0` overrides it for A/B measurements.
+    pub tensor_cores: bool,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        WgpuOptions { max_ctx: 4096, max_chunk: 128, max_binding: None, expert_slots: ExpertSlots::All, fuse_norms_up_to: PRO_MAX_HIDDEN }
+        WgpuOptions { max_ctx: 4096, max_chunk: 128, max_binding: None, expert_slots: ExpertSlots::All, fuse_norms_up_to: PRO_MAX_HIDDEN, tensor_cores: true }
     }
 }
 
@@ -1142,6 +1145,11 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Whether prefill chunks run `qmm_coop` (the option, the device, the A/B knob).
+    fn tensor_cores(&self) -> bool {
+        self.opts.tensor_cores && self.gpu.coop_f16() && std::env::var("KESTREL_QMM_COOP").as_deref() != Ok("0")
+    }
+
     /// `y[t, r] = W x[t]` over all parts of `m`.
     fn matmul(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, on_out: bool) -> Result<()> {
         self.matmul_steps(m, x, x_stride, y, y_stride, on_out, true)
@@ -1164,14 +1172,14 @@ impl<'a> Builder<'a> {
             let res = weight_res(part, &[x, y]);
             // Chunks: the tiled 4-bit mat-mat where it applies, else the 8-token matmul tile.
             let (kernel, tile, rows_per_wg) = if qmm_applies(m.format, m.cols, x_stride) {
-                let (k, rows_per_wg) = qmm_shape(part.rows);
-                (k, QMM_TOK, rows_per_wg)
+                let (k, rows_per_wg, tok) = qmm_shape(part.rows, self.tensor_cores());
+                (k, tok, rows_per_wg)
             } else {
                 (Kernel::Matmul(m.format, MATMUL_TOK), MATMUL_TOK, matmul_rows(MATMUL_TOK))
             };
             let gx = (part.rows as u32).div_ceil(rows_per_wg);
             let splits = match kernel {
-                Kernel::Qmm { .. } if !on_out => qmm_splits(part.rows, m.cols, self.opts.max_chunk, rows_per_wg),
+                Kernel::Qmm { .. } | Kernel::QmmCoop { .. } if !on_out => qmm_splits(part.rows, m.cols, self.opts.max_chunk, rows_per_wg, tile),
                 _ => 1,
             };
             if splits > 1 {
