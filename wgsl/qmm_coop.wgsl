@@ -22,7 +22,8 @@
 // ~2^-21 of a product. x is scaled by 2^-4 and w by 2^4 first (powers of two: products
 // unchanged) so activations up to 2^20 stay in f16's range.
 // Each 32-value stage: the threads dequantise BM × 32 weights and split BN × 32 x values into
-// workgroup memory as [row or token][k] f16 (stride SX: 16 bytes of padding per row); subgroup
+// workgroup memory as [row or token][k] f16 (stride SX: 16 bytes of padding per row; stored and
+// loaded as vec4<f16>, so the stride coopLoad takes is in vec4s, SV); subgroup
 // g multiplies its TB token blocks (of 16) by its RB row blocks in two 16-deep k steps. The next
 // stage's weights and x are loaded into registers before this stage's products, as in
 // qmm_core.wgsl. The sums are not qmm's bit for bit (another order, other roundings).
@@ -41,14 +42,16 @@ const BN: u32 = 64u * TB;
 const BM: u32 = 32u * RB;
 const KS: u32 = 32u;
 const SX: u32 = KS + 8u;       // f16 per staged row: 80 bytes, a multiple of 16 as coopLoad wants
+const SV: u32 = SX / 4u;       // the same in vec4<f16>: the arrays' unit and coopLoad's stride
 const WPT: u32 = BM / 64u;     // weight words each thread stages per stage (BM · 4 / 256)
 const XPT: u32 = BN / 32u;     // x vec4s each thread stages per stage (BN · 8 / 256)
 const LO: f32 = 0.00048828125; // 2^-11
 
-var<workgroup> xh: array<f16, BN * SX>; // [token][k], x · 2^-4, high half
-var<workgroup> xl: array<f16, BN * SX>; // low half · 2^11
-var<workgroup> wh: array<f16, BM * SX>; // [row][k], w · 2^4, high half
-var<workgroup> wl: array<f16, BM * SX>;
+// Whole vec4<f16>s: one 8-byte store per four values instead of four 2-byte ones.
+var<workgroup> xh: array<vec4<f16>, BN * SV>; // [token][k / 4], x · 2^-4, high half
+var<workgroup> xl: array<vec4<f16>, BN * SV>; // low half · 2^11
+var<workgroup> wh: array<vec4<f16>, BM * SV>; // [row][k / 4], w · 2^4, high half
+var<workgroup> wl: array<vec4<f16>, BM * SV>;
 var<workgroup> cst: array<f32, 8u * 256u>; // one 16 × 16 output block per subgroup, [token][row]
 
 // The high half of v: its mantissa cut to f16's 10 bits (exact in f16), 0 below 2^-14.
@@ -59,18 +62,14 @@ fn high(v: vec4<f32>) -> vec4<f32> {
 
 fn split_x(v: vec4<f32>, at: u32) {
     let h = high(v);
-    let hi = vec4<f16>(h);
-    let lo = vec4<f16>((v - h) * 2048.0);
-    xh[at] = hi.x; xh[at + 1u] = hi.y; xh[at + 2u] = hi.z; xh[at + 3u] = hi.w;
-    xl[at] = lo.x; xl[at + 1u] = lo.y; xl[at + 2u] = lo.z; xl[at + 3u] = lo.w;
+    xh[at] = vec4<f16>(h);
+    xl[at] = vec4<f16>((v - h) * 2048.0);
 }
 
 fn split_w(v: vec4<f32>, at: u32) {
     let h = high(v);
-    let hi = vec4<f16>(h);
-    let lo = vec4<f16>((v - h) * 2048.0);
-    wh[at] = hi.x; wh[at + 1u] = hi.y; wh[at + 2u] = hi.z; wh[at + 3u] = hi.w;
-    wl[at] = lo.x; wl[at + 1u] = lo.y; wl[at + 2u] = lo.z; wl[at + 3u] = lo.w;
+    wh[at] = vec4<f16>(h);
+    wl[at] = vec4<f16>((v - h) * 2048.0);
 }
 
 @compute @workgroup_size(256)
@@ -95,11 +94,11 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let xq = lid % 8u;
     // @unroll u WPT
     let wr{u} = min(r0 + lid / 4u + {u}u * 64u, p.rows - 1u);
-    let w_at{u} = (lid / 4u + {u}u * 64u) * SX + sword * 8u;
+    let w_at{u} = (lid / 4u + {u}u * 64u) * SV + sword * 2u;
     // @end u
     // @unroll v XPT
     let xo{v} = (min(t0 + lid / 8u + {v}u * 32u, count - 1u) * p.x_stride) / 4u;
-    let x_at{v} = (lid / 8u + {v}u * 32u) * SX + xq * 4u;
+    let x_at{v} = (lid / 8u + {v}u * 32u) * SV + xq;
     // @end v
 
     // This subgroup's blocks: token blocks (sg % 4) TB + i, row blocks (sg / 4) RB + j.
@@ -127,7 +126,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
             let s16 = sc{u} * 16.0;
             let sv = vec4<f32>(s16, s16 * 0.0625, s16 * 0.00390625, s16 * 0.000244140625);
             split_w(nibbles(wv{u}) * sv + bs{u} * 16.0, w_at{u});
-            split_w(nibbles(wv{u} >> 16u) * sv + bs{u} * 16.0, w_at{u} + 4u);
+            split_w(nibbles(wv{u} >> 16u) * sv + bs{u} * 16.0, w_at{u} + 1u);
         }
         // @end u
         // @unroll v XPT
@@ -144,14 +143,14 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         // @unroll v XPT
         xv{v} = x[xo{v} + kn / 4u + xq];
         // @end v
-        for (var kk = 0u; kk < KS; kk += 16u) {
+        for (var kk = 0u; kk < KS / 4u; kk += 4u) {
             // @unroll i TB
-            let ah{i} = coopLoadT<coop_mat16x16<f16, A>>(&xh[(tb + {i}u) * 16u * SX + kk], SX);
-            let al{i} = coopLoadT<coop_mat16x16<f16, A>>(&xl[(tb + {i}u) * 16u * SX + kk], SX);
+            let ah{i} = coopLoadT<coop_mat16x16<f16, A>>(&xh[(tb + {i}u) * 16u * SV + kk], SV);
+            let al{i} = coopLoadT<coop_mat16x16<f16, A>>(&xl[(tb + {i}u) * 16u * SV + kk], SV);
             // @end i
             // @unroll j RB
-            let bh{j} = coopLoad<coop_mat16x16<f16, B>>(&wh[(rb + {j}u) * 16u * SX + kk], SX);
-            let bl{j} = coopLoad<coop_mat16x16<f16, B>>(&wl[(rb + {j}u) * 16u * SX + kk], SX);
+            let bh{j} = coopLoad<coop_mat16x16<f16, B>>(&wh[(rb + {j}u) * 16u * SV + kk], SV);
+            let bl{j} = coopLoad<coop_mat16x16<f16, B>>(&wl[(rb + {j}u) * 16u * SV + kk], SV);
             // @end j
             // @unroll i TB
             // @unroll j RB

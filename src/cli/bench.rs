@@ -33,8 +33,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut b = WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?;
     let vocab = model.cfg.text.vocab_size;
 
-    // Warm-up: compile pipelines, touch every buffer once.
+    // Warm-up: compile pipelines, touch every buffer once, and run the whole prompt once so that
+    // the first timed pass does not pay for the GPU's clock ramp (a first pass on a fresh
+    // machine ran 20–30 % below the next ones, PERF_NOTES.md, session 9).
     b.prefill(&ids(2, vocab), 0, Readback::Argmax)?;
+    if args.n_prompt > 0 {
+        b.reset();
+        let mut pos = 0;
+        for piece in ids(args.n_prompt, vocab).chunks(args.model.chunk) {
+            b.prefill(piece, pos, Readback::Argmax)?;
+            pos += piece.len();
+        }
+    }
 
     // pp: the prompt in chunks, as `generate` runs it.
     let mut pp = None;
