@@ -548,7 +548,8 @@ fn qmm_shapes(q: impl Fn(usize, usize, usize) -> MatmulCase) -> Vec<Box<dyn Case
     v
 }
 
-/// The tensor-core prefill mat-mat (qmm_coop.wgsl) on qmm's cases, unsplit and split k. Needs
+/// The tensor-core prefill mat-mats (qmm_coop.wgsl, qmm_coop_moe.wgsl) on qmm's and qmm_moe's
+/// cases, every tile, dense unsplit and split k. Needs
 /// a device with f16 cooperative matrices (the H200 through Vulkan, not lavapipe): ignored by
 /// default, run there with `--include-ignored`, and failing, not passing, on a device without
 /// them. Same tolerance as qmm: x and W each split into two f16 halves leave ~2^-21 of each
@@ -560,8 +561,11 @@ fn qmm_coop_matches_the_cpu_reference() {
     assert!(h.gpu().coop_f16(), "{} has no f16 cooperative matrices: qmm_coop cannot run here", h.gpu().describe());
     let mut failures = Vec::new();
     let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
-    let cases = tiles.into_iter().flat_map(|t| qmm_shapes(move |rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(4), coop: Some(t), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) }));
-    for case in cases {
+    let dense = tiles.into_iter().flat_map(|t| qmm_shapes(move |rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(4), coop: Some(t), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) }));
+    let moe = tiles.into_iter().flat_map(|t| {
+        qmm_moe_shapes(move |experts, top_k, rows, cols, tokens| MoeMatmulCase { qmm: true, coop: Some(t), ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped() })
+    });
+    for case in dense.chain(moe) {
         let name = case.name();
         let seed = seed_of(&name);
         let l = case.build(&mut Rng(kestrel::synth::SplitMix64(seed)));
@@ -1900,6 +1904,8 @@ struct MoeMatmulCase {
     qmv: bool,
     /// With `grouped`: the 4-bit prefill form the backend runs (qmm_moe.wgsl).
     qmm: bool,
+    /// With `qmm`: its tensor-core form (qmm_coop_moe.wgsl) with this tile (TB, RB) instead.
+    coop: Option<(u32, u32)>,
     /// Every third pair SKIP (another round of a streamed step): its rows must stay untouched.
     skips: bool,
 }
@@ -1936,7 +1942,7 @@ impl MoeMatmulCase {
     /// Split layout, gate/up input mode.
     fn new(fmt: Format, experts: usize, top_k: usize, rows: usize, cols: usize, tokens: usize) -> Self {
         let gs = if is_quant(fmt) { 64 } else { 0 };
-        MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride: rows, row_off: 0, per_slot: false, y_pad: 0, grouped: false, qmv: false, qmm: false, skips: false }
+        MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride: rows, row_off: 0, per_slot: false, y_pad: 0, grouped: false, qmv: false, qmm: false, coop: None, skips: false }
     }
     fn grouped(self) -> Self {
         MoeMatmulCase { grouped: true, ..self }
@@ -1954,14 +1960,12 @@ impl Case for MoeMatmulCase {
     fn name(&self) -> String {
         let c = self;
         let (xt, xs) = c.x_strides();
-        let kind = if c.grouped && c.qmm {
-            "qmm_moe"
-        } else if c.grouped {
-            "moe_matmul_grouped"
-        } else if c.qmv {
-            "qmv_moe"
-        } else {
-            "moe_matmul"
+        let kind = match c.coop {
+            Some((tb, rb)) if c.grouped && c.qmm => format!("qmm_coop_moe_{}x{}", 32 * rb, 64 * tb),
+            _ if c.grouped && c.qmm => "qmm_moe".into(),
+            _ if c.grouped => "moe_matmul_grouped".into(),
+            _ if c.qmv => "qmv_moe".into(),
+            _ => "moe_matmul".into(),
         };
         let mut s = format!("{kind}_{}(experts={},top_k={},rows={},cols={},tokens={}", c.fmt.name(), c.experts, c.top_k, c.rows, c.cols, c.tokens);
         if is_quant(c.fmt) {
@@ -2028,6 +2032,12 @@ impl Case for MoeMatmulCase {
             ..Default::default()
         };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        if let (true, true, Some((tb, rb))) = (self.grouped, self.qmm, self.coop) {
+            // (n_groups · ceil(rows / BM), ceil(n_tokens / BN)), as the backend launches it.
+            let p = MoeMatmulParams { n_groups: experts as u32, ..p };
+            let x = experts * rows.div_ceil(32 * rb as usize);
+            return launch(Kernel::QmmCoopMoe { tb, rb }, bufs, &p, step, (x, tokens.div_ceil(64 * tb as usize)));
+        }
         if self.grouped && self.qmm {
             // (n_groups · ceil(rows / 64), ceil(n_tokens / 64)), as the backend launches it.
             let p = MoeMatmulParams { n_groups: experts as u32, ..p };
@@ -2123,7 +2133,14 @@ fn moe_matmul_cases() -> Vec<Box<dyn Case>> {
     // The 4-bit prefill form (qmm_moe): partial row tiles, experts with no pairs, more pairs
     // than one 64-pair tile (tokens 70, top 2 of 3), both input modes, fused up, SKIP pairs,
     // group size 128, a padded y, the 26B widths.
-    let m = |experts, top_k, rows, cols, tokens| MoeMatmulCase { qmm: true, ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped() };
+    v.extend(qmm_moe_shapes(|experts, top_k, rows, cols, tokens| MoeMatmulCase { qmm: true, ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped() }));
+    v
+}
+
+/// moe_matmul_cases' prefill shapes for one form of the kernel (`m` makes its case of
+/// experts, top_k, rows, cols, tokens).
+fn qmm_moe_shapes(m: impl Fn(usize, usize, usize, usize, usize) -> MoeMatmulCase) -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
     for rows in [1, 65] {
         for tokens in [1, 9, 70] {
             for per_slot in [false, true] {

@@ -62,6 +62,8 @@ pub enum Kernel {
     /// `Qmm` on tensor cores (f16 cooperative matrices, x and W each split into two f16 halves):
     /// 32 · `rb` rows × 64 · `tb` tokens per workgroup, the same bindings and split k.
     QmmCoop { tb: u32, rb: u32 },
+    /// `QmmMoe` on tensor cores (qmm_coop's tile per expert): 32 · `rb` rows × 64 · `tb` pairs.
+    QmmCoopMoe { tb: u32, rb: u32 },
     /// The in-order sum of a split-k `Qmm`'s partials.
     QmmSum,
     /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
@@ -113,6 +115,7 @@ impl Kernel {
             Kernel::QmvGeluB { tok, lanes, rpt, pro } => format!("qmv_gelu_b_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
             Kernel::Qmm { tm } => format!("qmm_q4_m{tm}"),
             Kernel::QmmCoop { tb, rb } => format!("qmm_coop_q4_{}x{}", 32 * rb, 64 * tb),
+            Kernel::QmmCoopMoe { tb, rb } => format!("qmm_coop_moe_q4_{}x{}", 32 * rb, 64 * tb),
             Kernel::QmmSum => "qmm_sum".into(),
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
@@ -143,7 +146,7 @@ impl Kernel {
     /// `sg`: the subgroup size reductions may use (0: none; workgroup-memory trees instead).
     fn source(self, sg: u32) -> String {
         // Enable directives must open the module.
-        let enables = if matches!(self, Kernel::QmmCoop { .. }) { "enable f16;\nenable wgpu_cooperative_matrix;\n" } else { "" };
+        let enables = if matches!(self, Kernel::QmmCoop { .. } | Kernel::QmmCoopMoe { .. }) { "enable f16;\nenable wgpu_cooperative_matrix;\n" } else { "" };
         format!("{enables}{}\n{}", include_str!("../../../wgsl/common.wgsl"), self.body(sg))
     }
 
@@ -171,10 +174,8 @@ impl Kernel {
             Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg, false)),
             Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
             Kernel::QmmMoe => format!("{moe_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)),
-            Kernel::QmmCoop { tb, rb } => {
-                let src = include_str!("../../../wgsl/qmm_coop.wgsl").replace("{{TB}}", &tb.to_string()).replace("{{RB}}", &rb.to_string());
-                format!("{matmul_params}\n{groups}\n{}", unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb)]))
-            }
+            Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb)),
+            Kernel::QmmCoopMoe { tb, rb } => format!("{moe_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_moe.wgsl"), tb, rb)),
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => {
@@ -232,6 +233,20 @@ fn subgroup_text(src: &str, sg: u32) -> String {
 fn qmm_source(kernel: &str, tm: u32) -> String {
     let src = format!("{kernel}\n{}", include_str!("../../../wgsl/qmm_core.wgsl")).replace("{{TM}}", &tm.to_string());
     unroll(&src, &[("TM", tm), ("TN", 4), ("WPT", tm / 4)])
+}
+
+/// A tensor-core mat-mat kernel with qmm_coop_core.wgsl's tile of 32 · `rb` rows × 64 · `tb` tokens.
+fn qmm_coop_source(kernel: &str, tb: u32, rb: u32) -> String {
+    let src = format!("{kernel}\n{}", include_str!("../../../wgsl/qmm_coop_core.wgsl")).replace("{{TB}}", &tb.to_string()).replace("{{RB}}", &rb.to_string());
+    unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb)])
+}
+
+/// The prefill kernel of 4-bit routed experts, its rows and its pairs per workgroup: `qmm_moe`,
+/// or with `coop` (as [`qmm_shape`]) `qmm_coop_moe` with 64-pair tiles (a 512-token chunk gives
+/// the 26B's 128 experts 32 pairs each on average: a 128-pair tile would be three quarters
+/// duplicates).
+pub fn qmm_moe_shape(coop: bool) -> (Kernel, u32, u32) {
+    if coop { (Kernel::QmmCoopMoe { tb: 1, rb: 4 }, 128, 64) } else { (Kernel::QmmMoe, 16 * QMM_MOE_TM, QMM_TOK) }
 }
 
 /// Rows per thread of `qmm_moe` (TM of qmm_core.wgsl): qmm's rule.
@@ -371,7 +386,7 @@ impl Kernel {
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmmMoe | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmmMoe | Kernel::QmmCoopMoe { .. } | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeCombine => &[Read, Read, ReadWrite, Uniform, Uniform],
         }
@@ -966,12 +981,14 @@ mod tests {
     #[test]
     fn qmm_coop_validates_with_cooperative_matrices() {
         use naga::valid::{Capabilities, ValidationFlags, Validator};
-        for (tb, rb) in [(1, 2), (2, 2), (1, 4), (2, 4)] {
-            let src = super::Kernel::QmmCoop { tb, rb }.source(32);
+        let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
+        let kernels = tiles.iter().flat_map(|&(tb, rb)| [super::Kernel::QmmCoop { tb, rb }, super::Kernel::QmmCoopMoe { tb, rb }]);
+        for k in kernels {
+            let src = k.source(32);
             let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
             let caps = Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP;
             if let Err(e) = Validator::new(ValidationFlags::all(), caps).validate(&module) {
-                panic!("tile {tb}x{rb}: {}", e.emit_to_string(&src));
+                panic!("{}: {}", k.label(), e.emit_to_string(&src));
             }
         }
     }

@@ -1303,8 +1303,9 @@ impl<'a> Builder<'a> {
         let p = MoeMatmulParams { group_stride: groups.stride as u32, n_groups: groups.n as u32, ..p };
         // Chunks: qmm's tile per expert where it applies, else the 8-pair grouped kernel.
         if qmm_applies(m.format, m.cols, x_tok_stride) && x_slot_stride.is_multiple_of(4) {
-            let x = groups.n as u32 * (rows as u32).div_ceil(16 * QMM_MOE_TM);
-            self.spec(Kernel::QmmMoe, res(&groups.buf), &p, x, GridY::TokenTiles(QMM_TOK));
+            let (kernel, rows_per_wg, tok) = qmm_moe_shape(self.tensor_cores());
+            let x = groups.n as u32 * (rows as u32).div_ceil(rows_per_wg);
+            self.spec(kernel, res(&groups.buf), &p, x, GridY::TokenTiles(tok));
         } else {
             self.spec(Kernel::MoeMatmulGrouped(m.format), res(&groups.buf), &p, x_groups, GridY::Fixed(groups.n as u32));
         }
