@@ -463,9 +463,11 @@ pub fn qmm_shape(_rows: usize, coop: bool) -> (Kernel, u32, u32) {
     }
     // 128 rows × 128 tokens: each weight's dequantisation and each x value's split serve twice
     // the products of 64 × 64 (E4B pp512 4156 → 6313 tok/s, PERF_NOTES.md, session 9).
-    // KESTREL_QMM_COOP_TILE=TBxRB picks another tile (an experiment knob for the sweep).
+    // KESTREL_QMM_COOP_TILE=TBxRB picks another tile (an experiment knob for the sweep; TB 1 or
+    // 2, RB 2 or 4: what qmm_coop_core.wgsl's staging divides evenly).
     let knob = std::env::var("KESTREL_QMM_COOP_TILE").ok();
-    let (tb, rb) = knob.as_deref().and_then(|v| v.split_once('x')).and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))).unwrap_or((2, 4));
+    let parsed = knob.as_deref().and_then(|v| v.split_once('x')).and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+    let (tb, rb) = parsed.filter(|&(tb, rb)| matches!(tb, 1 | 2) && matches!(rb, 2 | 4)).unwrap_or((2, 4));
     (Kernel::QmmCoop { tb, rb }, 32 * rb, 64 * tb)
 }
 

@@ -72,8 +72,9 @@ pub struct WgpuOptions {
     /// next mat-vec (0: every norm its own dispatch). `KESTREL_FUSE_NORMS=0|all` overrides it
     /// for A/B measurements.
     pub fuse_norms_up_to: usize,
-    /// Run the prefill mat-mat on tensor cores (`qmm_coop`) where the device has f16 cooperative
-    /// matrices. `KESTREL_QMM_COOP=0` overrides it for A/B measurements.
+    /// Run the 4-bit prefill mat-mats on tensor cores (`qmm_coop`, `qmm_coop_moe`) where the
+    /// device has f16 cooperative matrices. `KESTREL_QMM_COOP=0` overrides it for A/B
+    /// measurements.
     pub tensor_cores: bool,
 }
 
@@ -1145,7 +1146,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Whether prefill chunks run `qmm_coop` (the option, the device, the A/B knob).
+    /// Whether prefill chunks run the tensor-core mat-mats (the option, the device, the A/B knob).
     fn tensor_cores(&self) -> bool {
         self.opts.tensor_cores && self.gpu.coop_f16() && std::env::var("KESTREL_QMM_COOP").as_deref() != Ok("0")
     }
