@@ -548,8 +548,8 @@ fn qmm_shapes(q: impl Fn(usize, usize, usize) -> MatmulCase) -> Vec<Box<dyn Case
     v
 }
 
-/// The tensor-core prefill mat-mats (qmm_coop.wgsl, qmm_coop_moe.wgsl) on qmm's and qmm_moe's
-/// cases, every tile, dense unsplit and split k. Needs
+/// The tensor-core prefill mat-mats (qmm_coop.wgsl, qmm_coop_moe.wgsl, qmm_coop_glu.wgsl) on
+/// qmm's and qmm_moe's cases, every tile, dense unsplit and split k, and GeGLU cases. Needs
 /// a device with f16 cooperative matrices (the H200 through Vulkan, not lavapipe): ignored by
 /// default, run there with `--include-ignored`, and failing, not passing, on a device without
 /// them. Same tolerance as qmm: x and W each split into two f16 halves leave ~2^-21 of each
@@ -565,7 +565,9 @@ fn qmm_coop_matches_the_cpu_reference() {
     let moe = tiles.into_iter().flat_map(|t| {
         qmm_moe_shapes(move |experts, top_k, rows, cols, tokens| MoeMatmulCase { qmm: true, coop: Some(t), ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped() })
     });
-    for case in dense.chain(moe) {
+    // The GeGLU form: partial row and token tiles, E2B/E4B widths.
+    let glu = [(1, 320, 9), (65, 320, 130), (70, 1536, 257), (130, 2560, 20)].map(|(rows, cols, tokens)| Box::new(GluCase { rows, cols, tokens, tile: 0, coop: true }) as Box<dyn Case>);
+    for case in dense.chain(moe).chain(glu) {
         let name = case.name();
         let seed = seed_of(&name);
         let l = case.build(&mut Rng(kestrel::synth::SplitMix64(seed)));
@@ -668,15 +670,18 @@ struct GluCase {
     cols: usize,
     tokens: usize,
     tile: usize,
+    /// The prefill form on tensor cores (qmm_coop_glu.wgsl) instead of qmv_glu (`tile` unused).
+    coop: bool,
 }
 
 impl Case for GluCase {
     fn name(&self) -> String {
-        format!("qmv_glu_q4_t{}(rows={},cols={},tokens={})", self.tile, self.rows, self.cols, self.tokens)
+        let kind = if self.coop { "qmm_coop_glu_q4".to_string() } else { format!("qmv_glu_q4_t{}", self.tile) };
+        format!("{kind}(rows={},cols={},tokens={})", self.rows, self.cols, self.tokens)
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &GluCase { rows, cols, tokens, tile } = self;
+        let &GluCase { rows, cols, tokens, tile, coop } = self;
         let w = Weights::new(Format::Q4, 2 * rows, cols, 64, rng);
         let xs = rng.vec(tokens * cols);
         let y_ref = ops::matmul(&w.matrix, &xs, tokens);
@@ -699,6 +704,10 @@ impl Case for GluCase {
         ];
         let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: y_stride as u32, y_off: 0, count_sel: 0, k_splits: 0 };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        if coop {
+            let (kernel, per_wg, tok) = qmm_coop_glu_shape();
+            return launch(kernel, bufs, &p, step, (rows.div_ceil(per_wg as usize), tokens.div_ceil(tok as usize)));
+        }
         let (kernel, rows_per_wg) = qmv_glu_shape(rows, cols, cols, tile as u32).expect("qmv_glu applies to this case");
         launch(kernel, bufs, &p, step, (rows.div_ceil(rows_per_wg as usize), tokens.div_ceil(tile)))
     }
@@ -859,7 +868,7 @@ fn glu_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for tile in [1, MATMUL_VERIFY_TOK as usize] {
         for (rows, cols, tokens) in [(1, 320, 1), (7, 320, 3), (65, 320, 5), (3000, 256, 2), (6150, 1088, 2), (70, 1536, 1), (40, 2560, 3), (9, 6144, 2)] {
-            v.push(Box::new(GluCase { rows, cols, tokens, tile }));
+            v.push(Box::new(GluCase { rows, cols, tokens, tile, coop: false }));
         }
         // The gated form: partial teams, E2B's per-layer gate (256 × 1536), E4B's width.
         for (rows, cols, tokens) in [(1, 320, 1), (7, 320, 3), (256, 1536, 2), (65, 2560, 5)] {
@@ -892,7 +901,7 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
         let outs: Vec<Vec<u8>> = [1, MATMUL_VERIFY_TOK as usize]
             .iter()
             .map(|&tile| {
-                let l = GluCase { rows, cols, tokens: 3, tile }.build(&mut Rng(kestrel::synth::SplitMix64(11)));
+                let l = GluCase { rows, cols, tokens: 3, tile, coop: false }.build(&mut Rng(kestrel::synth::SplitMix64(11)));
                 let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
                 h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4].clone()
             })

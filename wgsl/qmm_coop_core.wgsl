@@ -3,7 +3,8 @@
 // kernel (which declares `w`, `scales`, `biases`: array<u32> and `x`: array<vec4<f32>>, and
 // three functions: w_row(i), the absolute W row of tile row i; x_vec4(t), the vec4 offset of
 // tile token t's x row; y_store(t, r, v), which writes tile token t, tile row r when both are
-// real), with formats/groups.wgsl, TB and RB substituted and the `@unroll` blocks expanded.
+// real), with formats/groups.wgsl (and gelu.wgsl for the GeGLU form), TB and RB substituted and
+// the `@unroll` blocks expanded (PLAIN / GLU: the plain or the GeGLU epilogue, below).
 //
 // qmm_coop_tile(kbeg, kend, cols, gs, sg, lane): the workgroup's BM-row × BN-token tile over k
 // in [kbeg, kend), BM = 32 · RB, BN = 64 · TB; 256 threads = 8 subgroups of exactly 32 (host
@@ -144,13 +145,25 @@ fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
 
     // Each block through the subgroup's slot of workgroup memory to y: the blocks' register
     // layout is the driver's, and y_store keeps out what lies past the real rows and tokens.
+    // The GeGLU form (GLU = 1): tile rows 0..63 are gate rows and 64..127 the up rows of the
+    // same indices, so subgroup g < 4 and g + 4 hold a gate block and its up block:
+    // y_store(t, r, gelu_tanh(gate) · up) for the 64 gate rows.
     // @unroll i TB
     // @unroll j RB
     coopStoreT(c{i}_{j} + d{i}_{j} * LO, &cst[sg * 256u], 16u);
     workgroupBarrier();
+    // @unroll n PLAIN
     for (var e = lane; e < 256u; e += 32u) {
         y_store((tb + {i}u) * 16u + e / 16u, (rb + {j}u) * 16u + e % 16u, cst[sg * 256u + e]);
     }
+    // @end n
+    // @unroll g GLU
+    if (sg < 4u) {
+        for (var e = lane; e < 256u; e += 32u) {
+            y_store((tb + {i}u) * 16u + e / 16u, (rb + {j}u) * 16u + e % 16u, gelu_tanh(cst[sg * 256u + e]) * cst[(sg + 4u) * 256u + e]);
+        }
+    }
+    // @end g
     workgroupBarrier();
     // @end j
     // @end i

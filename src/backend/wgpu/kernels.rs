@@ -64,6 +64,9 @@ pub enum Kernel {
     QmmCoop { tb: u32, rb: u32 },
     /// `QmmMoe` on tensor cores (qmm_coop's tile per expert): 32 · `rb` rows × 64 · `tb` pairs.
     QmmCoopMoe { tb: u32, rb: u32 },
+    /// `QmmCoop` over a stacked [gate; up] matrix with the GeGLU as epilogue (gelu_mul's work):
+    /// 64 gate rows and their up rows × 64 · `tb` tokens per workgroup, no split k.
+    QmmCoopGlu { tb: u32 },
     /// The in-order sum of a split-k `Qmm`'s partials.
     QmmSum,
     /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
@@ -116,6 +119,7 @@ impl Kernel {
             Kernel::Qmm { tm } => format!("qmm_q4_m{tm}"),
             Kernel::QmmCoop { tb, rb } => format!("qmm_coop_q4_{}x{}", 32 * rb, 64 * tb),
             Kernel::QmmCoopMoe { tb, rb } => format!("qmm_coop_moe_q4_{}x{}", 32 * rb, 64 * tb),
+            Kernel::QmmCoopGlu { tb } => format!("qmm_coop_glu_q4_64x{}", 64 * tb),
             Kernel::QmmSum => "qmm_sum".into(),
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
@@ -146,7 +150,7 @@ impl Kernel {
     /// `sg`: the subgroup size reductions may use (0: none; workgroup-memory trees instead).
     fn source(self, sg: u32) -> String {
         // Enable directives must open the module.
-        let enables = if matches!(self, Kernel::QmmCoop { .. } | Kernel::QmmCoopMoe { .. }) { "enable f16;\nenable wgpu_cooperative_matrix;\n" } else { "" };
+        let enables = if matches!(self, Kernel::QmmCoop { .. } | Kernel::QmmCoopMoe { .. } | Kernel::QmmCoopGlu { .. }) { "enable f16;\nenable wgpu_cooperative_matrix;\n" } else { "" };
         format!("{enables}{}\n{}", include_str!("../../../wgsl/common.wgsl"), self.body(sg))
     }
 
@@ -174,8 +178,12 @@ impl Kernel {
             Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg, false)),
             Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
             Kernel::QmmMoe => format!("{moe_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)),
-            Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb)),
-            Kernel::QmmCoopMoe { tb, rb } => format!("{moe_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_moe.wgsl"), tb, rb)),
+            Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb, false)),
+            Kernel::QmmCoopMoe { tb, rb } => format!("{moe_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_moe.wgsl"), tb, rb, false)),
+            Kernel::QmmCoopGlu { tb } => {
+                let gelu = include_str!("../../../wgsl/gelu.wgsl");
+                format!("{matmul_params}\n{gelu}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_glu.wgsl"), tb, 4, true))
+            }
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm => {
@@ -235,10 +243,11 @@ fn qmm_source(kernel: &str, tm: u32) -> String {
     unroll(&src, &[("TM", tm), ("TN", 4), ("WPT", tm / 4)])
 }
 
-/// A tensor-core mat-mat kernel with qmm_coop_core.wgsl's tile of 32 · `rb` rows × 64 · `tb` tokens.
-fn qmm_coop_source(kernel: &str, tb: u32, rb: u32) -> String {
+/// A tensor-core mat-mat kernel with qmm_coop_core.wgsl's tile of 32 · `rb` rows × 64 · `tb`
+/// tokens, and its GeGLU epilogue when `glu`.
+fn qmm_coop_source(kernel: &str, tb: u32, rb: u32, glu: bool) -> String {
     let src = format!("{kernel}\n{}", include_str!("../../../wgsl/qmm_coop_core.wgsl")).replace("{{TB}}", &tb.to_string()).replace("{{RB}}", &rb.to_string());
-    unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb)])
+    unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb), ("PLAIN", u32::from(!glu)), ("GLU", u32::from(glu))])
 }
 
 /// The prefill kernel of 4-bit routed experts, its rows and its pairs per workgroup: `qmm_moe`,
@@ -375,7 +384,7 @@ impl Kernel {
         match self {
             Kernel::Qmv { pro: 1.., .. } | Kernel::QmvGlu { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, ReadWrite, Uniform],
             Kernel::QmvGeluB { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Read, ReadWrite, Uniform],
-            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::QmmCoop { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::QmmCoop { .. } | Kernel::QmmCoopGlu { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum => &[Read, ReadWrite, Uniform, Uniform],
@@ -469,6 +478,12 @@ pub fn qmm_shape(_rows: usize, coop: bool) -> (Kernel, u32, u32) {
     let parsed = knob.as_deref().and_then(|v| v.split_once('x')).and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
     let (tb, rb) = parsed.filter(|&(tb, rb)| matches!(tb, 1 | 2) && matches!(rb, 2 | 4)).unwrap_or((2, 4));
     (Kernel::QmmCoop { tb, rb }, 32 * rb, 64 * tb)
+}
+
+/// The GeGLU form of `qmm_coop` (`QmmCoopGlu`) for a stacked [gate; up] matrix, its gate rows
+/// and its tokens per workgroup: 128 tokens, as qmm_coop's tile.
+pub fn qmm_coop_glu_shape() -> (Kernel, u32, u32) {
+    (Kernel::QmmCoopGlu { tb: 2 }, 64, 128)
 }
 
 /// Ranges `qmm` splits the k loop of a `rows` × `cols` matrix into for chunks of `tokens`
@@ -985,6 +1000,7 @@ mod tests {
         use naga::valid::{Capabilities, ValidationFlags, Validator};
         let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
         let kernels = tiles.iter().flat_map(|&(tb, rb)| [super::Kernel::QmmCoop { tb, rb }, super::Kernel::QmmCoopMoe { tb, rb }]);
+        let kernels = kernels.chain([1, 2].map(|tb| super::Kernel::QmmCoopGlu { tb }));
         for k in kernels {
             let src = k.source(32);
             let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));

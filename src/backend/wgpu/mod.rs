@@ -1225,14 +1225,25 @@ impl<'a> Builder<'a> {
     /// `2 · rows` rows, into the first `rows` of each `2 · rows`-wide row of `y`. Chunks run the
     /// stacked mat-mat and gelu_mul over the two halves; decode and verify steps one qmv_glu.
     fn matmul_glu(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer) -> Result<()> {
-        self.matmul_steps(m, x, x_stride, y, 2 * rows, false, false)?;
-        let dummy = self.dummy.clone();
-        self.gelu_mul(y, &dummy, GeluParams { n: rows as u32, a_stride: 2 * rows as u32, b_off: rows as u32, b_in_a: 1, ..Default::default() });
-        self.specs.last_mut().expect("just pushed").only = Only::Multi;
-
         let part = &m.parts[0];
         debug_assert_eq!((m.parts.len(), part.rows), (1, 2 * rows), "a stacked matrix is one part");
         let p = MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
+        // Chunks: the GeGLU in the tensor-core mat-mat's epilogue where it runs unsplit, else
+        // the stacked mat-mat and gelu_mul.
+        let (glu, per_wg, tok) = qmm_coop_glu_shape();
+        // KESTREL_QMM_COOP_GLU=0: the mat-mat and gelu_mul apart (an A/B knob).
+        let knob_off = std::env::var("KESTREL_QMM_COOP_GLU").as_deref() == Ok("0");
+        let glu_coop = self.tensor_cores() && !knob_off && qmm_applies(m.format, m.cols, x_stride) && qmm_splits(rows, m.cols, self.opts.max_chunk, per_wg, tok) == 1;
+        if glu_coop {
+            self.spec(glu, weight_res(part, &[x, y]), &p, (rows as u32).div_ceil(per_wg), GridY::TokenTiles(tok));
+            self.specs.last_mut().expect("just pushed").only = Only::Multi;
+        } else {
+            self.matmul_steps(m, x, x_stride, y, 2 * rows, false, false)?;
+            let dummy = self.dummy.clone();
+            self.gelu_mul(y, &dummy, GeluParams { n: rows as u32, a_stride: 2 * rows as u32, b_off: rows as u32, b_in_a: 1, ..Default::default() });
+            self.specs.last_mut().expect("just pushed").only = Only::Multi;
+        }
+
         let res = weight_res(part, &[x, y]);
         let shape = |tok| {
             let (k, per_wg) = qmv_glu_shape(rows, m.cols, x_stride, tok).expect("stacked only where qmv applies");
