@@ -1,5 +1,6 @@
 // qmm_coop_core: the tile loop of the tensor-core prefill mat-mat, shared by qmm_coop.wgsl (dense
-// chunks) and qmm_coop_moe.wgsl (a routed expert's tokens). Appended by the host after the
+// chunks), qmm_coop_moe.wgsl (a routed expert's tokens) and qmm_coop_glu.wgsl (a stacked
+// gate|up with the GeGLU as epilogue). Appended by the host after the
 // kernel (which declares `w`, `scales`, `biases`: array<u32> and `x`: array<vec4<f32>>, and
 // three functions: w_row(i), the absolute W row of tile row i; x_vec4(t), the vec4 offset of
 // tile token t's x row; y_store(t, r, v), which writes tile token t, tile row r when both are
@@ -25,7 +26,9 @@
 // loaded as vec4<f16>, so the stride coopLoad takes is in vec4s, SV); subgroup
 // g multiplies its TB token blocks (of 16) by its RB row blocks in two 16-deep k steps. The next
 // stage's weights and x are loaded into registers before this stage's products, as in
-// qmm_core.wgsl. The sums are not qmm's bit for bit (another order, other roundings).
+// qmm_core.wgsl. The staging and the products still run back to back (on the H200 about half
+// the time each; what was tried to overlap them, and lost: PERF_NOTES.md, session 9). The sums
+// are not qmm's bit for bit (another order, other roundings).
 
 const TB: u32 = {{TB}}u;       // token blocks of 16 per subgroup (4 subgroups along tokens)
 const RB: u32 = {{RB}}u;       // row blocks of 16 per subgroup (2 subgroups along rows)
