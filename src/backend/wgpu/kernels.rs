@@ -486,8 +486,11 @@ pub fn qmm_coop_glu_shape() -> (Kernel, u32, u32) {
     (Kernel::QmmCoopGlu { tb: 2 }, 64, 128)
 }
 
-/// Ranges `qmm` splits the k loop of a `rows` × `cols` matrix into for chunks of `tokens`
-/// tokens with `rows_per_wg` rows per workgroup (1: no split): the fewest (1, 2, 4 or 8) that
+/// Ranges `qmm` (or `qmm_coop`) splits the k loop of a `rows` × `cols` matrix into for chunks of
+/// `tokens` tokens with tiles of `rows_per_wg` rows × `tok_per_wg` tokens (1: no split). The
+/// threshold was fitted on qmm's tiles; on qmm_coop's 128 × 128 it picks the best of kbench's
+/// four splits for 8 of its 11 E2B/E4B shapes, not for the separate q and k projections (E2B q
+/// 4 where 2 is best, E2B k 4 where 8, E4B q 8 where 2: session 9's p3). The fewest (1, 2, 4 or 8) that
 /// give at least [`QMM_MIN_WORKGROUPS`] workgroups, each range whole 64-value groups and at
 /// least 256 values long (the partials' extra traffic, `splits · tokens · rows` floats written
 /// and read back, stays small against the weights' dequantisation work).
