@@ -33,6 +33,7 @@ var<workgroup> chosen: array<u32, WG>;
 var<workgroup> mx: f32;
 var<workgroup> ex: array<f32, WG>;
 var<workgroup> sc: array<f32, WG>;
+var<workgroup> sv: array<f32, WG>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -42,18 +43,27 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let e = lid;
     var s = NEG;
     if (e < p.n_experts) { s = logits[t * p.n_experts + e]; }
-    // k rounds of a (value, lower index) argmax over the experts not yet chosen.
-    var mine = s;
-    for (var j = 0u; j < p.top_k; j++) {
-        argmax_tree(mine, select(0xffffffffu, e, e < p.n_experts), lid);
-        if (lid == 0u) {
-            chosen[j] = bi[0];
-            if (j == 0u) { mx = bv[0]; }
+    // A NaN logit ranks last (it compares false both ways, so two experts could share a rank).
+    s = select(s, NEG, s != s);
+    sv[lid] = s;
+    workgroupBarrier();
+    // Each expert's rank in the order (larger logit first, ties → lower index): the number of
+    // experts ahead of it. Rank r < k is the r-th pick of k rounds of argmax over the experts
+    // not yet chosen, in one pass and one barrier instead of k trees of barriers (10.9 µs per
+    // MoE layer in the latency table of PERF_NOTES.md, session 6). Every other thread reads the
+    // same sv[j] at once: a broadcast.
+    if (e < p.n_experts) {
+        var rank = 0u;
+        for (var j = 0u; j < p.n_experts; j++) {
+            let v = sv[j];
+            rank += select(0u, 1u, v > s || (v == s && j < e));
         }
-        workgroupBarrier();
-        if (e == chosen[j]) { mine = NEG; }
-        workgroupBarrier();
+        if (rank < p.top_k) {
+            chosen[rank] = e;
+            if (rank == 0u) { mx = s; }
+        }
     }
+    workgroupBarrier();
     // The k weights: thread j < k loads its chosen expert's logit and scale (all k loads in
     // flight at once, not one after another in a single thread), then every weight divides by
     // the same sum, added in j order.
