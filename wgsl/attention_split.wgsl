@@ -31,13 +31,17 @@
 var<workgroup> sred: array<f32, 4096>;
 
 const DK: u32 = {{DK}}u; // dims per lane: ceil(d / 64)
+const SG: u32 = {{SG}}u; // subgroup size (1: none; the scores then reduce by a tree)
+const NSG: u32 = WG / SG;
 const G: u32 = {{G}}u;   // keys whose loads are in flight together
 
 // The key loop with the q·k dot products spread over the lanes: a split holds a few keys
 // (≈ context / n_splits), so one thread per key (the first prefill kernel's loop) left most lanes idle and made
 // each score a chain of d dependent loads (PERF_NOTES.md). Here lane lid owns dims
-// lid, lid + 64, … (DK of them: the query and the output accumulators stay in registers), a
-// fixed tree adds the 64 partials per key; the softmax step is tile_softmax (attention_tile.wgsl) and
+// lid, lid + 64, … (DK of them: the query and the output accumulators stay in registers), the
+// 64 partials per key are added by subgroupAdd and one pass over the NSG subgroup sums where the
+// device has subgroups (attention_key_subgroup*.wgsl: one barrier), else by a fixed tree
+// (attention_key_tree*.wgsl: six); the softmax step is tile_softmax (attention_tile.wgsl) and
 // the V sums run in key order. Keys go G at a time with all G · DK loads issued before any is
 // used: a GPU issues in order, so a load followed by its use waits a full memory round trip,
 // and a rolled loop of them is a chain of round trips (PERF_NOTES.md, session 4).
@@ -66,19 +70,12 @@ fn attend_keys_lanes(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f
                 // @unroll k DK
                 s += q{k} * k{g}_{k};
                 // @end k
-                sred[(j0 + {g}u) * WG + lid] = s;
+                // {{KEY_PARTIAL}}
             }
             // @end g
         }
         workgroupBarrier();
-        for (var hw = WG / 2u; hw > 0u; hw >>= 1u) {
-            if (lid < hw) {
-                for (var j = 0u; j < n_valid; j++) { sred[j * WG + lid] += sred[j * WG + lid + hw]; }
-            }
-            workgroupBarrier();
-        }
-        var s = NEG;
-        if (lid < n_valid) { s = sred[lid * WG]; }
+        // {{KEY_SUM}}
         let mlc = tile_softmax(s, lid, n_valid, m, l);
         l = mlc.y;
         let corr = mlc.z;

@@ -199,8 +199,22 @@ impl Kernel {
                 format!("{params}\n{}", unroll(&src, &[("DV", dv)]))
             }
             Kernel::AttentionSplit { dk } => {
-                let src = include_str!("../../../wgsl/attention_split.wgsl").replace("{{DK}}", &dk.to_string()).replace("{{G}}", &ATTN_KEYS_IN_FLIGHT.to_string());
-                format!("{params}\n{}\n{tile}", unroll(&src, &[("DK", dk), ("G", ATTN_KEYS_IN_FLIGHT)]))
+                // A/B knobs for measurements: KESTREL_ATTN_G (keys in flight), KESTREL_ATTN_TREE=1
+                // (the workgroup-memory tree where the device has subgroups).
+                let g = std::env::var("KESTREL_ATTN_G").ok().and_then(|v| v.parse().ok()).unwrap_or(ATTN_KEYS_IN_FLIGHT);
+                let sg = if std::env::var("KESTREL_ATTN_TREE").as_deref() == Ok("1") { 0 } else { sg };
+                let (partial, sum) = if sg > 0 {
+                    (include_str!("../../../wgsl/attention_key_subgroup.wgsl"), include_str!("../../../wgsl/attention_key_subgroup_sum.wgsl"))
+                } else {
+                    (include_str!("../../../wgsl/attention_key_tree.wgsl"), include_str!("../../../wgsl/attention_key_tree_sum.wgsl"))
+                };
+                let src = include_str!("../../../wgsl/attention_split.wgsl")
+                    .replace("// {{KEY_PARTIAL}}", partial)
+                    .replace("// {{KEY_SUM}}", sum)
+                    .replace("{{SG}}", &sg.max(1).to_string())
+                    .replace("{{DK}}", &dk.to_string())
+                    .replace("{{G}}", &g.to_string());
+                format!("{params}\n{}\n{tile}", unroll(&src, &[("DK", dk), ("G", g)]))
             }
             Kernel::AttentionCombine => {
                 let src = include_str!("../../../wgsl/attention_combine.wgsl").replace("{{U}}", &COMBINE_U.to_string());
