@@ -200,9 +200,10 @@ impl Kernel {
             }
             Kernel::AttentionSplit { dk } => {
                 // A/B knobs for measurements: KESTREL_ATTN_G (keys in flight), KESTREL_ATTN_TREE=1
-                // (the workgroup-memory tree where the device has subgroups).
+                // (the workgroup-memory tree where the device has subgroups). Subgroup sums need
+                // subgroups no wider than the kernel's 64 threads.
                 let g = std::env::var("KESTREL_ATTN_G").ok().and_then(|v| v.parse().ok()).unwrap_or(ATTN_KEYS_IN_FLIGHT);
-                let sg = if std::env::var("KESTREL_ATTN_TREE").as_deref() == Ok("1") { 0 } else { sg };
+                let sg = if std::env::var("KESTREL_ATTN_TREE").as_deref() == Ok("1") || sg > ATTN_SPLIT_WG { 0 } else { sg };
                 let (partial, sum) = if sg > 0 {
                     (include_str!("../../../wgsl/attention_key_subgroup.wgsl"), include_str!("../../../wgsl/attention_key_subgroup_sum.wgsl"))
                 } else {
@@ -544,6 +545,9 @@ pub const ATTN_BQ: u32 = 16;
 pub fn attention_split(head_dim: usize) -> Kernel {
     Kernel::AttentionSplit { dk: (head_dim as u32).div_ceil(64) }
 }
+
+/// Threads of one attention_split workgroup (`WG` in attention_tile.wgsl).
+const ATTN_SPLIT_WG: u32 = 64;
 
 /// Keys whose K (then V) rows attention_split loads together (`G` in attention_split.wgsl).
 pub const ATTN_KEYS_IN_FLIGHT: u32 = 4;
