@@ -1783,11 +1783,13 @@ struct RouterCase {
     ties: usize,
     /// per_expert_scale all 1 (else uniform in [0.5, 1.5)).
     unit_scale: bool,
+    /// Expert 1's logit NaN in every token: it ranks last (never picked while k < n).
+    nan: bool,
 }
 
 impl RouterCase {
     fn new(n_experts: usize, top_k: usize, tokens: usize) -> Self {
-        RouterCase { n_experts, top_k, tokens, range: 1.0, ties: 0, unit_scale: false }
+        RouterCase { n_experts, top_k, tokens, range: 1.0, ties: 0, unit_scale: false, nan: false }
     }
 }
 
@@ -1802,16 +1804,19 @@ impl Case for RouterCase {
             s += &format!(",ties={}", c.ties);
         }
         s += if c.unit_scale { ",scale=1" } else { ",scale=rand" };
+        if c.nan {
+            s += ",nan=1";
+        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &RouterCase { n_experts: n, top_k: k, tokens, range, ties, unit_scale } = self;
-        assert!(k <= n && ties <= n && n <= 256, "{}: impossible case", self.name());
+        let &RouterCase { n_experts: n, top_k: k, tokens, range, ties, unit_scale, nan } = self;
+        assert!(k <= n && ties <= n && n <= 256 && (!nan || (k < n && n > 1)), "{}: impossible case", self.name());
         let mut logits: Vec<f32> = rng.vec(tokens * n).iter().map(|&v| v * range).collect();
         for t in 0..tokens {
-            // The edges and the middle of the 256-lane tree first (n/2 − 1 and n/2 meet late in
-            // the reduction), then random experts.
+            // The edges and the middle first (where the former argmax tree's halves met last),
+            // then random experts.
             let mut tied: Vec<usize> = Vec::new();
             for i in [n - 1, n / 2, (n / 2).saturating_sub(1), 0] {
                 if tied.len() < ties && !tied.contains(&i) {
@@ -1827,12 +1832,16 @@ impl Case for RouterCase {
             for &i in &tied {
                 logits[t * n + i] = 1.5 * range;
             }
+            if nan {
+                logits[t * n + 1] = f32::NAN;
+            }
         }
         let scale: Vec<f32> = (0..n).map(|_| if unit_scale { 1.0 } else { 1.0 + 0.5 * rng.uniform() }).collect();
         // As moe_forward: p in f64, a stable sort (ties keep the lower index first), top k.
         let (mut want_idx, mut want_w) = (Vec::new(), Vec::new());
         for t in 0..tokens {
-            let s = &logits[t * n..(t + 1) * n];
+            // A NaN logit counts as −∞: weight 0, sorted after every finite one.
+            let s: Vec<f32> = logits[t * n..(t + 1) * n].iter().map(|&v| if v.is_nan() { f32::NEG_INFINITY } else { v }).collect();
             let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
             let p: Vec<f64> = s.iter().map(|&v| (v as f64 - m).exp()).collect();
             let mut order: Vec<usize> = (0..n).collect();
@@ -1878,6 +1887,9 @@ fn router_cases() -> Vec<Box<dyn Case>> {
         v.push(Box::new(RouterCase { ties: n, ..RouterCase::new(n, k, 3) }));
     }
     v.push(Box::new(RouterCase { ties: 2, ..RouterCase::new(16, 4, 9) }));
+    // A NaN logit (expert 1) among finite ones, and beside ties at the cut.
+    v.push(Box::new(RouterCase { nan: true, ..RouterCase::new(128, 8, 3) }));
+    v.push(Box::new(RouterCase { nan: true, ties: 5, ..RouterCase::new(16, 4, 3) }));
     // Wide logits (router scores of a trained model reach ±10s).
     for (n, k) in [(128, 8), (256, 1)] {
         v.push(Box::new(RouterCase { range: 16.0, ..RouterCase::new(n, k, 3) }));

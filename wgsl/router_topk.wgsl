@@ -44,7 +44,8 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     var s = NEG;
     if (e < p.n_experts) { s = logits[t * p.n_experts + e]; }
     // A NaN logit ranks last (it compares false both ways, so two experts could share a rank).
-    s = select(s, NEG, s != s);
+    // Tested on its bits: drivers may fold `s != s` to false (lavapipe did).
+    s = select(s, NEG, (bitcast<u32>(s) & 0x7fffffffu) > 0x7f800000u);
     sv[lid] = s;
     workgroupBarrier();
     // Each expert's rank in the order (larger logit first, ties → lower index): the number of

@@ -18,6 +18,16 @@ fn ids(n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| (1000 + i * 7919) as u32 % vocab.max(2) as u32).collect()
 }
 
+/// Runs `prompt` from position 0 in chunks of `chunk` tokens, as `generate` does.
+fn prefill_prompt(b: &mut WgpuBackend, prompt: &[u32], chunk: usize) -> anyhow::Result<()> {
+    let mut pos = 0;
+    for piece in prompt.chunks(chunk) {
+        b.prefill(piece, pos, Readback::Argmax)?;
+        pos += piece.len();
+    }
+    Ok(())
+}
+
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.model.backend != BackendKind::Wgpu {
         bail!("kestrel bench measures the wgpu backend (--backend wgpu)");
@@ -39,11 +49,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     b.prefill(&ids(2, vocab), 0, Readback::Argmax)?;
     if args.n_prompt > 0 {
         b.reset();
-        let mut pos = 0;
-        for piece in ids(args.n_prompt, vocab).chunks(args.model.chunk) {
-            b.prefill(piece, pos, Readback::Argmax)?;
-            pos += piece.len();
-        }
+        prefill_prompt(&mut b, &ids(args.n_prompt, vocab), args.model.chunk)?;
     }
 
     // pp: the prompt in chunks, as `generate` runs it.
@@ -55,11 +61,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         for _ in 0..args.reps {
             b.reset();
             let t0 = Instant::now();
-            let mut pos = 0;
-            for piece in prompt.chunks(args.model.chunk) {
-                b.prefill(piece, pos, Readback::Argmax)?;
-                pos += piece.len();
-            }
+            prefill_prompt(&mut b, &prompt, args.model.chunk)?;
             rates.push(args.n_prompt as f64 / t0.elapsed().as_secs_f64());
         }
         rates.sort_by(f64::total_cmp);

@@ -498,7 +498,8 @@ pub fn qmm_shape(_rows: usize, coop: bool) -> (Kernel, u32, u32) {
 /// The GeGLU form of `qmm_coop` (`QmmCoopGlu`) for a stacked [gate; up] matrix, its gate rows
 /// and its tokens per workgroup: 128 tokens, as qmm_coop's tile.
 pub fn qmm_coop_glu_shape() -> (Kernel, u32, u32) {
-    (Kernel::QmmCoopGlu { tb: 2 }, 64, 128)
+    let tb = 2;
+    (Kernel::QmmCoopGlu { tb }, 64, 64 * tb)
 }
 
 /// Ranges `qmm` (or `qmm_coop`) splits the k loop of a `rows` × `cols` matrix into for chunks of
