@@ -13,8 +13,9 @@
 //! (`qmv_shape`) and through the previous one-row-per-workgroup `matmul_q4_t1` for comparison,
 //! timed twice: re-reading one copy of the weights (L2-resident when it fits) and cycling
 //! through copies, so that each dispatch reads them from memory as a decode step does.
-//! The last table times the routed-expert decode kernels on 26B-A4B shapes (qmv_moe against
-//! the per-pair moe_matmul it replaced).
+//! `KBENCH_SHAPES="256 MiB,E4B gate|up"` keeps only the decode shapes whose names contain one of
+//! those. The next table times the routed-expert decode kernels on 26B-A4B shapes (qmv_moe against
+//! the per-pair moe_matmul it replaced), then the prefill attention on a 512-token chunk.
 //! The latency table times the small kernels a decode step is made of (rmsnorm with 0/1/3
 //! chained norms, qkv_norm_rope, split attention and its merge at 131–4097 keys, the 26B
 //! router) as chains of dependent dispatches, next to a 16-byte copy: what each costs inside a
@@ -23,8 +24,8 @@
 
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
-    attention_split, fold_grid, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
-    RouterParams, Step, BarrierParams, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
+    attention_chunk, attention_split, fold_grid, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
+    RouterParams, Step, BarrierParams, ATTN_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
 struct Shape {
@@ -92,7 +93,9 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|");
     let max_groups = h.gpu().limits.max_compute_workgroups_per_dimension;
     let max_binding = h.gpu().limits.max_storage_buffer_binding_size as usize;
-    for sh in SHAPES {
+    // KBENCH_SHAPES="256 MiB,E4B gate|up": only the decode shapes whose names contain one of these.
+    let only: Vec<String> = std::env::var("KBENCH_SHAPES").map(|v| v.split(',').map(str::to_string).collect()).unwrap_or_default();
+    for sh in SHAPES.iter().filter(|s| only.is_empty() || only.iter().any(|o| s.name.contains(o.as_str()))) {
         let (rows, cols) = (sh.rows, sh.cols);
         let w_bytes = rows * cols / 2;
         if w_bytes > max_binding {
@@ -261,7 +264,36 @@ fn main() {
         }
     }
 
+    prefill_attention_table(&mut h, &filter);
     latency_table(&mut h, &filter);
+}
+
+/// Prefill attention (attention.wgsl) over one 512-token chunk from position 0, at E2B's heads
+/// (8 query heads on 1 kv head; d 256 with the 512-key window, d 512 full) and E4B's (8 on 2):
+/// GPU time per dispatch and the TFLOP/s of the causal products it must do (2 · 2 · d flops per
+/// attended (query, key) pair per head).
+fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
+    let f32s = |n: usize, v: f32| -> Vec<u8> { (0..n).flat_map(|i| (v * (1.0 + ((i * 7919) % 97) as f32 / 97.0)).to_le_bytes()).collect() };
+    let tokens = 512usize;
+    println!("\n| prefill attention | heads (q / kv) × d, window | tokens | kernel | µs | TFLOP/s |");
+    println!("|---|---|---|---|---|---|");
+    for (name, n_q, n_kv, d, window) in [("E2B sliding", 8usize, 1usize, 256usize, 512usize), ("E2B full", 8, 1, 512, 0), ("E4B sliding", 8, 2, 256, 512), ("E4B full", 8, 2, 512, 0)] {
+        let kernel = attention_chunk(d);
+        let label = kernel.label();
+        if !label.contains(filter) {
+            continue;
+        }
+        let slots = 1024usize;
+        let p = AttnParams { d: d as u32, n_heads: n_q as u32, n_kv_heads: n_kv as u32, slots: slots as u32, window: window as u32, n_splits: ATTN_SPLITS, _pad: [0; 2] };
+        let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, pos0: 0, ..Default::default() };
+        let bufs = vec![f32s(tokens * n_q * d, 0.05), f32s(slots * n_kv * d, 0.05), f32s(slots * n_kv * d, 0.3), f32s(tokens * n_q * d, 0.0)];
+        let pairs: usize = (0..tokens).map(|t| if window > 0 { (t + 1).min(window) } else { t + 1 }).sum();
+        let flops = (4 * d * pairs * n_q) as f64;
+        match h.time(kernel, &bufs, bytemuck::bytes_of(&p), step, (n_q as u32, (tokens as u32).div_ceil(ATTN_BQ), 1), 20) {
+            Ok(us) => println!("| {name} | {n_q} / {n_kv} × {d}, {window} | {tokens} | {label} | {us:.1} | {:.2} |", flops / us / 1e6),
+            Err(e) => println!("| {name} | {n_q} / {n_kv} × {d} | {tokens} | {label} | error: {e} | |"),
+        }
+    }
 }
 
 /// One grid-wide barrier (fence, atomic arrival, spin, fence: grid_barrier.wgsl) among 132, 264
