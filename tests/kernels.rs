@@ -384,11 +384,14 @@ struct MatmulCase {
     qmm: Option<u32>,
     /// With `qmm`: its tensor-core form (qmm_coop.wgsl) with this tile (TB, RB) instead.
     coop: Option<(u32, u32)>,
+    /// x values spread over 2^-20 … 2^19 inside each 32-value chunk, with exact zeros (the
+    /// staged qmv loop keeps 22 bits below a chunk's largest |x|: its small values lose the most).
+    x_spread: bool,
 }
 
 impl MatmulCase {
     fn new(fmt: Format, rows: usize, cols: usize, tokens: usize, gs: usize) -> Self {
-        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8, qmv: false, qmm: None, coop: None }
+        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8, qmv: false, qmm: None, coop: None, x_spread: false }
     }
 }
 
@@ -411,6 +414,9 @@ impl Case for MatmulCase {
         if c.y_off > 0 || c.y_pad > 0 {
             s += &format!(",y_off={},y_stride={}", c.y_off, c.y_off + c.rows + c.y_pad);
         }
+        if c.x_spread {
+            s += ",x_spread";
+        }
         if let Some(n) = c.n_out {
             s += &format!(",count_sel=1,n_out={n}");
         }
@@ -418,11 +424,16 @@ impl Case for MatmulCase {
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out, tile, qmv, qmm, coop } = self;
+        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out, tile, qmv, qmm, coop, x_spread } = self;
         let w = Weights::new(fmt, rows, cols, gs, rng);
         let count = n_out.unwrap_or(tokens);
         let (x_stride, y_stride) = (cols + x_pad, y_off + rows + y_pad);
-        let xs = rng.vec(count * cols);
+        let mut xs = rng.vec(count * cols);
+        if x_spread {
+            for (i, v) in xs.iter_mut().enumerate() {
+                *v = if i % 11 == 5 { 0.0 } else { *v * 2f32.powi((i * 7 % 40) as i32 - 20) };
+            }
+        }
         // Padding and the rows past `count` are poison: the kernel must not read them.
         let mut x = vec![POISON; tokens * x_stride];
         for t in 0..count {
@@ -634,8 +645,8 @@ fn run_split_k(h: &mut KernelHarness, splits: u32, c: MatmulCase) {
 /// The 4-bit mat-vec of decode (tile 1) and verify (tile 4) steps: every lane count of
 /// `qmv_shape` (8: cols 320 → 10 chunks; 16: cols 1024; 32: cols 1536 → 48 chunks, so lanes idle
 /// on the second pass; 64: cols 2560; 128: cols 6144), every rows-per-team (1; 2: rows 3000;
-/// 4: rows 4100), the tall rules (16 lanes × 2 rows at 12300 rows, 8 × 2 for the LM head at
-/// 65536), x staged (34 chunks on 16 lanes, 20 on 8) and not, partial row blocks, group size
+/// 4: rows 4100), the tall rules (16 lanes × 2 rows at 12300 rows, 16 × 8 at 12290 rows of
+/// 16384 values, 8 × 4 for the LM head at 65536), x staged (34 chunks on 16 lanes, 20 on 8) and not, partial row blocks, group size
 /// 128, a strided x, a later part, count = n_out, a folded grid.
 fn qmv_cases() -> Vec<Box<dyn Case>> {
     let q = |rows, cols, tokens, tile| MatmulCase { tile, qmv: true, ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
@@ -653,6 +664,10 @@ fn qmv_cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(q(rows, cols, 2, tile)));
         }
         v.push(Box::new(MatmulCase { gs: 128, ..q(65, 512, 3, tile) }));
+        // Chunks whose values span 40 binades (staged: 34 chunks on 16 lanes; 1088 cols).
+        v.push(Box::new(MatmulCase { x_spread: true, ..q(12300, 1088, 2, tile) }));
+        // The long-row rule: 16 lanes × 8 rows per team, 16 staging rounds.
+        v.push(Box::new(q(12290, 16384, 1, tile)));
         v.push(Box::new(MatmulCase { x_pad: 16, y_off: 70, y_pad: 13, ..q(63, 256, 5, tile) }));
         for (tokens, n_out) in [(9, 1), (17, 5)] {
             v.push(Box::new(MatmulCase { n_out: Some(n_out), ..q(65, 256, tokens, tile) }));
@@ -876,6 +891,33 @@ fn glu_cases() -> Vec<Box<dyn Case>> {
         }
     }
     v
+}
+
+/// A non-finite x makes its token's rows non-finite in the staged qmv loop too (its integer
+/// digits of x cannot carry inf or NaN; the chunk's Σx, which every row multiplies by its bias,
+/// does), and leaves the other tokens' rows as they were.
+#[test]
+fn qmv_staged_rows_carry_a_non_finite_x() {
+    let Some(mut h) = harness() else { return };
+    let c = MatmulCase { tile: 1, qmv: true, ..MatmulCase::new(Format::Q4, 12300, 1088, 3, 64) };
+    let l = c.build(&mut Rng(kestrel::synth::SplitMix64(5)));
+    let mut bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+    let clean = f32s_of(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]);
+    assert!(clean[..3 * 12300].iter().all(|v| v.is_finite()), "non-finite rows from a finite x");
+    // Token 0: +inf at column 40; token 1: NaN at column 1000; token 2 untouched.
+    bufs[3][4 * 40..4 * 41].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    bufs[3][4 * (1088 + 1000)..4 * (1088 + 1001)].copy_from_slice(&f32::NAN.to_le_bytes());
+    let got = f32s_of(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]);
+    for t in 0..2 {
+        let bad = got[t * 12300..(t + 1) * 12300].iter().filter(|v| v.is_finite()).count();
+        assert_eq!(bad, 0, "token {t}: {bad} of 12300 rows finite with a non-finite x");
+    }
+    let changed: Vec<(usize, f32, f32)> = (2 * 12300..3 * 12300).filter(|&i| got[i].to_bits() != clean[i].to_bits()).map(|i| (i, clean[i], got[i])).take(5).collect();
+    assert!(changed.is_empty(), "token 2's rows changed: {changed:?}");
+}
+
+fn f32s_of(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 /// Decode and verify run different token tiles of qmv: a row's result must not depend on the

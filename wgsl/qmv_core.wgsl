@@ -30,12 +30,14 @@ const CU: u32 = {{CU}}u; // chunks per lane whose loads are issued together (2 f
 var<workgroup> red: array<f32, RPT * TOK * WG>; // [RPT * TOK][WG]
 
 // The staged form (STAGE, qmv_dots_staged): NCH chunks per round, all of the workgroup's teams
-// on the same chunks, x of a round staged once per workgroup: x · pre in xst as
-// [t][vec4 j of the chunk][chunk of the round] (consecutive lanes read consecutive vec4s: no
-// bank conflicts), the chunk's Σ x in xsum[t][chunk]. 1-element arrays when not staged.
+// on the same chunks, x of a round staged once per workgroup as integers (stage_chunk): the
+// chunk's packed signed digits in xq as [t][vec4 j of 6][chunk of the round] (consecutive lanes
+// read consecutive vec4s: no bank conflicts), its scale 2^-k in xsc[t][chunk] and its Σ x in
+// xsum[t][chunk]. 1-element arrays when not staged.
 const STAGE: bool = {{STAGE}};
 const NCH: u32 = LANES * CU;
-var<workgroup> xst: array<vec4<f32>, select(1u, TOK * 8u * NCH, STAGE)>;
+var<workgroup> xq: array<vec4<u32>, select(1u, TOK * 6u * NCH, STAGE)>;
+var<workgroup> xsc: array<f32, select(1u, TOK * NCH, STAGE)>;
 var<workgroup> xsum: array<f32, select(1u, TOK * NCH, STAGE)>;
 
 // Σ q·x over the 32 values of one vec4 of weights against the pre-scaled x of its chunk.
@@ -45,6 +47,82 @@ fn dot32(wv: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f3
           + (dot(nibbles(wv.y), x2) + dot(nibbles(wv.y >> 16u), x3)))
          + ((dot(nibbles(wv.z), x4) + dot(nibbles(wv.z >> 16u), x5))
           + (dot(nibbles(wv.w), x6) + dot(nibbles(wv.w >> 16u), x7)));
+}
+
+// The staged loop's arithmetic: Σ q·x over 32 values with x as integers. Why (PERF_NOTES.md,
+// session 11): on the big mat-vecs a third of the time was the per-value float work (mask, or,
+// subtract, multiply-add per nibble on Hopper's half-rate integer path); a packed 4×8-bit
+// integer dot product multiplies four nibbles by four bytes of x in one instruction.
+// x is staged per 32-value chunk as X = round(x · 2^k), k chosen so that |X| < 2^22 for the
+// chunk's largest |x| (so X keeps 22 bits below that value: the error of an element is at most
+// 2^-23 of the chunk's largest, as f32 rounding is 2^-24 of the element), split into three
+// signed base-256 digits X = a·2^16 + b·2^8 + c (a, b, c in [−128, 127]). The sums of q times
+// each digit are exact integers (≤ 32 · 15 · 128); they are combined in one rounding,
+// Σ q·X = fma(Σ q·a, 2^16, Σ q·b · 256 + Σ q·c) (the second term exact below 2^24), and
+// scaled by 2^-k (exact). The packing (stage_chunk) puts a word's even-numbered values in one
+// u32 and the odd ones in the next, matching the nibbles `w & 0x0f0f0f0f` and
+// `(w >> 4) & 0x0f0f0f0f` take from one word of weights.
+fn dot32i(wv: vec4<u32>, a0: vec4<u32>, a1: vec4<u32>, b0: vec4<u32>, b1: vec4<u32>, c0: vec4<u32>, c1: vec4<u32>) -> f32 {
+    let l0 = wv.x & 0x0f0f0f0fu;
+    let h0 = (wv.x >> 4u) & 0x0f0f0f0fu;
+    let l1 = wv.y & 0x0f0f0f0fu;
+    let h1 = (wv.y >> 4u) & 0x0f0f0f0fu;
+    let l2 = wv.z & 0x0f0f0f0fu;
+    let h2 = (wv.z >> 4u) & 0x0f0f0f0fu;
+    let l3 = wv.w & 0x0f0f0f0fu;
+    let h3 = (wv.w >> 4u) & 0x0f0f0f0fu;
+    let sa = ((dot4I8Packed(l0, a0.x) + dot4I8Packed(h0, a0.y)) + (dot4I8Packed(l1, a0.z) + dot4I8Packed(h1, a0.w)))
+           + ((dot4I8Packed(l2, a1.x) + dot4I8Packed(h2, a1.y)) + (dot4I8Packed(l3, a1.z) + dot4I8Packed(h3, a1.w)));
+    let sb = ((dot4I8Packed(l0, b0.x) + dot4I8Packed(h0, b0.y)) + (dot4I8Packed(l1, b0.z) + dot4I8Packed(h1, b0.w)))
+           + ((dot4I8Packed(l2, b1.x) + dot4I8Packed(h2, b1.y)) + (dot4I8Packed(l3, b1.z) + dot4I8Packed(h3, b1.w)));
+    let sc = ((dot4I8Packed(l0, c0.x) + dot4I8Packed(h0, c0.y)) + (dot4I8Packed(l1, c0.z) + dot4I8Packed(h1, c0.w)))
+           + ((dot4I8Packed(l2, c1.x) + dot4I8Packed(h2, c1.y)) + (dot4I8Packed(l3, c1.z) + dot4I8Packed(h3, c1.w)));
+    return fma(f32(sa), 65536.0, f32(sb * 256i + sc));
+}
+
+// The three digits of X for four values, biased by 128 each (U = X + 0x808080, 24 bits), packed
+// one value per byte and unbiased by flipping each byte's top bit: (a, b, c) as three words of
+// signed bytes.
+fn digits4(u: vec4<u32>) -> vec3<u32> {
+    return vec3<u32>(pack4xU8(u >> vec4<u32>(16u)), pack4xU8(u >> vec4<u32>(8u)), pack4xU8(u)) ^ vec3<u32>(0x80808080u);
+}
+
+// Stages one chunk of x (v0..v7: its 32 values) for token st, chunk sk of the round (dot32i).
+fn stage_chunk(st: u32, sk: u32, v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>, v4: vec4<f32>, v5: vec4<f32>, v6: vec4<f32>, v7: vec4<f32>) {
+    let mv = max(max(max(abs(v0), abs(v1)), max(abs(v2), abs(v3))), max(max(abs(v4), abs(v5)), max(abs(v6), abs(v7))));
+    // e: the biased exponent of the largest |x| (clamped: all-tiny chunks round to small X; a
+    // non-finite x makes xsum, so the row, non-finite). 2^k = 2^(148 − e) keeps |X| < 2^22.
+    let e = clamp(bitcast<u32>(max(max(mv.x, mv.y), max(mv.z, mv.w))) >> 23u, 22u, 254u);
+    let up = bitcast<f32>((275u - e) << 23u);
+    xsc[st * NCH + sk] = bitcast<f32>((e - 21u) << 23u);
+    // fma(x, 2^k, 1.5 · 2^23) rounds x · 2^k to the integer X in the low mantissa bits
+    // (0x4b400000 + X), which the add turns into U = X + 0x808080.
+    let magic = vec4<f32>(12582912.0);
+    let bias = vec4<u32>(0x808080u - 0x4b400000u);
+    let ua0 = bitcast<vec4<u32>>(fma(v0, vec4<f32>(up), magic)) + bias;
+    let ua1 = bitcast<vec4<u32>>(fma(v1, vec4<f32>(up), magic)) + bias;
+    let ua2 = bitcast<vec4<u32>>(fma(v2, vec4<f32>(up), magic)) + bias;
+    let ua3 = bitcast<vec4<u32>>(fma(v3, vec4<f32>(up), magic)) + bias;
+    let ub0 = bitcast<vec4<u32>>(fma(v4, vec4<f32>(up), magic)) + bias;
+    let ub1 = bitcast<vec4<u32>>(fma(v5, vec4<f32>(up), magic)) + bias;
+    let ub2 = bitcast<vec4<u32>>(fma(v6, vec4<f32>(up), magic)) + bias;
+    let ub3 = bitcast<vec4<u32>>(fma(v7, vec4<f32>(up), magic)) + bias;
+    let xo = st * 6u * NCH + sk;
+    // Word w of the chunk: values 8w..8w+7, the even ones then the odd ones.
+    let d0 = digits4(vec4<u32>(ua0.x, ua0.z, ua1.x, ua1.z));
+    let e0 = digits4(vec4<u32>(ua0.y, ua0.w, ua1.y, ua1.w));
+    let d1 = digits4(vec4<u32>(ua2.x, ua2.z, ua3.x, ua3.z));
+    let e1 = digits4(vec4<u32>(ua2.y, ua2.w, ua3.y, ua3.w));
+    let d2 = digits4(vec4<u32>(ub0.x, ub0.z, ub1.x, ub1.z));
+    let e2 = digits4(vec4<u32>(ub0.y, ub0.w, ub1.y, ub1.w));
+    let d3 = digits4(vec4<u32>(ub2.x, ub2.z, ub3.x, ub3.z));
+    let e3 = digits4(vec4<u32>(ub2.y, ub2.w, ub3.y, ub3.w));
+    xq[xo] = vec4<u32>(d0.x, e0.x, d1.x, e1.x);
+    xq[xo + NCH] = vec4<u32>(d2.x, e2.x, d3.x, e3.x);
+    xq[xo + 2u * NCH] = vec4<u32>(d0.y, e0.y, d1.y, e1.y);
+    xq[xo + 3u * NCH] = vec4<u32>(d2.y, e2.y, d3.y, e3.y);
+    xq[xo + 4u * NCH] = vec4<u32>(d0.z, e0.z, d1.z, e1.z);
+    xq[xo + 5u * NCH] = vec4<u32>(d2.z, e2.z, d3.z, e3.z);
 }
 
 // The lane's partial sums for rows × tokens ([r * TOK + t]) over its chunks of a row of `cols`
@@ -109,19 +187,17 @@ fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32,
 // qmv_dots with x staged in workgroup memory (STAGE; every thread of the workgroup calls it:
 // barriers). Why: unstaged, every team reads x from L2 itself, and on the H200 those reads, not
 // the weights, bounded the wide mat-vecs (time ∝ x bytes per weight byte: 2 at 4 rows per team;
-// PERF_NOTES.md, session 6). Staged, a workgroup reads x once per TEAMS teams, the x · pre
-// products and chunk sums are computed once, and no thread holds x in registers across a round.
-// Rounds are software-pipelined: the next round's weights and x are loaded into registers
-// before this round is computed, so a round's loads are in flight across the barriers.
-// The same sums as qmv_dots in the same order: each lane visits chunks lane, lane + LANES, … in
-// rounds of CU and adds s · dot32(w, x · pre) + b · Σx per chunk and row as there, the staged
-// values being the products and sums qmv_dots forms in registers. A row's arithmetic still
-// depends only on LANES, never on TOK (decode and verify rows bitwise equal, tested).
+// PERF_NOTES.md, session 6). Staged, a workgroup reads x once per TEAMS teams, each chunk's
+// integer digits (dot32i) and sum are computed once, and no thread holds x in registers across
+// a round. Rounds are software-pipelined: the next round's weights and x are loaded into
+// registers before this round is computed, so a round's loads are in flight across the barriers.
+// Each lane visits chunks lane, lane + LANES, … in rounds of CU (as qmv_dots) and adds
+// s · (dot32i(w, x digits) · 2^-k) + b · Σx per chunk and row. A row's arithmetic depends only
+// on LANES, never on TOK or CU (decode and verify rows bitwise equal, tested).
 fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid: u32, cols: u32, gs: u32) -> array<f32, RPT * TOK> {
     let chunks = cols / 32u;
     let groups = cols / gs;
     let per_group = gs / 32u;
-    let pre = vec4<f32>(1.0, 0.0625, 0.00390625, 0.000244140625);
     // @unroll r RPT
     // @unroll t TOK
     var acc{r}_{t} = 0.0;
@@ -158,10 +234,7 @@ fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid
         if (stager) {
             xsum[st * NCH + sk] = ((dot(v0, vec4<f32>(1.0)) + dot(v1, vec4<f32>(1.0))) + (dot(v2, vec4<f32>(1.0)) + dot(v3, vec4<f32>(1.0))))
                                 + ((dot(v4, vec4<f32>(1.0)) + dot(v5, vec4<f32>(1.0))) + (dot(v6, vec4<f32>(1.0)) + dot(v7, vec4<f32>(1.0))));
-            let xo = st * 8u * NCH + sk;
-            // @unroll i 8
-            xst[xo + {i}u * NCH] = v{i} * pre;
-            // @end i
+            stage_chunk(st, sk, v0, v1, v2, v3, v4, v5, v6, v7);
         }
         workgroupBarrier();
         // The next round's loads, issued before this round's arithmetic.
@@ -185,13 +258,14 @@ fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid
             let k{u} = lane + {u}u * LANES;
             // @unroll t TOK
             {
-                let xo = {t}u * 8u * NCH + k{u};
+                let xo = {t}u * 6u * NCH + k{u};
                 let xs = xsum[{t}u * NCH + k{u}];
-                // @unroll i 8
-                let p{i} = xst[xo + {i}u * NCH];
+                let xk = xsc[{t}u * NCH + k{u}];
+                // @unroll i 6
+                let p{i} = xq[xo + {i}u * NCH];
                 // @end i
                 // @unroll r RPT
-                acc{r}_{t} += s{r}_{u} * dot32(w{r}_{u}, p0, p1, p2, p3, p4, p5, p6, p7) + b{r}_{u} * xs;
+                acc{r}_{t} += s{r}_{u} * (dot32i(w{r}_{u}, p0, p1, p2, p3, p4, p5) * xk) + b{r}_{u} * xs;
                 // @end r
             }
             // @end t

@@ -568,9 +568,12 @@ pub const QMV_WG: u32 = 128;
 /// The rule is the H200 sweep of `cargo bench --bench kernels -- --sweep` on the warmed harness
 /// and the decode steps' per-kernel times (PERF_NOTES.md, session 6), with x staged in workgroup
 /// memory where lanes ≤ 32 and x takes several rounds ([`qmv_staged`]): tall matrices (≥ 12288
-/// rows: the stacked gate|up of E2B and E4B, the 256 MiB matrix; 26B's 8192-row q|k|v was slower
-/// so) take 16 lanes × 2 rows per team, the LM head (≥ 65536 rows) 8 × 4 (session 7's sweep with
-/// the weights read from memory: E2B 117.7 → 104.0 µs, E4B 183.7 → 170.8); the rest about two 32-value chunks
+/// rows: the stacked gate|up of E2B and E4B; 26B's 8192-row q|k|v was slower so) take 16 lanes ×
+/// 2 rows per team, and 16 × 8 where their rows are long (≥ 16384 values: 16 or more staging
+/// rounds, each round's x digits then serve 64 rows; the 256 MiB matrix 132.2 → 99.9 µs, session
+/// 11's sweep; no matrix of the three models is that long), the LM head (≥ 65536 rows) 8 × 4
+/// (session 7's sweep with the weights read from memory: E2B 117.7 → 104.0 µs, E4B 183.7 → 170.8;
+/// still the best with the integer loop, session 11); the rest about two 32-value chunks
 /// per lane (lanes = the power of two ≥ chunks / 2, at most the workgroup), four rows per team
 /// while that still leaves ≥ 256 workgroups (2 per SM), fewer otherwise.
 pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
@@ -586,9 +589,10 @@ fn qmv_dense_tile(rows: usize, cols: usize) -> (u32, u32) {
     if let Some(tile) = qmv_tile_override(rows, cols) {
         return tile;
     }
-    match rows {
-        65536.. => (8, 4),
-        12288.. => (16, 2),
+    match (rows, cols) {
+        (65536.., _) => (8, 4),
+        (12288.., 16384..) => (16, 8),
+        (12288.., _) => (16, 2),
         _ => qmv_tile(rows, cols),
     }
 }
