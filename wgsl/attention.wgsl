@@ -18,12 +18,13 @@
 // K and V row is read from memory once per 16 queries instead of once per query. Thread
 // (r, c) = (lid / 16, lid % 16) scores keys c, c + 16, c + 32, c + 48 of the tile for query r
 // and accumulates output dims 4c + 64u of query r, u < DV.
-// Why the pipelining (PERF_NOTES.md, session 11): the kernel was latency-bound (≈ 6 TFLOP/s on
-// the H200), so every 64-dim slice's loads are issued before the slice before it is computed;
-// a query row's maximum is reduced from its 16 threads' partial maxima (4 vec4 reads, not a
-// 64-long scan by each thread); each thread keeps its own keys' share of the row sum (all 16
-// share the row's running maximum, so the shares rescale alike) and the shares are added once
-// at the end; the value sums run as four independent chains.
+// Serial work cut (PERF_NOTES.md, session 11: 6.5 → 7.1 TFLOP/s on the H200): each 64-dim
+// slice's loads are issued before the slice before it is computed; a query row's maximum is
+// reduced from its 16 threads' partial maxima (4 vec4 reads, not a 64-long scan by each
+// thread); each thread keeps its own keys' share of the row sum (all 16 share the row's running
+// maximum, so the shares rescale alike), added once at the end; the value sums run as four
+// independent chains. What bounds it now is workgroup-memory reads: each value read feeds at
+// most 4 FMAs (1 query × 4 keys, 1 query × 4 value vec4s per thread).
 const BQ: u32 = 16u;
 const BK: u32 = 64u;
 const DV: u32 = {{DV}}u;

@@ -15,11 +15,14 @@
 // leaves one multiply-add per value. Nibbles become floats without an int→float conversion
 // (a quarter-rate instruction on NVIDIA): a nibble masked in place at bit 4j is OR-ed into the
 // mantissa of 2^23, giving exactly 2^23 + q·16^j; subtracting 2^23 leaves q·16^j, and x is
-// pre-scaled by 16^-j once per chunk (a power of two: q·x is rounded exactly as before).
+// pre-scaled by 16^-j once per chunk (a power of two: q·x is rounded exactly as before). The
+// staged loop, where x is shared by a workgroup's teams, multiplies nibbles by integer digits of
+// x instead (dot32i: four products per instruction).
 // The `@unroll` blocks keep every accumulator, weight and x value in a register (a loop the
 // driver leaves rolled puts indexed arrays in local memory: 2.6× slower, PERF_NOTES.md).
-// A row's arithmetic depends only on LANES (chunk order and the reduction tree), never on TOK,
-// RPT or the step, so decode (TOK = 1) and verify (TOK > 1) give bitwise-identical rows.
+// A row's arithmetic depends only on LANES and cols (chunk order, the reduction tree, and
+// whether the loop is staged), never on TOK, RPT or the step, so decode (TOK = 1) and verify
+// (TOK > 1) give bitwise-identical rows.
 const WG: u32 = 128u;
 const LANES: u32 = {{LANES}}u;
 const RPT: u32 = {{RPT}}u;
@@ -50,13 +53,14 @@ fn dot32(wv: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f3
 }
 
 // The staged loop's arithmetic: Σ q·x over 32 values with x as integers. Why (PERF_NOTES.md,
-// session 11): on the big mat-vecs a third of the time was the per-value float work (mask, or,
-// subtract, multiply-add per nibble on Hopper's half-rate integer path); a packed 4×8-bit
-// integer dot product multiplies four nibbles by four bytes of x in one instruction.
+// session 11): on the big mat-vecs a third of the time was dot32's per-value work (mask, or,
+// subtract, multiply-add per nibble; dropping the float subtract alone moved nothing, so its
+// integer part bound it); a packed 4×8-bit integer dot product multiplies four nibbles by four
+// bytes of x in one instruction (256 MiB matrix 154 → 100 µs with the long-row tile).
 // x is staged per 32-value chunk as X = round(x · 2^k), k chosen so that |X| < 2^22 for the
 // chunk's largest |x| (so X keeps 22 bits below that value: the error of an element is at most
 // 2^-23 of the chunk's largest, as f32 rounding is 2^-24 of the element), split into three
-// signed base-256 digits X = a·2^16 + b·2^8 + c (a, b, c in [−128, 127]). The sums of q times
+// signed base-256 digits X = a·2^16 + b·2^8 + c (a in [−64, 63], b, c in [−128, 127]). The sums of q times
 // each digit are exact integers (≤ 32 · 15 · 128); they are combined in one rounding,
 // Σ q·X = fma(Σ q·a, 2^16, Σ q·b · 256 + Σ q·c) (the second term exact below 2^24), and
 // scaled by 2^-k (exact). The packing (stage_chunk) puts a word's even-numbered values in one
@@ -98,7 +102,7 @@ fn stage_chunk(st: u32, sk: u32, v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3
     // fma(x, 2^k, 1.5 · 2^23) rounds x · 2^k to the integer X in the low mantissa bits
     // (0x4b400000 + X), which the add turns into U = X + 0x808080.
     let magic = vec4<f32>(12582912.0);
-    let bias = vec4<u32>(0x808080u - 0x4b400000u);
+    let bias = vec4<u32>(0xb5408080u); // 0x808080 − 0x4b400000 (mod 2^32)
     let ua0 = bitcast<vec4<u32>>(fma(v0, vec4<f32>(up), magic)) + bias;
     let ua1 = bitcast<vec4<u32>>(fma(v1, vec4<f32>(up), magic)) + bias;
     let ua2 = bitcast<vec4<u32>>(fma(v2, vec4<f32>(up), magic)) + bias;
