@@ -909,8 +909,8 @@ fn qmv_staged_rows_carry_a_non_finite_x() {
     bufs[3][4 * (1088 + 1000)..4 * (1088 + 1001)].copy_from_slice(&f32::NAN.to_le_bytes());
     let got = f32s_of(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]);
     for t in 0..2 {
-        let bad = got[t * 12300..(t + 1) * 12300].iter().filter(|v| v.is_finite()).count();
-        assert_eq!(bad, 0, "token {t}: {bad} of 12300 rows finite with a non-finite x");
+        let finite = got[t * 12300..(t + 1) * 12300].iter().filter(|v| v.is_finite()).count();
+        assert_eq!(finite, 0, "token {t}: {finite} of 12300 rows finite with a non-finite x");
     }
     let changed: Vec<(usize, f32, f32)> = (2 * 12300..3 * 12300).filter(|&i| got[i].to_bits() != clean[i].to_bits()).map(|i| (i, clean[i], got[i])).take(5).collect();
     assert!(changed.is_empty(), "token 2's rows changed: {changed:?}");
