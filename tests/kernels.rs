@@ -1454,19 +1454,22 @@ struct AttnCase {
     pos0: usize,
     window: usize,
     slots: usize,
+    /// Run the register-tiled form (attention_tiled.wgsl) instead.
+    tiled: bool,
 }
 
 impl Case for AttnCase {
     fn name(&self) -> String {
         let c = self;
         format!(
-            "attention(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={})",
+            "attention{}(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={})",
+            if c.tiled { "_tiled" } else { "" },
             c.d, c.heads, c.kv_heads, c.tokens, c.pos0, c.window, c.slots
         )
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots } = self;
+        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, tiled } = self;
         let lo = |p: usize| if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
         // Every position the step reads must have its own slot.
         assert!(pos0 + tokens - lo(pos0) <= slots, "{}: the ring is too small for this step", self.name());
@@ -1509,7 +1512,7 @@ impl Case for AttnCase {
             _pad: [0; 2],
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        launch(attention_chunk(d), bufs, &p, step, (heads, tokens.div_ceil(ATTN_BQ as usize)))
+        launch(attention_chunk_form(d, tiled), bufs, &p, step, (heads, tokens.div_ceil(ATTN_BQ as usize)))
     }
 }
 
@@ -1521,7 +1524,7 @@ impl Case for AttnCase {
 #[test]
 fn split_attention_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
-    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots };
+    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, tiled: false };
     let cases = [
         a(256, 8, 1, 1, 130, 512, 640),
         // 35 keys per split at head dim 256: several rounds of keys in flight and a partial one.
@@ -1556,41 +1559,42 @@ fn split_attention_matches_the_cpu_reference() {
 }
 
 fn attention_cases() -> Vec<Box<dyn Case>> {
-    let mut v: Vec<Box<dyn Case>> = Vec::new();
-    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots };
+    let mut v: Vec<AttnCase> = Vec::new();
+    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, tiled: false };
     // Full attention: every head_dim × GQA group 1, 2, 4; 73 positions cross a 64-key tile.
     for d in [32, 64, 256, 512] {
         for (heads, kv) in [(4, 4), (4, 2), (8, 2)] {
-            v.push(Box::new(a(d, heads, kv, 3, 70, 0, 80)));
+            v.push(a(d, heads, kv, 3, 70, 0, 80));
         }
     }
     // The first chunk (causal inside the step), one key, token counts; E2B's 8:1 grouping.
     for tokens in [1, 9, 17] {
-        v.push(Box::new(a(64, 8, 1, tokens, 0, 0, 17)));
-        v.push(Box::new(a(64, 8, 1, tokens, 59, 0, 80)));
+        v.push(a(64, 8, 1, tokens, 0, 0, 17));
+        v.push(a(64, 8, 1, tokens, 59, 0, 80));
     }
     // A long full-attention context at E2B's global head_dim.
-    v.push(Box::new(a(512, 8, 1, 2, 600, 0, 602)));
+    v.push(a(512, 8, 1, 2, 600, 0, 602));
     // Sliding window 16 (the fixtures'): before the window fills, crossing it, and with the
     // ring wrapped many times (slots = window + tokens − 1, the fewest that work, and + 1).
     for tokens in [1, 9, 17] {
         for pos0 in [0, 10, 200] {
-            v.push(Box::new(a(32, 4, 1, tokens, pos0, 16, 16 + tokens - 1)));
+            v.push(a(32, 4, 1, tokens, pos0, 16, 16 + tokens - 1));
         }
-        v.push(Box::new(a(64, 4, 2, tokens, 75, 16, 16 + tokens)));
+        v.push(a(64, 4, 2, tokens, 75, 16, 16 + tokens));
     }
     // E2B's sliding layers: window 512, d 256, 8:1, crossing the window and wrapped.
-    v.push(Box::new(a(256, 8, 1, 3, 510, 512, 515)));
-    v.push(Box::new(a(256, 8, 1, 3, 1000, 512, 515)));
+    v.push(a(256, 8, 1, 3, 510, 512, 515));
+    v.push(a(256, 8, 1, 3, 1000, 512, 515));
     // Chunks of several 16-query tiles (the last one partial): a first chunk (each tile's keys
     // end inside a 64-key tile), a later one crossing 64-key tiles at odd offsets, sliding
     // windows that start inside a query tile and a wrapped ring, E4B's global head dim.
-    v.push(Box::new(a(256, 8, 2, 40, 0, 0, 40)));
-    v.push(Box::new(a(64, 4, 2, 33, 100, 0, 133)));
-    v.push(Box::new(a(32, 4, 1, 40, 10, 16, 16 + 40 - 1)));
-    v.push(Box::new(a(40, 2, 1, 50, 300, 20, 70)));
-    v.push(Box::new(a(512, 4, 2, 20, 90, 0, 110)));
-    v
+    v.push(a(256, 8, 2, 40, 0, 0, 40));
+    v.push(a(64, 4, 2, 33, 100, 0, 133));
+    v.push(a(32, 4, 1, 40, 10, 16, 16 + 40 - 1));
+    v.push(a(40, 2, 1, 50, 300, 20, 70));
+    v.push(a(512, 4, 2, 20, 90, 0, 110));
+    // Every case also through the register-tiled form (its own thread roles per phase).
+    v.into_iter().flat_map(|c| [c, AttnCase { tiled: true, ..c }]).map(|c| Box::new(c) as Box<dyn Case>).collect()
 }
 
 // ---------------------------------------------------------------------------------------------
