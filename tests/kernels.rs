@@ -902,22 +902,18 @@ fn qmv_staged_rows_carry_a_non_finite_x() {
     let c = MatmulCase { tile: 1, qmv: true, ..MatmulCase::new(Format::Q4, 12300, 1088, 3, 64) };
     let l = c.build(&mut Rng(kestrel::synth::SplitMix64(5)));
     let mut bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
-    let clean = f32s_of(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]);
+    let clean: Vec<f32> = words(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]).into_iter().map(f32::from_bits).collect();
     assert!(clean[..3 * 12300].iter().all(|v| v.is_finite()), "non-finite rows from a finite x");
     // Token 0: +inf at column 40; token 1: NaN at column 1000; token 2 untouched.
     bufs[3][4 * 40..4 * 41].copy_from_slice(&f32::INFINITY.to_le_bytes());
     bufs[3][4 * (1088 + 1000)..4 * (1088 + 1001)].copy_from_slice(&f32::NAN.to_le_bytes());
-    let got = f32s_of(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]);
+    let got: Vec<f32> = words(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]).into_iter().map(f32::from_bits).collect();
     for t in 0..2 {
         let finite = got[t * 12300..(t + 1) * 12300].iter().filter(|v| v.is_finite()).count();
         assert_eq!(finite, 0, "token {t}: {finite} of 12300 rows finite with a non-finite x");
     }
     let changed: Vec<(usize, f32, f32)> = (2 * 12300..3 * 12300).filter(|&i| got[i].to_bits() != clean[i].to_bits()).map(|i| (i, clean[i], got[i])).take(5).collect();
     assert!(changed.is_empty(), "token 2's rows changed: {changed:?}");
-}
-
-fn f32s_of(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 /// Decode and verify run different token tiles of qmv: a row's result must not depend on the

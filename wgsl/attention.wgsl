@@ -49,12 +49,6 @@ var<workgroup> krow: array<u32, BK>;
 // Per-thread partials of a query row ([r][c]): the tile's maxima, then the final row sums.
 var<workgroup> part: array<vec4<f32>, BQ * 4u>;
 
-// The first position a query at `pos` attends to.
-fn first_key(pos: u32) -> u32 {
-    if (p.window > 0u && pos + 1u > p.window) { return pos + 1u - p.window; }
-    return 0u;
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
@@ -71,9 +65,9 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let kv4 = p.n_kv_heads * d4;
     let qb = (t * p.n_heads + h) * d4;
     let pos = step.pos0 + t;
-    let lo = first_key(pos);
+    let lo = first_key(pos, p.window);
     // Every key in [k_start, k_end) is attended by some query of the tile (lo and P grow with t).
-    let k_start = first_key(step.pos0 + t0);
+    let k_start = first_key(step.pos0 + t0, p.window);
     let k_end = step.pos0 + min(t0 + BQ, n);
     var m = NEG;
     var l = 0.0; // this thread's keys' share of the row sum

@@ -17,9 +17,7 @@ fn load_query(t: u32, h: u32, lid: u32) -> u32 {
     let qb = t * p.n_heads * p.d + h * p.d;
     for (var i = lid; i < p.d; i += WG) { qs[i] = q[qb + i]; }
     workgroupBarrier();
-    let pos = step.pos0 + t;
-    if (p.window > 0u && pos + 1u > p.window) { return pos + 1u - p.window; }
-    return 0u;
+    return first_key(step.pos0 + t, p.window);
 }
 
 // The online-softmax step of one tile of keys (attention_split's attend_keys_lanes): thread lid

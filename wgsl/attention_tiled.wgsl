@@ -47,12 +47,6 @@ var<workgroup> part: array<vec4<f32>, BQ * 4u>;
 // Per query row: the tile's rescale factor e^(m − m'), then the row's final sum.
 var<workgroup> rowv: array<f32, BQ>;
 
-// The first position a query at `pos` attends to.
-fn first_key(pos: u32) -> u32 {
-    if (p.window > 0u && pos + 1u > p.window) { return pos + 1u - p.window; }
-    return 0u;
-}
-
 // Value vec4 `i` of a value slice (KS keys from key `k0` of the tile), zero past d.
 fn value_load(k0: u32, i: u32, d4: u32) -> vec4<f32> {
     let v = i % VW;
@@ -76,7 +70,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let t = min(t0 + r, n - 1u);
     let qb = (t * p.n_heads + h) * d4;
     let pos = step.pos0 + t;
-    let lo = first_key(pos);
+    let lo = first_key(pos, p.window);
     // Score role.
     let dq = lid / 64u;
     let qg = (lid / 16u) % 4u;
@@ -85,7 +79,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let g = lid / 64u;
     let vv = lid % 64u;
     // Every key in [k_start, k_end) is attended by some query of the tile.
-    let k_start = first_key(step.pos0 + t0);
+    let k_start = first_key(step.pos0 + t0, p.window);
     let k_end = step.pos0 + min(t0 + BQ, n);
     var m = NEG;
     var l = 0.0; // this thread's keys' share of row r's sum
