@@ -24,7 +24,7 @@
 
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
-    attention_chunk_form, attention_split, fold_grid, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
+    attention_chunk, attention_split, fold_grid, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
     RouterParams, Step, BarrierParams, ATTN_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
@@ -268,7 +268,7 @@ fn main() {
     latency_table(&mut h, &filter);
 }
 
-/// Prefill attention (attention.wgsl, and the register-tiled attention_tiled.wgsl) over one
+/// Prefill attention (attention.wgsl) over one
 /// 512-token chunk from position 0, at E2B's heads (8 query heads on 1 kv head; d 256 with the
 /// 512-key window, d 512 full) and E4B's (8 on 2): GPU time per dispatch and the TFLOP/s of the
 /// causal products it must do (2 · 2 · d flops per attended (query, key) pair per head).
@@ -278,8 +278,8 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
     println!("\n| prefill attention | heads (q / kv) × d, window | tokens | kernel | µs | TFLOP/s |");
     println!("|---|---|---|---|---|---|");
     let shapes = [("E2B sliding", 8usize, 1usize, 256usize, 512usize), ("E2B full", 8, 1, 512, 0), ("E4B sliding", 8, 2, 256, 512), ("E4B full", 8, 2, 512, 0)];
-    for ((name, n_q, n_kv, d, window), tiled) in shapes.into_iter().flat_map(|s| [(s, false), (s, true)]) {
-        let kernel = attention_chunk_form(d, tiled);
+    for (name, n_q, n_kv, d, window) in shapes {
+        let kernel = attention_chunk(d);
         let label = kernel.label();
         if !label.contains(filter) {
             continue;

@@ -1450,22 +1450,19 @@ struct AttnCase {
     pos0: usize,
     window: usize,
     slots: usize,
-    /// Run the register-tiled form (attention_tiled.wgsl) instead.
-    tiled: bool,
 }
 
 impl Case for AttnCase {
     fn name(&self) -> String {
         let c = self;
         format!(
-            "attention{}(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={})",
-            if c.tiled { "_tiled" } else { "" },
+            "attention(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={})",
             c.d, c.heads, c.kv_heads, c.tokens, c.pos0, c.window, c.slots
         )
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, tiled } = self;
+        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots } = self;
         let lo = |p: usize| if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
         // Every position the step reads must have its own slot.
         assert!(pos0 + tokens - lo(pos0) <= slots, "{}: the ring is too small for this step", self.name());
@@ -1508,7 +1505,7 @@ impl Case for AttnCase {
             _pad: [0; 2],
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        launch(attention_chunk_form(d, tiled), bufs, &p, step, (heads, tokens.div_ceil(ATTN_BQ as usize)))
+        launch(attention_chunk(d), bufs, &p, step, (heads, tokens.div_ceil(ATTN_BQ as usize)))
     }
 }
 
@@ -1520,7 +1517,7 @@ impl Case for AttnCase {
 #[test]
 fn split_attention_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
-    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, tiled: false };
+    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots };
     let cases = [
         a(256, 8, 1, 1, 130, 512, 640),
         // 35 keys per split at head dim 256: several rounds of keys in flight and a partial one.
@@ -1556,7 +1553,7 @@ fn split_attention_matches_the_cpu_reference() {
 
 fn attention_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<AttnCase> = Vec::new();
-    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, tiled: false };
+    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots };
     // Full attention: every head_dim × GQA group 1, 2, 4; 73 positions cross a 64-key tile.
     for d in [32, 64, 256, 512] {
         for (heads, kv) in [(4, 4), (4, 2), (8, 2)] {
@@ -1589,8 +1586,7 @@ fn attention_cases() -> Vec<Box<dyn Case>> {
     v.push(a(32, 4, 1, 40, 10, 16, 16 + 40 - 1));
     v.push(a(40, 2, 1, 50, 300, 20, 70));
     v.push(a(512, 4, 2, 20, 90, 0, 110));
-    // Every case also through the register-tiled form (its own thread roles per phase).
-    v.into_iter().flat_map(|c| [c, AttnCase { tiled: true, ..c }]).map(|c| Box::new(c) as Box<dyn Case>).collect()
+    v.into_iter().map(|c| Box::new(c) as Box<dyn Case>).collect()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,25 +9,30 @@
 // Bindings: q: f32[n_tokens, n_heads * d]; kc, vc: f32[slots, n_kv_heads * d] (all read as vec4);
 //   o: f32[n_tokens, n_heads * d]; p: AttnParams; step: Step.
 // Launch: 256 threads per (head, tile of BQ = 16 tokens); grid = (n_heads, ceil(n_tokens / 16)).
-// Host guarantees: d % 4 == 0, DV = ceil(d / 64) (the vec4s of a row each thread owns).
+// Host guarantees: d % 4 == 0, d ≤ 512; DV = ceil(d / 64) (64-dim slices of a row), DW = ceil(d / 256).
 //
-// Why tiles (PERF_NOTES.md, session 5): one workgroup per (head, token) read every key and value
-// row once per query and ran the tile's softmax serially in each thread (38 % of an E2B prefill
-// chunk). Here 16 queries share each 64-key tile, staged 64 dims at a time in workgroup memory
-// (rows padded by one vec4: the 16 keys a quarter-warp reads fall in distinct banks), so each
-// K and V row is read from memory once per 16 queries instead of once per query. Thread
-// (r, c) = (lid / 16, lid % 16) scores keys c, c + 16, c + 32, c + 48 of the tile for query r
-// and accumulates output dims 4c + 64u of query r, u < DV.
-// Serial work cut (PERF_NOTES.md, session 11: 6.5 → 7.1 TFLOP/s on the H200): each 64-dim
-// slice's loads are issued before the slice before it is computed; a query row's maximum is
-// reduced from its 16 threads' partial maxima (4 vec4 reads, not a 64-long scan by each
-// thread); each thread keeps its own keys' share of the row sum (all 16 share the row's running
-// maximum, so the shares rescale alike), added once at the end; the value sums run as four
-// independent chains. What bounds it now is workgroup-memory reads: each value read feeds at
-// most 4 FMAs (1 query × 4 keys, 1 query × 4 value vec4s per thread).
+// Why register tiles (PERF_NOTES.md, sessions 5, 11, 12): 16 queries share each 64-key tile, staged
+// 64 dims at a time in workgroup memory (rows padded by one vec4: distinct banks), so each K and
+// V row is read from memory once per 16 queries. The session-11 form gave each thread 1 query ×
+// 4 keys and 1 query × 4 value vec4s, so every workgroup-memory read fed ≤ 4 FMAs and those reads
+// bounded it (7.1 TFLOP/s); with the tiles below it runs at ≈ 10 (H200, 512-token chunk, d 256:
+// 151.8 → 108.1 µs).
+// The tiles:
+// - scores: thread (dq, qg, kg) = (lid / 64, lid / 16 % 4, lid % 16) owns 4 queries (4qg + a)
+//   × 4 keys (kg + 16b) over one quarter of each staged 64-dim slice (vec4s 4dq..4dq+3): 8 reads
+//   per 16 dot products instead of 5 per 4. The four quarters' partial scores meet in workgroup
+//   memory (in the key buffer, free by then) and are added in quarter order;
+// - softmax: thread (r, c) = (lid / 16, lid % 16) holds query r's keys c + 16k;
+// - values: thread (g, v) = (lid / 64, lid % 64) owns 4 queries (4g + a) × value vec4s v + 64w
+//   (w < DW = ceil(d / 256)); the weights are read as vec4s along keys and the values staged KS =
+//   16 / DW keys × whole rows at a time: 4 + 4·DW reads per 16·DW vec4 FMAs.
+// Thread roles change between phases; every exchange goes through workgroup memory across a barrier.
 const BQ: u32 = 16u;
 const BK: u32 = 64u;
-const DV: u32 = {{DV}}u;
+const DV: u32 = {{DV}}u; // 64-dim slices of a row (the score phase)
+const DW: u32 = {{DW}}u; // value vec4s per thread and query
+const KS: u32 = 16u / DW; // keys per value slice
+const VW: u32 = 64u * DW; // vec4s per staged value row
 const NEG: f32 = -3.0e38;
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
@@ -37,17 +42,27 @@ const NEG: f32 = -3.0e38;
 @group(0) @binding(4) var<uniform> p: AttnParams;
 @group(0) @binding(5) var<uniform> step: Step;
 
-const RP: u32 = 17u; // vec4s per staged row: 16 (64 dims) + 1 of padding
+const RP: u32 = 17u; // vec4s per staged 64-dim row: 16 + 1 of padding (distinct banks)
 
-// Unnormalised weights of the tile: [query r][key j].
-var<workgroup> sc: array<f32, BQ * BK>;
-// 64 dims of the tile's queries and of its keys (then values): [row][dim / 4].
+// The tile's unnormalised weights, [query][key / 4] as vec4s along keys.
+var<workgroup> sc: array<vec4<f32>, BQ * BK / 4u>;
+// One 64-dim slice of the tile's queries: [query][dim / 4].
 var<workgroup> qs: array<vec4<f32>, BQ * RP>;
+// One 64-dim slice of its keys ([key][dim / 4]); then the partial scores ([quarter][query][key]
+// as floats); then KS keys' value rows ([key][VW]).
 var<workgroup> ks: array<vec4<f32>, BK * RP>;
 // vec4 offset of each key of the tile in the cache (its row and kv head).
 var<workgroup> krow: array<u32, BK>;
 // Per-thread partials of a query row ([r][c]): the tile's maxima, then the final row sums.
 var<workgroup> part: array<vec4<f32>, BQ * 4u>;
+// Per query row: the tile's rescale factor e^(m − m'), then the row's final sum.
+var<workgroup> rowv: array<f32, BQ>;
+
+// Value vec4 `i` of a value slice (KS keys from key `k0` of the tile), zero past d.
+fn value_load(k0: u32, i: u32, d4: u32) -> vec4<f32> {
+    let v = i % VW;
+    return select(vec4<f32>(0.0), vc[krow[k0 + i / VW] + min(v, d4 - 1u)], v < d4);
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -56,29 +71,37 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let t0 = wid.y * BQ;
     let n = step.n_tokens;
     if (t0 >= n) { return; }
-    let r = lid / 16u;
-    let c = lid % 16u;
-    // Rows past the step's last token compute the last token's row again and store nothing.
-    let t = min(t0 + r, n - 1u);
     let d4 = p.d / 4u;
     let kvh = h / (p.n_heads / p.n_kv_heads);
     let kv4 = p.n_kv_heads * d4;
+    // Staging and softmax role (r, c); rows past the step's last token compute the last token's
+    // row again and store nothing.
+    let r = lid / 16u;
+    let c = lid % 16u;
+    let t = min(t0 + r, n - 1u);
     let qb = (t * p.n_heads + h) * d4;
     let pos = step.pos0 + t;
     let lo = first_key(pos, p.window);
-    // Every key in [k_start, k_end) is attended by some query of the tile (lo and P grow with t).
+    // Score role.
+    let dq = lid / 64u;
+    let qg = (lid / 16u) % 4u;
+    let kg = lid % 16u;
+    // Value role.
+    let g = lid / 64u;
+    let vv = lid % 64u;
+    // Every key in [k_start, k_end) is attended by some query of the tile.
     let k_start = first_key(step.pos0 + t0, p.window);
     let k_end = step.pos0 + min(t0 + BQ, n);
     var m = NEG;
-    var l = 0.0; // this thread's keys' share of the row sum
-    // @unroll u DV
-    var acc{u} = vec4<f32>(0.0);
-    // @end u
+    var l = 0.0; // this thread's keys' share of row r's sum
+    // @unroll a 4
+    // @unroll w DW
+    var acc{a}_{w} = vec4<f32>(0.0);
+    // @end w
+    // @end a
     for (var base = k_start; base < k_end; base += BK) {
         if (lid < BK) { krow[lid] = kv_row(min(base + lid, k_end - 1u), p.slots) * kv4 + kvh * d4; }
         workgroupBarrier();
-        // Thread (r, c) stages vec4 c of each 64-dim slice of its query row and of keys r,
-        // r + 16, r + 32, r + 48 (zero past d); slice u + 1 is loaded while slice u is scored.
         let kr0 = krow[r];
         let kr1 = krow[r + 16u];
         let kr2 = krow[r + 32u];
@@ -93,10 +116,11 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
             kv{k} = kc[kr{k} + c];
             // @end k
         }
-        var s0 = 0.0;
-        var s1 = 0.0;
-        var s2 = 0.0;
-        var s3 = 0.0;
+        // @unroll a 4
+        // @unroll b 4
+        var s{a}{b} = 0.0;
+        // @end b
+        // @end a
         // @unroll u DV
         {
             qs[r * RP + c] = qv;
@@ -104,98 +128,129 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
             ks[(r + {k}u * 16u) * RP + c] = kv{k};
             // @end k
             workgroupBarrier();
-            // The next slice's loads; after the last slice, the first values' (same rows).
-            let nu = {u}u + 1u;
-            let nd = (nu % DV) * 16u + c;
-            let valid = nd < d4;
-            if (nu < DV) {
+            // The next slice's loads; after the last one, the first value slice's.
+            if ({u}u + 1u < DV) {
+                let nd = ({u}u + 1u) * 16u + c;
+                let valid = nd < d4;
                 qv = select(vec4<f32>(0.0), q[qb + min(nd, d4 - 1u)], valid);
                 // @unroll k 4
                 kv{k} = select(vec4<f32>(0.0), kc[kr{k} + min(nd, d4 - 1u)], valid);
                 // @end k
             } else {
                 // @unroll k 4
-                kv{k} = select(vec4<f32>(0.0), vc[kr{k} + min(nd, d4 - 1u)], valid);
+                kv{k} = value_load(0u, lid + {k}u * 256u, d4);
                 // @end k
             }
-            for (var i = 0u; i < 16u; i++) {
-                let qi = qs[r * RP + i];
-                s0 += dot(qi, ks[c * RP + i]);
-                s1 += dot(qi, ks[(c + 16u) * RP + i]);
-                s2 += dot(qi, ks[(c + 32u) * RP + i]);
-                s3 += dot(qi, ks[(c + 48u) * RP + i]);
+            for (var ii = 0u; ii < 4u; ii++) {
+                let i = dq * 4u + ii;
+                // @unroll a 4
+                let qa{a} = qs[(qg * 4u + {a}u) * RP + i];
+                // @end a
+                // @unroll b 4
+                let kb{b} = ks[(kg + {b}u * 16u) * RP + i];
+                // @end b
+                // @unroll a 4
+                // @unroll b 4
+                s{a}{b} += dot(qa{a}, kb{b});
+                // @end b
+                // @end a
             }
             workgroupBarrier();
         }
         // @end u
-        let v0 = base + c >= lo && base + c <= pos;
-        let v1 = base + c + 16u >= lo && base + c + 16u <= pos;
-        let v2 = base + c + 32u >= lo && base + c + 32u <= pos;
-        let v3 = base + c + 48u >= lo && base + c + 48u <= pos;
-        s0 = select(NEG, s0, v0);
-        s1 = select(NEG, s1, v1);
-        s2 = select(NEG, s2, v2);
-        s3 = select(NEG, s3, v3);
-        // The row's maximum over the tile: this thread's four keys, then its row's 16 threads.
-        part[r * 4u + c / 4u][c % 4u] = max(max(s0, s1), max(s2, s3));
+        // The quarters' partial scores, as floats [dq][query][key] in ks.
+        // @unroll a 4
+        // @unroll b 4
+        {
+            let f = (dq * 16u + qg * 4u + {a}u) * BK + kg + {b}u * 16u;
+            ks[f / 4u][f % 4u] = s{a}{b};
+        }
+        // @end b
+        // @end a
+        workgroupBarrier();
+        // Softmax role: query r's keys c + 16k, summed over the quarters in order.
+        // @unroll k 4
+        var e{k} = 0.0;
+        {
+            let f = r * BK + c + {k}u * 16u;
+            let s = ((ks[f / 4u][f % 4u] + ks[(f + 1024u) / 4u][f % 4u]) + ks[(f + 2048u) / 4u][f % 4u]) + ks[(f + 3072u) / 4u][f % 4u];
+            let key = base + c + {k}u * 16u;
+            e{k} = select(NEG, s, key >= lo && key <= pos);
+        }
+        // @end k
+        part[r * 4u + c / 4u][c % 4u] = max(max(e0, e1), max(e2, e3));
         workgroupBarrier();
         let pa = max(part[r * 4u], part[r * 4u + 1u]);
         let pb = max(part[r * 4u + 2u], part[r * 4u + 3u]);
         let pc = max(pa, pb);
         let new_m = max(m, max(max(pc.x, pc.y), max(pc.z, pc.w)));
         let corr = exp(m - new_m);
-        let e0 = select(0.0, exp(s0 - new_m), v0);
-        let e1 = select(0.0, exp(s1 - new_m), v1);
-        let e2 = select(0.0, exp(s2 - new_m), v2);
-        let e3 = select(0.0, exp(s3 - new_m), v3);
-        let row = r * BK;
-        sc[row + c] = e0;
-        sc[row + c + 16u] = e1;
-        sc[row + c + 32u] = e2;
-        sc[row + c + 48u] = e3;
+        // @unroll k 4
+        {
+            let key = base + c + {k}u * 16u;
+            let w = select(0.0, exp(e{k} - new_m), key >= lo && key <= pos);
+            sc[r * 16u + (c + {k}u * 16u) / 4u][c % 4u] = w;
+            e{k} = w;
+        }
+        // @end k
         l = l * corr + ((e0 + e1) + (e2 + e3));
         m = new_m;
-        // @unroll u DV
-        {
-            // Values' dims [64u, 64u + 64), staged as the keys were; the next slice loaded
-            // while this one is summed.
+        if (c == 0u) { rowv[r] = corr; }
+        // Value role: the slices of KS keys.
+        for (var vs = 0u; vs < BK / KS; vs++) {
             // @unroll k 4
-            ks[(r + {k}u * 16u) * RP + c] = kv{k};
+            ks[{k}u * 256u + lid] = kv{k};
             // @end k
             workgroupBarrier();
-            let nd = ({u}u + 1u) * 16u + c;
-            if ({u}u + 1u < DV) {
-                let valid = nd < d4;
+            if (vs == 0u) {
+                // @unroll a 4
+                {
+                    let cr = rowv[g * 4u + {a}u];
+                    // @unroll w DW
+                    acc{a}_{w} *= cr;
+                    // @end w
+                }
+                // @end a
+            }
+            if (vs + 1u < BK / KS) {
                 // @unroll k 4
-                kv{k} = select(vec4<f32>(0.0), vc[kr{k} + min(nd, d4 - 1u)], valid);
+                kv{k} = value_load((vs + 1u) * KS, lid + {k}u * 256u, d4);
                 // @end k
             }
-            var a0 = acc{u} * corr;
-            var a1 = vec4<f32>(0.0);
-            var a2 = vec4<f32>(0.0);
-            var a3 = vec4<f32>(0.0);
-            for (var j = 0u; j < BK; j += 4u) {
-                a0 += sc[row + j] * ks[j * RP + c];
-                a1 += sc[row + j + 1u] * ks[(j + 1u) * RP + c];
-                a2 += sc[row + j + 2u] * ks[(j + 2u) * RP + c];
-                a3 += sc[row + j + 3u] * ks[(j + 3u) * RP + c];
+            for (var jj = 0u; jj < KS; jj += 4u) {
+                // @unroll a 4
+                let pw{a} = sc[(g * 4u + {a}u) * 16u + (vs * KS + jj) / 4u];
+                // @end a
+                // @unroll b 4
+                // @unroll w DW
+                let vr{b}_{w} = ks[(jj + {b}u) * VW + vv + {w}u * 64u];
+                // @end w
+                // @end b
+                // @unroll a 4
+                // @unroll w DW
+                acc{a}_{w} += pw{a}.x * vr0_{w} + pw{a}.y * vr1_{w} + pw{a}.z * vr2_{w} + pw{a}.w * vr3_{w};
+                // @end w
+                // @end a
             }
-            acc{u} = (a0 + a1) + (a2 + a3);
-            // Also orders this tile's reads of krow, sc and part before the next tile's writes.
+            // Also orders this tile's reads of krow, sc, rowv and part before the next tile's writes.
             workgroupBarrier();
         }
-        // @end u
     }
-    // The row sum: the 16 threads' shares (all scaled to the same final maximum).
+    // The row sums: the 16 shares of each row (all scaled to the same final maximum).
     part[r * 4u + c / 4u][c % 4u] = l;
     workgroupBarrier();
-    let sa = part[r * 4u] + part[r * 4u + 1u];
-    let sb = part[r * 4u + 2u] + part[r * 4u + 3u];
-    let sv = sa + sb;
-    let total = (sv.x + sv.y) + (sv.z + sv.w);
-    if (t0 + r < n) {
-        // @unroll u DV
-        if (c + {u}u * 16u < d4) { o[qb + c + {u}u * 16u] = acc{u} / total; }
-        // @end u
+    if (c == 0u) {
+        let sv = (part[r * 4u] + part[r * 4u + 1u]) + (part[r * 4u + 2u] + part[r * 4u + 3u]);
+        rowv[r] = (sv.x + sv.y) + (sv.z + sv.w);
     }
+    workgroupBarrier();
+    // @unroll a 4
+    if (t0 + g * 4u + {a}u < n) {
+        let ob = ((t0 + g * 4u + {a}u) * p.n_heads + h) * d4;
+        let total = rowv[g * 4u + {a}u];
+        // @unroll w DW
+        if (vv + {w}u * 64u < d4) { o[ob + vv + {w}u * 64u] = acc{a}_{w} / total; }
+        // @end w
+    }
+    // @end a
 }

@@ -3,6 +3,8 @@
 # the default (attention.wgsl): its kernel cases and the fixtures end to end on the H200, kbench's
 # prefill attention rows (both forms), and pp512 on E2B and E4B with the knob off and on.
 # Carry target/carry (tools/device/pack.sh --tests) and .gl.
+# Ran in session 12 at 8fd03b4 (benches/results/2026-12-01-h200-session12-p1-*); the knob is gone
+# since: the tiled form won and became attention.wgsl.
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/attention-tiled.txt"

@@ -3,6 +3,7 @@
 # prefill attention against the default (tools/device/attention-tiled.sh), then the stacked GeGLU
 # decode mat-vec at 8 lanes × 2 pairs against the rule's 16 × 1 on E4B and E2B (decode only).
 # Carry target/carry (tools/device/pack.sh --tests) and .gl.
+# Ran in session 12 at 8fd03b4 (benches/results/2026-12-01-h200-session12-p1-*).
 set -uo pipefail
 bash tools/device/attention-tiled.sh
 . tools/device/env.sh

@@ -79,9 +79,8 @@ pub enum Kernel {
     /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
     QkvNormRope,
     /// Chunk attention (prefill, verify): 16 queries per workgroup share each 64-key tile; `dv`
-    /// = ceil(head_dim / 64) output vec4s per thread, kept in registers; `tiled`: the
-    /// register-tiled form (attention_tiled.wgsl, an unmeasured experiment, off by default).
-    Attention { dv: u32, tiled: bool },
+    /// = ceil(head_dim / 64) 64-dim slices of a row (head_dim ≤ 512), in register tiles.
+    Attention { dv: u32 },
     /// Decode attention over key splits (`dk` = ceil(head_dim / 64) dims per lane, kept in
     /// registers), then the merge of the splits.
     AttentionSplit { dk: u32 },
@@ -128,7 +127,7 @@ impl Kernel {
             Kernel::RmsNorm => "rmsnorm".into(),
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::QkvNormRope => "qkv_norm_rope".into(),
-            Kernel::Attention { dv, tiled } => format!("attention{}_d{dv}", if tiled { "_tiled" } else { "" }),
+            Kernel::Attention { dv } => format!("attention_d{dv}"),
             Kernel::AttentionSplit { dk } => format!("attention_split_d{dk}"),
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::GeluMul => "gelu_mul".into(),
@@ -195,13 +194,9 @@ impl Kernel {
                 let kernel = if self == Kernel::HeadNormRope { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
                 unroll(&format!("{kernel}\n{}", include_str!("../../../wgsl/head_norm_core.wgsl")), &[])
             }
-            Kernel::Attention { dv, tiled: false } => {
-                let src = include_str!("../../../wgsl/attention.wgsl").replace("{{DV}}", &dv.to_string());
-                format!("{params}\n{}", unroll(&src, &[("DV", dv)]))
-            }
-            Kernel::Attention { dv, tiled: true } => {
+            Kernel::Attention { dv } => {
                 let dw = dv.div_ceil(4);
-                let src = include_str!("../../../wgsl/attention_tiled.wgsl").replace("{{DV}}", &dv.to_string()).replace("{{DW}}", &dw.to_string());
+                let src = include_str!("../../../wgsl/attention.wgsl").replace("{{DV}}", &dv.to_string()).replace("{{DW}}", &dw.to_string());
                 format!("{params}\n{}", unroll(&src, &[("DV", dv), ("DW", dw)]))
             }
             Kernel::AttentionSplit { dk } => {
@@ -540,15 +535,10 @@ pub fn qmm_applies(format: Format, cols: usize, x_stride: usize) -> bool {
 /// threads, rows up to 3072 values (every Gemma 4 hidden size) are loaded in one round.
 pub const RMSNORM_V: u32 = 12;
 
-/// The chunk attention variant for a head dimension (≤ 1024, a multiple of 4).
-/// `KESTREL_ATTN_CHUNK=tiled` picks the register-tiled form (an experiment knob until measured).
+/// The chunk attention variant for a head dimension (≤ 512, a multiple of 4: the value phase
+/// splits a 64-key tile into slices of 16 / ceil(d / 256) keys).
 pub fn attention_chunk(head_dim: usize) -> Kernel {
-    attention_chunk_form(head_dim, std::env::var("KESTREL_ATTN_CHUNK").as_deref() == Ok("tiled"))
-}
-
-/// [`attention_chunk`] with the form named: `tiled` for attention_tiled.wgsl.
-pub fn attention_chunk_form(head_dim: usize, tiled: bool) -> Kernel {
-    Kernel::Attention { dv: (head_dim as u32).div_ceil(64), tiled }
+    Kernel::Attention { dv: (head_dim as u32).div_ceil(64) }
 }
 
 /// Tokens (queries) per workgroup of chunk attention (`BQ` in attention.wgsl).

@@ -350,8 +350,9 @@ impl WgpuBackend {
             return Err(Error::Invalid("this is a gemma4_assistant drafter: pass it as --draft, not --model".into()));
         }
         for l in &cfg.layers {
-            if l.head_dim > 1024 || l.head_dim % 8 != 0 {
-                return Err(Error::Invalid(format!("layer {}: head_dim {} is not a multiple of 8 up to 1024, as the attention kernels need", l.index, l.head_dim)));
+            // Gemma 4 uses 256 and 512; the chunk attention's value slices need d ≤ 512.
+            if l.head_dim > 512 || l.head_dim % 8 != 0 {
+                return Err(Error::Invalid(format!("layer {}: head_dim {} is not a multiple of 8 up to 512, as the attention kernels need", l.index, l.head_dim)));
             }
         }
         Builder::new(gpu, &cfg, &w, opts)
