@@ -168,7 +168,7 @@ fn main() {
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let coop = h.gpu().coop_f16();
         let picked = qmm_shape(rows, coop);
-        let picked = (picked.0, qmm_splits(rows, cols, tokens, picked.1, picked.2));
+        let picked = (picked.0, qmm_splits(coop, rows, cols, tokens, picked.1, picked.2));
         let mut variants = Vec::new();
         let mut tiles = vec![(Kernel::Qmm { tm: 8 }, 128, QMM_TOK), (Kernel::Qmm { tm: 4 }, 64, QMM_TOK)];
         if coop {

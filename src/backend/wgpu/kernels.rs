@@ -503,27 +503,51 @@ pub fn qmm_coop_glu_shape() -> (Kernel, u32, u32) {
     (Kernel::QmmCoopGlu { tb }, 64, 64 * tb)
 }
 
-/// Ranges `qmm` (or `qmm_coop`) splits the k loop of a `rows` × `cols` matrix into for chunks of
-/// `tokens` tokens with tiles of `rows_per_wg` rows × `tok_per_wg` tokens (1: no split). The
-/// threshold was fitted on qmm's tiles; on qmm_coop's 128 × 128 it picks the best of kbench's
-/// four splits for 8 of its 11 E2B/E4B shapes, not for the separate q and k projections (E2B q
-/// 4 where 2 is best, E2B k 4 where 8, E4B q 8 where 2: session 9's p3). The fewest (1, 2, 4 or 8) that
-/// give at least [`QMM_MIN_WORKGROUPS`] workgroups, each range whole 64-value groups and at
-/// least 256 values long (the partials' extra traffic, `splits · tokens · rows` floats written
-/// and read back, stays small against the weights' dequantisation work).
-pub fn qmm_splits(rows: usize, cols: usize, tokens: usize, rows_per_wg: u32, tok_per_wg: u32) -> u32 {
+/// Ranges `qmm` (or with `coop`, `qmm_coop`) splits the k loop of a `rows` × `cols` matrix into
+/// for chunks of `tokens` tokens with tiles of `rows_per_wg` rows × `tok_per_wg` tokens (1: no
+/// split): 1, 2, 4 or 8, each range whole 64-value groups.
+/// - `qmm` (SIMT): the fewest that give at least [`QMM_MIN_WORKGROUPS`] workgroups, each range
+///   at least 256 values long.
+/// - `qmm_coop`: the fewest of least modelled time (PERF_NOTES.md, sessions 10 and 12): one
+///   128 × 128 tile fills an SM, so the tiles run in waves of [`QMM_COOP_WAVE`], each as long as
+///   its range of k, and a split adds qmm_sum's pass over `splits + 1` partial outputs:
+///   t ≈ ⌈tiles · s / wave⌉ · (cols / s) · 0.056 µs + [s > 1] · (s + 1) · rows · tokens · 3.3e-6 µs
+///   (fitted on the H200's kbench rows, within ≈ 5 % of all 11 E2B/E4B shapes; it picks the
+///   fastest measured split of each, where the workgroup threshold missed E4B's and E2B's q).
+///
+/// `KESTREL_QMM_SPLIT_RULE=workgroups` gives `qmm_coop` the SIMT rule (an A/B knob).
+pub fn qmm_splits(coop: bool, rows: usize, cols: usize, tokens: usize, rows_per_wg: u32, tok_per_wg: u32) -> u32 {
     let tiles = rows.div_ceil(rows_per_wg as usize) * tokens.div_ceil(tok_per_wg as usize);
+    let valid = |s: usize| s == 1 || (cols.is_multiple_of(64 * s) && cols / s >= 256);
+    let model = coop && std::env::var("KESTREL_QMM_SPLIT_RULE").as_deref() != Ok("workgroups");
+    if model {
+        // The model prices the partials' traffic itself: ranges need only be whole groups.
+        let valid = |s: usize| cols.is_multiple_of(64 * s);
+        let time = |s: usize| {
+            let waves = (tiles * s).div_ceil(QMM_COOP_WAVE) as f64;
+            let sum = if s > 1 { (s + 1) as f64 * (rows * tokens) as f64 * 3.3e-6 } else { 0.0 };
+            waves * (cols / s) as f64 * 0.056 + sum
+        };
+        let best = [1usize, 2, 4, 8].into_iter().filter(|&s| valid(s)).fold(1, |b, s| if time(s) < time(b) { s } else { b });
+        return best as u32;
+    }
     let mut s = 1;
-    while tiles * s < QMM_MIN_WORKGROUPS && cols.is_multiple_of(64 * 2 * s) && cols / (2 * s) >= 256 && s < 8 {
+    while tiles * s < QMM_MIN_WORKGROUPS && valid(2 * s) && s < 8 {
         s *= 2;
     }
     s as u32
 }
 
-/// Workgroups below which `qmm_splits` splits the k loop. Measured on the H200 (PERF_NOTES.md,
-/// session 5, 512-token chunks): E4B down (320 workgroups) 1142 → 951 µs split in 2, E2B q|k|v
-/// (320) 179 → 160, E2B k (32) 223 → 77 split in 4; E4B q|k|v (384) no gain.
+/// Workgroups below which `qmm_splits` splits the k loop of the SIMT `qmm`. Measured on the H200
+/// (PERF_NOTES.md, session 5, 512-token chunks): E4B down (320 workgroups) 1142 → 951 µs split
+/// in 2, E2B q|k|v (320) 179 → 160, E2B k (32) 223 → 77 split in 4; E4B q|k|v (384) no gain.
 pub const QMM_MIN_WORKGROUPS: usize = 384;
+
+/// qmm_coop tiles of 128 × 128 in flight at once on the H200 (132 SMs, one such workgroup each:
+/// its 48 KiB of workgroup memory and 16 accumulator blocks per subgroup); the wave of
+/// [`qmm_splits`]'s model. Other devices get the same model with this wave: a split is a speed
+/// choice only, never a change in the result's tolerance.
+pub const QMM_COOP_WAVE: usize = 132;
 
 /// True when the prefill mat-mat `qmm` applies: 4-bit weights in whole 64-value groups and an
 /// x stride of whole vec4s (as for `qmv`).
@@ -1012,6 +1036,33 @@ impl Pipelines {
 #[cfg(test)]
 mod tests {
     use super::unroll;
+
+    /// The split rule of the tensor-core mat-mat against the H200's kbench table it was fitted to
+    /// (benches/results/2026-12-01-h200-session12-p2-qmm-coop-acc.txt, the two-accumulator rows:
+    /// µs for 1, 2, 4, 8 ranges of a 512-token chunk, 128 × 128 tiles): the split it picks must
+    /// have measured within 1 % of the fastest of every shape (E2B q|k|v's 1 and 4 are a tie).
+    #[test]
+    fn qmm_coop_split_rule_picks_the_measured_fastest() {
+        let table: [(&str, usize, usize, [f64; 4]); 11] = [
+            ("E2B q_proj", 2048, 1536, [94.3, 56.6, 64.9, 81.1]),
+            ("E2B k_proj", 256, 1536, [90.7, 55.9, 34.5, 23.8]),
+            ("E2B gate/up", 6144, 1536, [180.1, 158.1, 187.1, 241.2]),
+            ("E2B down", 1536, 6144, [347.0, 179.7, 188.0, 152.3]),
+            ("E4B q_proj", 2048, 2560, [150.1, 83.6, 92.0, 108.0]),
+            ("E4B gate/up", 10240, 2560, [430.8, 393.6, 438.8, 528.8]),
+            ("E4B down", 2560, 10240, [550.1, 579.1, 438.7, 389.7]),
+            ("E2B q|k|v", 2560, 1536, [92.6, 104.9, 92.1, 103.6]),
+            ("E2B gate|up", 12288, 1536, [263.9, 310.7, 366.0, 473.0]),
+            ("E4B q|k|v", 3072, 2560, [144.3, 160.9, 134.7, 164.6]),
+            ("E4B gate|up", 20480, 2560, [700.0, 778.7, 872.6, 1026.2]),
+        ];
+        for (name, rows, cols, us) in table {
+            let fastest = us.iter().copied().fold(f64::MAX, f64::min);
+            let s = super::qmm_splits(true, rows, cols, 512, 128, 128);
+            let picked = us[s.trailing_zeros() as usize];
+            assert!(picked <= fastest * 1.01, "{name}: picked {s} ranges ({picked} µs), fastest {fastest} µs: {us:?}");
+        }
+    }
 
     #[test]
     fn unroll_expands_nested_blocks() {

@@ -1181,7 +1181,7 @@ impl<'a> Builder<'a> {
             };
             let gx = (part.rows as u32).div_ceil(rows_per_wg);
             let splits = match kernel {
-                Kernel::Qmm { .. } | Kernel::QmmCoop { .. } if !on_out => qmm_splits(part.rows, m.cols, self.opts.max_chunk, rows_per_wg, tile),
+                Kernel::Qmm { .. } | Kernel::QmmCoop { .. } if !on_out => qmm_splits(matches!(kernel, Kernel::QmmCoop { .. }), part.rows, m.cols, self.opts.max_chunk, rows_per_wg, tile),
                 _ => 1,
             };
             if splits > 1 {
@@ -1234,7 +1234,7 @@ impl<'a> Builder<'a> {
         let (glu, per_wg, tok) = qmm_coop_glu_shape();
         // KESTREL_QMM_COOP_GLU=0: the mat-mat and gelu_mul apart (an A/B knob).
         let knob_off = std::env::var("KESTREL_QMM_COOP_GLU").as_deref() == Ok("0");
-        let glu_coop = self.tensor_cores() && !knob_off && qmm_applies(m.format, m.cols, x_stride) && qmm_splits(rows, m.cols, self.opts.max_chunk, per_wg, tok) == 1;
+        let glu_coop = self.tensor_cores() && !knob_off && qmm_applies(m.format, m.cols, x_stride) && qmm_splits(true, rows, m.cols, self.opts.max_chunk, per_wg, tok) == 1;
         if glu_coop {
             self.spec(glu, weight_res(part, &[x, y]), &p, (rows as u32).div_ceil(per_wg), GridY::TokenTiles(tok));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
