@@ -847,6 +847,12 @@ pub struct AttnParams {
 /// 8–16 heads; at most 64 (attention_combine reads them in one pass).
 pub const ATTN_SPLITS: u32 = 32;
 
+/// The decode attention's key splits: [`ATTN_SPLITS`], or `KESTREL_ATTN_SPLITS` (1 to
+/// ATTN_SPLITS: buffers are sized for ATTN_SPLITS) as an A/B knob.
+pub fn attn_splits() -> u32 {
+    std::env::var("KESTREL_ATTN_SPLITS").ok().and_then(|v| v.parse().ok()).filter(|s| (1..=ATTN_SPLITS).contains(s)).unwrap_or(ATTN_SPLITS)
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
 pub struct GeluParams {

@@ -1837,7 +1837,7 @@ impl<'a> Builder<'a> {
             let ap = AttnParams {
                 d: d as u32, n_heads: l.n_heads as u32, n_kv_heads: l.n_kv_heads as u32, slots,
                 window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
-                n_splits: ATTN_SPLITS, _pad: [0; 2],
+                n_splits: attn_splits(), _pad: [0; 2],
             };
             // Chunks (prefill, verify): 16 queries per workgroup share each key tile.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
@@ -1845,7 +1845,7 @@ impl<'a> Builder<'a> {
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
             // Decode: the keys split over ATTN_SPLITS workgroups per head, then merged.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(attn_part.clone()), Res::Params, Res::Step];
-            self.spec(attention_split(d), res, &ap, l.n_heads as u32, GridY::Slots(ATTN_SPLITS));
+            self.spec(attention_split(d), res, &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
             self.specs.last_mut().expect("just pushed").only = Only::Single;
             let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
             self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
