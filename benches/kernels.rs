@@ -348,7 +348,21 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     };
     let p = CopyParams { n: 1, ..Default::default() };
     row(h, Kernel::Copy, "16 bytes".into(), vec![f32s(4, 1.0), f32s(4, 0.0)], bytemuck::bytes_of(&p), (1, 1, 1));
+    // The ladder under a one-workgroup norm (session 12): one load and store per thread of one
+    // workgroup (4 KiB), three in turn (10 KiB: 2560 floats), the same bytes over 10 workgroups.
+    for (vec4s, wgs) in [(256usize, 1u32), (640, 1), (640, 3)] {
+        let p = CopyParams { n: vec4s as u32, ..Default::default() };
+        row(h, Kernel::Copy, format!("{} KiB, {wgs} workgroup(s)", vec4s * 16 / 1024), vec![f32s(4 * vec4s, 1.0), f32s(4 * vec4s, 0.0)], bytemuck::bytes_of(&p), (wgs, 1, 1));
+    }
     grid_barrier_rows(h, filter);
+    // Then a norm with only the sum: 1 value per thread, then 6, no weight and no residual
+    // (mode 0), then with its weight.
+    for (n, w_off) in [(256usize, u32::MAX), (1536, u32::MAX), (1536, 0)] {
+        let p = NormParams { n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off, mode: 0, pre: 1.0, post: 1.0, eps: 1e-6, ..Default::default() };
+        let bufs = vec![f32s(n, 0.5), f32s(n, 1.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0)];
+        let what = if w_off == u32::MAX { "no weight" } else { "weight" };
+        row(h, Kernel::RmsNorm, format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
+    }
     // rmsnorm: a residual post-norm (mode 1) with 0, 1 and 3 chained norms, E2B/E4B/26B widths.
     for n in [1536usize, 2560, 2816] {
         for chain in [0u32, 1, 3] {
@@ -357,7 +371,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
                 chain, w2_off: n as u32, w3_off: 2 * n as u32, w4_off: 3 * n as u32, out2_stride: n as u32, post2: 1.0, post3: 1.0, post4: 1.0,
                 ..Default::default()
             };
-            let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0)];
+            let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2)];
             row(h, Kernel::RmsNorm, format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
         }
     }
