@@ -24,7 +24,7 @@
 
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
-    attention_chunk, attention_split, fold_grid, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
+    attention_chunk, attention_split, fold_grid, rmsnorm, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
     RouterParams, Step, BarrierParams, ATTN_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
@@ -361,7 +361,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
         let p = NormParams { n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off, mode: 0, pre: 1.0, post: 1.0, eps: 1e-6, ..Default::default() };
         let bufs = vec![f32s(n, 0.5), f32s(n, 1.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0)];
         let what = if w_off == u32::MAX { "no weight" } else { "weight" };
-        row(h, Kernel::RmsNorm, format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
+        row(h, rmsnorm(n), format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
     }
     // rmsnorm: a residual post-norm (mode 1) with 0, 1 and 3 chained norms, E2B/E4B/26B widths.
     for n in [1536usize, 2560, 2816] {
@@ -372,7 +372,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
                 ..Default::default()
             };
             let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2)];
-            row(h, Kernel::RmsNorm, format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
+            row(h, rmsnorm(n), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
         }
     }
     // q, k, v heads of one token (E2B sliding: 8 + 1 + 1 heads of 256; full: of 512).

@@ -1205,7 +1205,7 @@ impl Case for NormCase {
             ..Default::default()
         };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32, ..Default::default() };
-        launch(Kernel::RmsNorm, bufs, &p, step, (segs, count))
+        launch(rmsnorm(n), bufs, &p, step, (segs, count))
     }
 }
 

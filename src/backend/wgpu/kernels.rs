@@ -74,7 +74,8 @@ pub enum Kernel {
     /// `QmvMoe` over a fused gate_up stack with the GeGLU as epilogue (qmv_moe.wgsl's GeGLU form).
     QmvMoeGlu { lanes: u32, pairs: u32 },
     Embed(Format),
-    RmsNorm,
+    /// `v`: values of a row each thread holds in registers (`V` in rmsnorm.wgsl), [`rmsnorm`].
+    RmsNorm { v: u32 },
     HeadNormRope,
     /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
     QkvNormRope,
@@ -124,7 +125,7 @@ impl Kernel {
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
-            Kernel::RmsNorm => "rmsnorm".into(),
+            Kernel::RmsNorm { .. } => "rmsnorm".into(),
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::QkvNormRope => "qkv_norm_rope".into(),
             Kernel::Attention { dv } => format!("attention_d{dv}"),
@@ -186,9 +187,9 @@ impl Kernel {
             }
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
-            Kernel::RmsNorm => {
-                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &RMSNORM_V.to_string());
-                unroll(&src, &[("V", RMSNORM_V)])
+            Kernel::RmsNorm { v } => {
+                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string());
+                unroll(&src, &[("V", v)])
             }
             Kernel::HeadNormRope | Kernel::QkvNormRope => {
                 let kernel = if self == Kernel::HeadNormRope { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
@@ -401,7 +402,7 @@ impl Kernel {
             Kernel::Qmv { pro: 1.., .. } | Kernel::QmvGlu { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, ReadWrite, Uniform],
             Kernel::QmvGeluB { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Read, ReadWrite, Uniform],
             Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::QmmCoop { .. } | Kernel::QmmCoopGlu { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
-            Kernel::RmsNorm => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read],
+            Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
@@ -555,9 +556,19 @@ pub fn qmm_applies(format: Format, cols: usize, x_stride: usize) -> bool {
     format == Format::Q4 && cols.is_multiple_of(64) && x_stride.is_multiple_of(4)
 }
 
-/// Values of a row each rmsnorm thread holds in registers (`V` in rmsnorm.wgsl): with 256
-/// threads, rows up to 3072 values (every Gemma 4 hidden size) are loaded in one round.
+/// The most values of a row an rmsnorm thread holds in registers (`V` in rmsnorm.wgsl): with
+/// 256 threads, rows up to 3072 values (every Gemma 4 hidden size) are loaded in one round.
 pub const RMSNORM_V: u32 = 12;
+
+/// The rmsnorm variant for rows of `n` values: V = ceil(n / 256) (at most [`RMSNORM_V`]), so
+/// that a thread holds no registers for values past the row — six arrays of V values each, and
+/// a 512-token chunk runs 512 workgroups at once only if they fit (PERF_NOTES.md, session 12).
+/// The sums are those of V = RMSNORM_V bit for bit (the values past the row add +0.0), and a
+/// norm has one n, so decode and chunks still agree. `KESTREL_RMSNORM_V` overrides V (A/B).
+pub fn rmsnorm(n: usize) -> Kernel {
+    let knob = std::env::var("KESTREL_RMSNORM_V").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=RMSNORM_V).contains(v));
+    Kernel::RmsNorm { v: knob.unwrap_or_else(|| (n.div_ceil(256) as u32).clamp(1, RMSNORM_V)) }
+}
 
 /// The chunk attention variant for a head dimension (≤ 512, a multiple of 4: the value phase
 /// splits a 64-key tile into slices of 16 / ceil(d / 256) keys).

@@ -1364,7 +1364,7 @@ impl<'a> Builder<'a> {
         // `res` (binding 8, read by mode 2 only): the weights stand in (read-only there too; the
         // dummy is bound writable at 3..5, and one buffer may not be both in a dispatch).
         let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone())];
-        self.spec(Kernel::RmsNorm, res, &p, p.segs, y);
+        self.spec(rmsnorm(p.n as usize), res, &p, p.segs, y);
         self.specs.len() - 1
     }
 
@@ -1380,7 +1380,7 @@ impl<'a> Builder<'a> {
     /// The params of the rmsnorm spec `spec`, and where they sit in the params buffer.
     fn norm_params(&self, spec: usize) -> (NormParams, std::ops::Range<usize>) {
         let sp = &self.specs[spec];
-        debug_assert!(matches!(sp.kernel, Kernel::RmsNorm), "not a norm");
+        debug_assert!(matches!(sp.kernel, Kernel::RmsNorm { .. }), "not a norm");
         let range = sp.param_off as usize..(sp.param_off + sp.param_len) as usize;
         (bytemuck::pod_read_unaligned(&self.params[range.clone()]), range)
     }
