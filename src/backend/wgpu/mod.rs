@@ -57,6 +57,10 @@ use kernels::*;
 /// rows each K/V cache keeps after its slots.
 pub const VERIFY_MAX: usize = 8;
 
+/// Dispatches in the first segment a step submits while recording the rest (`run`); each
+/// later segment doubles.
+const FIRST_SEGMENT: usize = 16;
+
 /// Construction options.
 #[derive(Debug, Clone)]
 pub struct WgpuOptions {
@@ -76,11 +80,24 @@ pub struct WgpuOptions {
     /// device has f16 cooperative matrices. `KESTREL_QMM_COOP=0` overrides it for A/B
     /// measurements.
     pub tensor_cores: bool,
+    /// Submit a step in segments of 16, 32, 64, … dispatches as they are recorded, so that the
+    /// GPU starts while the host records the rest (`run`; not profiled steps). Off by default
+    /// until measured on the H200 (PERF_NOTES.md, session 12); `KESTREL_SUBMIT_SEGMENTS=0|1`
+    /// overrides it for A/B measurements.
+    pub submit_segments: bool,
 }
 
 impl Default for WgpuOptions {
     fn default() -> Self {
-        WgpuOptions { max_ctx: 4096, max_chunk: 128, max_binding: None, expert_slots: ExpertSlots::All, fuse_norms_up_to: PRO_MAX_HIDDEN, tensor_cores: true }
+        WgpuOptions {
+            max_ctx: 4096,
+            max_chunk: 128,
+            max_binding: None,
+            expert_slots: ExpertSlots::All,
+            fuse_norms_up_to: PRO_MAX_HIDDEN,
+            tensor_cores: true,
+            submit_segments: false,
+        }
     }
 }
 
@@ -329,6 +346,8 @@ pub struct WgpuBackend {
     cached: usize,
     /// A verify step is running: decode-form kernels for every token, K/V to staging rows.
     verifying: bool,
+    /// Steps go to the queue in segments as they are recorded (`run`, [`WgpuOptions::submit_segments`]).
+    segmented: bool,
     /// `(pos0, rows)` staged by the last verify, until commit.
     staged: Option<(usize, usize)>,
     /// VERIFY_MAX rows of the widest cache: commit copies staged rows through it.
@@ -513,6 +532,18 @@ impl WgpuBackend {
             }
         }
         let t_enc = std::time::Instant::now();
+        // Segments of 16, 32, 64, … dispatches go to the queue as they are recorded, so that the
+        // GPU starts on a chunk while the host records the rest (500–800 dispatches take the host
+        // 2–4 ms; a dispatch of a 512-token chunk takes the GPU ≈ 50–100 µs, so the host stays
+        // ahead after the first). One pass when profiling (its timestamps).
+        if self.profiler.is_none() && self.segmented {
+            let mut seg = FIRST_SEGMENT;
+            while self.program.len() - start > seg {
+                self.submit_range(start..start + seg, n, n_out, None);
+                start += seg;
+                seg *= 2;
+            }
+        }
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
@@ -2066,6 +2097,11 @@ impl<'a> Builder<'a> {
             last_rows: 0,
             cached: 0,
             verifying: false,
+            segmented: match std::env::var("KESTREL_SUBMIT_SEGMENTS").as_deref() {
+                Ok("1") => true,
+                Ok("0") => false,
+                _ => self.opts.submit_segments,
+            },
             staged: None,
             commit_scratch,
             gpu: self.gpu,
