@@ -24,7 +24,9 @@
 // workgroup per norm, so its time is the latency of its loads; every value a thread needs (its
 // first V values of x, their weights, the residual, the chained norm's weights) is loaded at
 // once into registers before any is used, instead of a loop that waits on each load in turn.
-// Rows past V · WG values take a plain loop (correct, slower; no Gemma 4 norm is that wide).
+// The host sizes V to the row (kernels::rmsnorm: ceil(n / 256), at most 12, so no register
+// waits for a value past it); rows past V · WG values take a plain loop (correct, slower; no
+// Gemma 4 norm is that wide).
 
 const WG: u32 = 256u;
 const V: u32 = {{V}}u;
