@@ -513,8 +513,10 @@ pub fn qmm_coop_glu_shape() -> (Kernel, u32, u32) {
 ///   128 × 128 tile fills an SM, so the tiles run in waves of [`QMM_COOP_WAVE`], each as long as
 ///   its range of k, and a split adds qmm_sum's pass over `splits + 1` partial outputs:
 ///   t ≈ ⌈tiles · s / wave⌉ · (cols / s) · 0.056 µs + [s > 1] · (s + 1) · rows · tokens · 3.3e-6 µs
-///   (fitted on the H200's kbench rows, within ≈ 5 % of all 11 E2B/E4B shapes; it picks the
-///   fastest measured split of each, where the workgroup threshold missed E4B's and E2B's q).
+///   (fitted on the H200's kbench rows: within 10 % of 40 of the 44 measured times of 11 E2B/E4B
+///   shapes × 4 splits, median 3 %, the 256-row k projection's 20–38 % under, as its fixed costs
+///   are not modelled; it picks the fastest measured split of each shape, where the workgroup
+///   threshold missed both q projections).
 ///
 /// `KESTREL_QMM_SPLIT_RULE=workgroups` gives `qmm_coop` the SIMT rule (an A/B knob).
 pub fn qmm_splits(coop: bool, rows: usize, cols: usize, tokens: usize, rows_per_wg: u32, tok_per_wg: u32) -> u32 {
@@ -561,8 +563,9 @@ pub fn qmm_applies(format: Format, cols: usize, x_stride: usize) -> bool {
 pub const RMSNORM_V: u32 = 12;
 
 /// The rmsnorm variant for rows of `n` values: V = ceil(n / 256) (at most [`RMSNORM_V`]), so
-/// that a thread holds no registers for values past the row — six arrays of V values each, and
-/// a 512-token chunk runs 512 workgroups at once only if they fit (PERF_NOTES.md, session 12).
+/// that a thread holds no registers for values past the row (six arrays of V values each; a
+/// chunk's 512 workgroups then fit more at once, inferred: wgpu shows no register count; E2B's
+/// chunk norms 2.0 → 1.4 ms on the H200, PERF_NOTES.md, session 12).
 /// The sums are those of V = RMSNORM_V bit for bit (the values past the row add +0.0), and a
 /// norm has one n, so decode and chunks still agree. `KESTREL_RMSNORM_V` overrides V (A/B).
 pub fn rmsnorm(n: usize) -> Kernel {
