@@ -13,3 +13,10 @@ ab_run() {
   echo "== $arch $*" | tee -a "$file"
   env "$@" ./target/release/kestrel bench --model /tmp/$arch -p 16 -n 128 2>&1 | grep -E "tg128|decode step:|^\| qmv_|^\| rmsnorm" | tee -a "$file"
 }
+# One A/B run with any bench arguments: `ab_bench FILE ARCH "BENCH ARGS" "GREP PATTERN" [VAR=value …]`
+# benches /tmp/ARCH with those arguments and variables and appends the lines matching the pattern.
+ab_bench() {
+  local file=$1 arch=$2 args=$3 pattern=$4; shift 4
+  echo "== $arch $*" | tee -a "$file"
+  env "$@" ./target/release/kestrel bench --model /tmp/$arch $args 2>&1 | grep -E "$pattern" | tee -a "$file"
+}

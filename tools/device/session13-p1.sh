@@ -14,8 +14,7 @@ KESTREL_SUBMIT_SEGMENTS=1 KESTREL_REQUIRE_GPU=1 ./target/release/kfixtures wgpu 
 for a in e2b e4b 26b-a4b; do
   $K synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
   for s in 0 1 0 1; do
-    echo "== $a KESTREL_SUBMIT_SEGMENTS=$s" | tee -a "$F"
-    KESTREL_SUBMIT_SEGMENTS=$s $K bench --model /tmp/$a -p 512 -n 128 2>&1 | grep -E "^\| (pp512|tg128|[1-5]) |GPU time of one 512|decode step:" | tee -a "$F"
+    ab_bench "$F" $a "-p 512 -n 128" "^\| (pp512|tg128|[1-5]) |GPU time of one 512|decode step:" KESTREL_SUBMIT_SEGMENTS=$s
   done
   rm -rf /tmp/$a
 done
