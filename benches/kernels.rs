@@ -19,7 +19,8 @@
 //! The latency table times the small kernels a decode step is made of (rmsnorm with 0/1/3
 //! chained norms, qkv_norm_rope, split attention and its merge at 131–4097 keys, the 26B
 //! router) as chains of dependent dispatches, next to a 16-byte copy: what each costs inside a
-//! step beyond the barrier. Weights are random bits with finite scales: timing only, the values
+//! step beyond the barrier; a ladder under the norm (one workgroup's copies of 4 and 10 KiB,
+//! norms with only their sum) separates its memory rounds from its reductions. Weights are random bits with finite scales: timing only, the values
 //! are checked in tests/kernels.rs.
 
 use kestrel::backend::wgpu::harness::KernelHarness;
@@ -268,10 +269,10 @@ fn main() {
     latency_table(&mut h, &filter);
 }
 
-/// Prefill attention (attention.wgsl) over one
-/// 512-token chunk from position 0, at E2B's heads (8 query heads on 1 kv head; d 256 with the
-/// 512-key window, d 512 full) and E4B's (8 on 2): GPU time per dispatch and the TFLOP/s of the
-/// causal products it must do (2 · 2 · d flops per attended (query, key) pair per head).
+/// Prefill attention (attention.wgsl) over one 512-token chunk from position 0, at E2B's heads
+/// (8 query heads on 1 kv head; d 256 with the 512-key window, d 512 full) and E4B's (8 on 2):
+/// GPU time per dispatch and the TFLOP/s of the causal products it must do (2 · 2 · d flops per
+/// attended (query, key) pair per head).
 fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
     let f32s = |n: usize, v: f32| -> Vec<u8> { (0..n).flat_map(|i| (v * (1.0 + ((i * 7919) % 97) as f32 / 97.0)).to_le_bytes()).collect() };
     let tokens = 512usize;

@@ -646,8 +646,9 @@ fn run_split_k(h: &mut KernelHarness, splits: u32, c: MatmulCase) {
 /// `qmv_shape` (8: cols 320 → 10 chunks; 16: cols 1024; 32: cols 1536 → 48 chunks, so lanes idle
 /// on the second pass; 64: cols 2560; 128: cols 6144), every rows-per-team (1; 2: rows 3000;
 /// 4: rows 4100), the tall rules (16 lanes × 2 rows at 12300 rows, 16 × 8 at 12290 rows of
-/// 16384 values, 8 × 4 for the LM head at 65536), x staged (34 chunks on 16 lanes, 20 on 8) and not, partial row blocks, group size
-/// 128, a strided x, a later part, count = n_out, a folded grid.
+/// 16384 values, 8 × 4 for the LM head at 65536), x staged (34 chunks on 16 lanes, 20 on 8) and
+/// not, x spread over 40 binades, partial row blocks, group size 128, a strided x, a later part,
+/// count = n_out, a folded grid.
 fn qmv_cases() -> Vec<Box<dyn Case>> {
     let q = |rows, cols, tokens, tile| MatmulCase { tile, qmv: true, ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
     let mut v: Vec<Box<dyn Case>> = Vec::new();

@@ -1,6 +1,6 @@
-// attention_params: the params struct shared by attention.wgsl, attention_tiled.wgsl,
-// attention_split.wgsl and attention_combine.wgsl (prepended by the host; mirrors `AttnParams`
-// in kernels.rs), and the sliding-window rule they share.
+// attention_params: the params struct shared by attention.wgsl, attention_split.wgsl and
+// attention_combine.wgsl (prepended by the host; mirrors `AttnParams` in kernels.rs), and the
+// sliding-window rule they share.
 
 struct AttnParams {
     d: u32,

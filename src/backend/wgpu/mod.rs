@@ -1874,7 +1874,7 @@ impl<'a> Builder<'a> {
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
             self.spec(attention_chunk(d), res, &ap, l.n_heads as u32, GridY::TokenTiles(ATTN_BQ));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
-            // Decode: the keys split over ATTN_SPLITS workgroups per head, then merged.
+            // Decode: the keys split over attn_splits() workgroups per head, then merged.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(attn_part.clone()), Res::Params, Res::Step];
             self.spec(attention_split(d), res, &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
             self.specs.last_mut().expect("just pushed").only = Only::Single;
