@@ -115,17 +115,18 @@ fn wgpu_split_tensors_match_transformers() {
 }
 
 #[test]
-fn wgpu_segmented_submits_match_transformers() {
-    // Steps submitted in segments while they are recorded (16, 32, 64, … dispatches, the last
-    // one with the readback copies): 16-token chunks through a model split into many small
-    // bindings, so every step spans several segments.
+fn wgpu_one_submit_per_step_matches_transformers() {
+    // Every step in one command buffer (segments off: the form profiled steps take, and
+    // KESTREL_SUBMIT_SEGMENTS=0); the other tests run the default, steps submitted in segments
+    // of 16, 32, 64, … program entries while recorded. 16-token chunks through a model split
+    // into many small bindings.
     run_all(
         &["tiny-e2b"],
         &mut |m| {
-            let opts = WgpuOptions { max_ctx: 256, max_chunk: 16, max_binding: Some(4096), submit_segments: true, ..Default::default() };
+            let opts = WgpuOptions { max_ctx: 256, max_chunk: 16, max_binding: Some(4096), submit_segments: false, ..Default::default() };
             common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
         },
         16,
-        "wgpu-segmented",
+        "wgpu-one-submit",
     );
 }

@@ -57,8 +57,8 @@ use kernels::*;
 /// rows each K/V cache keeps after its slots.
 pub const VERIFY_MAX: usize = 8;
 
-/// Dispatches in the first segment a step submits while recording the rest (`run`); each
-/// later segment doubles.
+/// Program entries (dispatches, some of which a step's form skips) in the first segment a step
+/// submits while recording the rest (`run`); each later segment doubles.
 const FIRST_SEGMENT: usize = 16;
 
 /// Construction options.
@@ -80,10 +80,10 @@ pub struct WgpuOptions {
     /// device has f16 cooperative matrices. `KESTREL_QMM_COOP=0` overrides it for A/B
     /// measurements.
     pub tensor_cores: bool,
-    /// Submit a step in segments of 16, 32, 64, … dispatches as they are recorded, so that the
-    /// GPU starts while the host records the rest (`run`; not profiled steps). Off by default
-    /// until measured on the H200 (PERF_NOTES.md, session 12); `KESTREL_SUBMIT_SEGMENTS=0|1`
-    /// overrides it for A/B measurements.
+    /// Submit a step in segments of 16, 32, 64, … program entries as they are recorded, so that
+    /// the GPU starts while the host records the rest (`run`; not profiled steps). On the H200
+    /// (PERF_NOTES.md, session 13): pp512 +1.6–3.5 %, a one-draft verify 0.6–1.2 ms faster,
+    /// decode unchanged. `KESTREL_SUBMIT_SEGMENTS=0|1` overrides it for A/B measurements.
     pub submit_segments: bool,
 }
 
@@ -96,7 +96,7 @@ impl Default for WgpuOptions {
             expert_slots: ExpertSlots::All,
             fuse_norms_up_to: PRO_MAX_HIDDEN,
             tensor_cores: true,
-            submit_segments: false,
+            submit_segments: true,
         }
     }
 }
