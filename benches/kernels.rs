@@ -396,7 +396,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
         let p = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: splits, _pad: [0; 2] };
         let at = Step { pos0: keys as u32 - 1, ..step };
         let part = f32s(heads * splits as usize * (d + 2), 0.0);
-        let kernel = attention_split(d);
+        let kernel = attention_split(d, false);
         if kernel.label().contains(filter) {
             let bufs = vec![f32s(heads * d, 0.1), f32s(slots * d, 0.2), f32s(slots * d, 0.3), part.clone()];
             match h.time(kernel, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, splits, 1), 200) {

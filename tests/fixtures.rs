@@ -89,14 +89,18 @@ fn wgpu_matches_transformers() {
     }
 }
 
-/// Every residual norm its own dispatch (`fuse_norms_up_to: 0`): the decode path of hidden
+/// Every norm its own dispatch: residual norms (`fuse_norms_up_to: 0`: the decode path of hidden
 /// sizes past PRO_MAX_HIDDEN (E4B, 26B), which the fixtures' small hidden sizes would otherwise
-/// never run (by default their decode steps compute the norms inside the next mat-vec).
+/// never run, as by default their decode steps compute the norms inside the next mat-vec) and
+/// the KV-sharing layers' q norm (`fold_q_norm: false`: head_norm_rope, not attention_split).
 #[test]
 fn wgpu_unfused_norms_match_transformers() {
     run_all(
         &["tiny-e2b", "tiny-e4b", "tiny-moe"],
-        &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 128, fuse_norms_up_to: 0, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
+        &mut |m| {
+            let opts = WgpuOptions { max_ctx: 256, max_chunk: 128, fuse_norms_up_to: 0, fold_q_norm: false, ..Default::default() };
+            common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
+        },
         128,
         "wgpu-unfused",
     );

@@ -1453,25 +1453,12 @@ struct AttnCase {
     slots: usize,
 }
 
-impl Case for AttnCase {
-    fn name(&self) -> String {
-        let c = self;
-        format!(
-            "attention(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={})",
-            c.d, c.heads, c.kv_heads, c.tokens, c.pos0, c.window, c.slots
-        )
-    }
-
-    fn build(&self, rng: &mut Rng) -> Launch {
+impl AttnCase {
+    /// The CPU's attention output for queries `q` ([token][head · d]) over the ring caches.
+    fn reference(&self, q: &[f32], kc: &[f32], vc: &[f32]) -> Vec<Option<f64>> {
         let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots } = self;
         let lo = |p: usize| if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
-        // Every position the step reads must have its own slot.
-        assert!(pos0 + tokens - lo(pos0) <= slots, "{}: the ring is too small for this step", self.name());
-        let (qrow, kvrow) = (heads * d, kv_heads * d);
-        let q = rng.vec(tokens * qrow);
-        let kc = rng.vec(slots * kvrow);
-        let vc = rng.vec(slots * kvrow);
-        let group = heads / kv_heads;
+        let (qrow, kvrow, group) = (heads * d, kv_heads * d, heads / kv_heads);
         let mut want = vec![None; tokens * qrow];
         let mut o = vec![0.0f32; d];
         for t in 0..tokens {
@@ -1490,6 +1477,29 @@ impl Case for AttnCase {
                 }
             }
         }
+        want
+    }
+}
+
+impl Case for AttnCase {
+    fn name(&self) -> String {
+        let c = self;
+        format!(
+            "attention(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={})",
+            c.d, c.heads, c.kv_heads, c.tokens, c.pos0, c.window, c.slots
+        )
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots } = self;
+        let lo = |p: usize| if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
+        // Every position the step reads must have its own slot.
+        assert!(pos0 + tokens - lo(pos0) <= slots, "{}: the ring is too small for this step", self.name());
+        let (qrow, kvrow) = (heads * d, kv_heads * d);
+        let q = rng.vec(tokens * qrow);
+        let kc = rng.vec(slots * kvrow);
+        let vc = rng.vec(slots * kvrow);
+        let want = self.reference(&q, &kc, &vc);
         let bufs = vec![
             input_words("q", &bits(&q)),
             input_words("k cache", &bits(&kc)),
@@ -1514,7 +1524,9 @@ impl Case for AttnCase {
 /// attention_combine, as the backend runs one-token and verify steps, against the same CPU
 /// reference as `attention`: E2B's sliding and global heads, fewer keys than splits (empty
 /// splits), a wrapped sliding ring with several tokens, splits of more than one 64-key tile, and
-/// head dims that are not whole 64-lane rounds.
+/// head dims that are not whole 64-lane rounds. Each case twice: q given, and q before its norm
+/// and rope (the q-norm form: head_norm_rope's case of the same heads makes the strided raw q,
+/// weights and rope table, and its CPU output is the reference's q).
 #[test]
 fn split_attention_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
@@ -1533,21 +1545,43 @@ fn split_attention_matches_the_cpu_reference() {
         a(40, 4, 1, 2, 90, 0, 100),
         a(200, 2, 1, 1, 70, 0, 80),
     ];
-    for c in cases {
-        let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&c.name()))));
-        let Check::F32 { want, tol } = &l.bufs[3].check else { unreachable!("attention's o is an f32 output") };
-        let splits = ATTN_SPLITS as usize;
-        let mut p: AttnParams = *bytemuck::from_bytes(&l.params[..std::mem::size_of::<AttnParams>()]);
-        p.n_splits = ATTN_SPLITS;
-        let part = vec![0u8; 4 * c.tokens * c.heads * splits * (c.d + 2)];
-        let bufs = vec![l.bufs[0].bytes.clone(), l.bufs[1].bytes.clone(), l.bufs[2].bytes.clone(), part];
-        let out = h.run(attention_split(c.d), &bufs, bytemuck::bytes_of(&p), l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
-        let o = h.run(Kernel::AttentionCombine, &[out[3].clone(), l.bufs[3].bytes.clone()], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap();
-        let got: Vec<f32> = words(&o[1]).into_iter().map(f32::from_bits).collect();
-        let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
-        match compare(&g, &r, *tol) {
-            Ok(nmse) => println!("split {} [wgpu]: o NMSE {nmse:.1e} OK", c.name()),
-            Err(e) => panic!("split {}: {e}", c.name()),
+    for qnorm in [false, true] {
+        for c in cases {
+            let name = format!("{}{}", c.name(), if qnorm { " qnorm" } else { "" });
+            let mut rng = Rng(kestrel::synth::SplitMix64(seed_of(&name)));
+            let l = c.build(&mut rng);
+            let Check::F32 { want, tol } = &l.bufs[3].check else { unreachable!("attention's o is an f32 output") };
+            let splits = ATTN_SPLITS as usize;
+            let mut p: AttnParams = *bytemuck::from_bytes(&l.params[..std::mem::size_of::<AttnParams>()]);
+            p.n_splits = ATTN_SPLITS;
+            let mut params = bytemuck::bytes_of(&p).to_vec();
+            let part = vec![0u8; 4 * c.tokens * c.heads * splits * (c.d + 2)];
+            let mut bufs = vec![l.bufs[0].bytes.clone(), l.bufs[1].bytes.clone(), l.bufs[2].bytes.clone(), part];
+            let mut want = want.clone();
+            if qnorm {
+                // Sliding layers rotate every pair, full ones a quarter (Gemma 4's two ropes).
+                let rope = if c.window > 0 { RopeKind::Default { theta: 10_000.0 } } else { RopeKind::Proportional { theta: 1_000_000.0, partial: 0.25 } };
+                let hc = HeadCase { src_off: 3, src_pad: 5, ..HeadCase::new(c.d, c.heads, c.tokens, c.pos0, rope) };
+                let hl = hc.build(&mut rng);
+                let Check::F32 { want: q_want, .. } = &hl.bufs[3].check else { unreachable!("head_norm_rope's dst is an f32 output") };
+                let q: Vec<f32> = q_want.iter().map(|v| v.expect("dst_mode 0 writes every value") as f32).collect();
+                let f = |b: &Buf| -> Vec<f32> { words(&b.bytes).into_iter().map(f32::from_bits).collect() };
+                want = c.reference(&q, &f(&l.bufs[1]), &f(&l.bufs[2]));
+                let hp: HeadParams = *bytemuck::from_bytes(&hl.params[..std::mem::size_of::<HeadParams>()]);
+                let qp = QNormParams { src_stride: hp.src_stride, src_off: hp.src_off, w_off: hp.w_off, rope_off: hp.rope_off, rope_stride: hp.rope_stride, eps: hp.eps, _pad: [0; 2] };
+                bufs[0] = hl.bufs[0].bytes.clone();
+                bufs.extend([hl.bufs[1].bytes.clone(), hl.bufs[2].bytes.clone()]);
+                params.resize(PARAMS2_AT, 0);
+                params.extend_from_slice(bytemuck::bytes_of(&qp));
+            }
+            let out = h.run(attention_split(c.d, qnorm), &bufs, &params, l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
+            let o = h.run(Kernel::AttentionCombine, &[out[3].clone(), l.bufs[3].bytes.clone()], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap();
+            let got: Vec<f32> = words(&o[1]).into_iter().map(f32::from_bits).collect();
+            let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
+            match compare(&g, &r, *tol) {
+                Ok(nmse) => println!("split {name} [wgpu]: o NMSE {nmse:.1e} OK"),
+                Err(e) => panic!("split {name}: {e}"),
+            }
         }
     }
 }

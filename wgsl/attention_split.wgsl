@@ -16,7 +16,9 @@
 //   part: f32[n_tokens, n_heads, n_splits, d + 2] (m, l, acc); p: AttnParams; step: Step.
 // Launch: 64 threads per (head, split, token); grid = (n_heads, n_splits, n_tokens).
 // The key loop is attend_keys_lanes below (load_query and the shared state come from
-// attention_tile.wgsl, prepended by the host).
+// attention_tile.wgsl, prepended by the host). The q-norm form ({{LOAD_QUERY}} =
+// load_query_normed, attention_qnorm.wgsl appended) reads q before its norm and rope, and binds
+// 6–8 more.
 
 
 
@@ -117,7 +119,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let t = wid.z;
     if (t >= step.n_tokens) { return; }
     let d = p.d;
-    let lo = load_query(t, h, lid);
+    let lo = {{LOAD_QUERY}}(t, h, lid);
     let pos = step.pos0 + t;
     let chunk = (pos + 1u - lo + p.n_splits - 1u) / p.n_splits;
     let start = lo + sp * chunk;

@@ -83,8 +83,9 @@ pub enum Kernel {
     /// = ceil(head_dim / 64) 64-dim slices of a row (head_dim ≤ 512), in register tiles.
     Attention { dv: u32 },
     /// Decode attention over key splits (`dk` = ceil(head_dim / 64) dims per lane, kept in
-    /// registers), then the merge of the splits.
-    AttentionSplit { dk: u32 },
+    /// registers), then the merge of the splits. `qnorm`: q read before its norm and rope,
+    /// which the kernel applies (attention_qnorm.wgsl).
+    AttentionSplit { dk: u32, qnorm: bool },
     AttentionCombine,
     GeluMul,
     /// Softcap and each chunk's first maximum (pass 1 of the argmax).
@@ -129,7 +130,7 @@ impl Kernel {
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::QkvNormRope => "qkv_norm_rope".into(),
             Kernel::Attention { dv } => format!("attention_d{dv}"),
-            Kernel::AttentionSplit { dk } => format!("attention_split_d{dk}"),
+            Kernel::AttentionSplit { dk, qnorm } => format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" }),
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::GeluMul => "gelu_mul".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
@@ -200,7 +201,7 @@ impl Kernel {
                 let src = include_str!("../../../wgsl/attention.wgsl").replace("{{DV}}", &dv.to_string()).replace("{{DW}}", &dw.to_string());
                 format!("{params}\n{}", unroll(&src, &[("DV", dv), ("DW", dw)]))
             }
-            Kernel::AttentionSplit { dk } => {
+            Kernel::AttentionSplit { dk, qnorm } => {
                 // A/B knobs for measurements: KESTREL_ATTN_G (keys in flight), KESTREL_ATTN_TREE=1
                 // (the workgroup-memory tree where the device has subgroups). Subgroup sums need
                 // subgroups no wider than the kernel's 64 threads.
@@ -217,6 +218,8 @@ impl Kernel {
                     .replace("{{SG}}", &sg.max(1).to_string())
                     .replace("{{DK}}", &dk.to_string())
                     .replace("{{G}}", &g.to_string());
+                let (load, qnorm_src) = if qnorm { ("load_query_normed", include_str!("../../../wgsl/attention_qnorm.wgsl")) } else { ("load_query", "") };
+                let src = format!("{}\n{qnorm_src}", src.replace("{{LOAD_QUERY}}", load));
                 format!("{params}\n{}\n{tile}", unroll(&src, &[("DK", dk), ("G", g)]))
             }
             Kernel::AttentionCombine => {
@@ -405,6 +408,7 @@ impl Kernel {
             Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum => &[Read, ReadWrite, Uniform, Uniform],
+            Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
             Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
@@ -582,9 +586,24 @@ pub fn attention_chunk(head_dim: usize) -> Kernel {
 /// Tokens (queries) per workgroup of chunk attention (`BQ` in attention.wgsl).
 pub const ATTN_BQ: u32 = 16;
 
-/// The attention_split variant for a head dimension (≤ 1024).
-pub fn attention_split(head_dim: usize) -> Kernel {
-    Kernel::AttentionSplit { dk: (head_dim as u32).div_ceil(64) }
+/// The attention_split variant for a head dimension (≤ 1024); `qnorm`: its form that norms and
+/// rotates q itself (attention_qnorm.wgsl).
+pub fn attention_split(head_dim: usize, qnorm: bool) -> Kernel {
+    Kernel::AttentionSplit { dk: (head_dim as u32).div_ceil(64), qnorm }
+}
+
+/// Params of attention_split's q-norm form (`QNormParams` in attention_qnorm.wgsl): where each
+/// token's q heads start before their norm, the norm weight and the rope table's row.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct QNormParams {
+    pub src_stride: u32,
+    pub src_off: u32,
+    pub w_off: u32,
+    pub rope_off: u32,
+    pub rope_stride: u32,
+    pub eps: f32,
+    pub _pad: [u32; 2],
 }
 
 /// Threads of one attention_split workgroup (`WG` in attention_tile.wgsl).

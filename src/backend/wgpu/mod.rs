@@ -85,6 +85,10 @@ pub struct WgpuOptions {
     /// (PERF_NOTES.md, session 13): pp512 +1.6–3.5 %, a one-draft verify 0.6–1.2 ms faster,
     /// decode unchanged. `KESTREL_SUBMIT_SEGMENTS=0|1` overrides it for A/B measurements.
     pub submit_segments: bool,
+    /// Decode and verify steps normalise and rotate q inside the split attention where no
+    /// qkv_norm_rope writes it (KV-sharing layers, separate projections): one dispatch fewer
+    /// per such layer. `KESTREL_ATTN_QNORM=0|1` overrides it for A/B measurements.
+    pub fold_q_norm: bool,
 }
 
 impl Default for WgpuOptions {
@@ -97,6 +101,7 @@ impl Default for WgpuOptions {
             fuse_norms_up_to: PRO_MAX_HIDDEN,
             tensor_cores: true,
             submit_segments: true,
+            fold_q_norm: true,
         }
     }
 }
@@ -1520,6 +1525,11 @@ impl<'a> Builder<'a> {
         let c = self.opts.max_chunk;
         let (h, eps, vocab) = (t.hidden_size, t.rms_norm_eps, t.vocab_size);
         let kv = KvLayout::new(cfg, self.opts.max_ctx, c);
+        let fold_q_norm = match std::env::var("KESTREL_ATTN_QNORM").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => self.opts.fold_q_norm,
+        };
         let q_max = cfg.layers.iter().map(|l| l.q_dim()).max().unwrap_or(0);
         let kv_max = cfg.layers.iter().map(|l| l.kv_dim()).max().unwrap_or(0);
         let mlp_max = cfg.layers.iter().map(|l| l.mlp_width).max().unwrap_or(0);
@@ -1806,6 +1816,8 @@ impl<'a> Builder<'a> {
             }
             // Where q, k and v land: (buffer, offset in a row, row stride) each.
             let first = self.specs.len();
+            // A KV-sharing layer's raw q and where its heads lie, when attention_split norms it.
+            let mut q_raw: Option<(wgpu::Buffer, QNormParams)> = None;
             let (qs, ks, vs) = match &gl.proj {
                 Proj::Stacked(m) => {
                     let rows = m.parts[0].rows;
@@ -1863,6 +1875,12 @@ impl<'a> Builder<'a> {
                         d: d as u32, n_heads: l.n_heads as u32, src_stride: qs.2 as u32, w_off: ln.q, rope: 1,
                         rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 0, slots: 0, eps, src_off: qs.1 as u32, _pad: 0,
                     });
+                    if fold_q_norm {
+                        // Chunks only: decode and verify steps norm q in attention_split.
+                        self.specs.last_mut().expect("just pushed").only = Only::Multi;
+                        let qp = QNormParams { src_stride: qs.2 as u32, src_off: qs.1 as u32, w_off: ln.q, rope_off: rope_off as u32, rope_stride: rope_stride as u32, eps, _pad: [0; 2] };
+                        q_raw = Some((qb, qp));
+                    }
                 }
             }
             let ap = AttnParams {
@@ -1875,8 +1893,18 @@ impl<'a> Builder<'a> {
             self.spec(attention_chunk(d), res, &ap, l.n_heads as u32, GridY::TokenTiles(ATTN_BQ));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
             // Decode: the keys split over attn_splits() workgroups per head, then merged.
-            let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(attn_part.clone()), Res::Params, Res::Step];
-            self.spec(attention_split(d), res, &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
+            let split = match q_raw.take() {
+                Some((qb, qp)) => {
+                    let (off, len) = self.push_params(&qp);
+                    let res = vec![
+                        Res::Buf(qb), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(attn_part.clone()), Res::Params, Res::Step,
+                        Res::Buf(norm_buf.clone()), Res::Buf(rope_buf.clone()), Res::ParamsAt(off, len),
+                    ];
+                    (attention_split(d, true), res)
+                }
+                None => (attention_split(d, false), vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(attn_part.clone()), Res::Params, Res::Step]),
+            };
+            self.spec(split.0, split.1, &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
             self.specs.last_mut().expect("just pushed").only = Only::Single;
             let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
             self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
