@@ -1080,11 +1080,13 @@ struct NormCase {
     chain: Option<usize>,
     /// Chained outputs (1..=3) when `chain` is Some: out3, out4 with weights w3, w4 and posts.
     chained: usize,
+    /// Threads per workgroup (256: the backend's default; 512 and 1024: `KESTREL_RMSNORM_WG`).
+    wg: u32,
 }
 
 impl NormCase {
     fn new(n: usize, tokens: usize, mode: u32) -> Self {
-        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1 }
+        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256 }
     }
 }
 
@@ -1109,11 +1111,14 @@ impl Case for NormCase {
         if let Some(pad) = c.chain {
             s += &format!(",chain={},out2_stride={}", c.chained, c.n + pad);
         }
+        if c.wg != 256 {
+            s += &format!(",wg={}", c.wg);
+        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained } = self;
+        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained, .. } = self;
         let count = n_out.unwrap_or(tokens);
         let out_row0 = tokens - n_out.unwrap_or(1);
         let (x_stride, out_stride) = (segs * n + x_pad, segs * n + out_pad);
@@ -1206,7 +1211,7 @@ impl Case for NormCase {
             ..Default::default()
         };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32, ..Default::default() };
-        launch(rmsnorm(n), bufs, &p, step, (segs, count))
+        launch(Kernel::RmsNorm { v: rmsnorm_v(n, self.wg), wg: self.wg }, bufs, &p, step, (segs, count))
     }
 }
 
@@ -1256,6 +1261,14 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
     v.push(Box::new(NormCase { chain: Some(0), chained: 3, ..NormCase::new(2816, 1, 1) }));
     v.push(Box::new(NormCase { chain: Some(0), chained: 3, ..NormCase::new(2816, 3, 1) }));
     v.push(Box::new(NormCase { chain: Some(2), chained: 2, ..NormCase::new(3200, 2, 1) }));
+    // 512 and 1024 threads: rows shorter than the workgroup, E2B/E4B/26B widths, chained
+    // outputs, the residual modes, past the register block (12 · 512 values).
+    for wg in [512, 1024] {
+        for (n, tokens, mode) in [(129, 3, 0), (1536, 9, 1), (2560, 3, 2), (7000, 2, 0)] {
+            v.push(Box::new(NormCase { wg, ..NormCase::new(n, tokens, mode) }));
+        }
+        v.push(Box::new(NormCase { wg, chain: Some(0), chained: 3, ..NormCase::new(2816, 3, 1) }));
+    }
     v
 }
 

@@ -17,18 +17,18 @@
 //   w_off (NO_WEIGHT: scale-free norm), the chained ones at w2_off, w3_off, w4_off; out:
 //   f32[count, out_stride]; out2, out3, out4: f32[count, out2_stride] (those past `chain`: any
 //   buffer); p: NormParams; step: Step; res: f32[count, out_stride] (mode 2; else any buffer).
-// Launch: 256 threads per (segment, token); grid = (segs, count).
+// Launch: WG threads per (segment, token); grid = (segs, count).
 // Why a fixed-order reduction (reduce_tree.wgsl, or reduce_subgroup.wgsl where the device has
 // subgroups): results must not depend on the chunk a token was run in.
 // Why the unrolled register block (PERF_NOTES.md): a decode step runs this kernel on one
 // workgroup per norm, so its time is the latency of its loads; every value a thread needs (its
 // first V values of x, their weights, the residual, the chained norm's weights) is loaded at
 // once into registers before any is used, instead of a loop that waits on each load in turn.
-// The host sizes V to the row (kernels::rmsnorm: ceil(n / 256), at most 12, so no register
+// The host sizes V to the row (kernels::rmsnorm: ceil(n / WG), at most 12, so no register
 // waits for a value past it); rows past V · WG values take a plain loop (correct, slower; no
 // Gemma 4 norm is that wide).
 
-const WG: u32 = 256u;
+const WG: u32 = {{WG}}u; // 256 (the default), 512 or 1024: kernels::rmsnorm
 const V: u32 = {{V}}u;
 const NO_WEIGHT: u32 = 0xffffffffu;
 
@@ -82,7 +82,7 @@ fn finish(y0: f32, i: u32, ob: u32) -> f32 {
 const SG: u32 = {{SG}}u; // subgroup size (1 without subgroups): reduce_subgroup.wgsl's
 // {{WORKGROUP_SUM}}
 
-@compute @workgroup_size(256)
+@compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let seg = wid.x;

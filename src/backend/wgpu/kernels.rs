@@ -74,8 +74,9 @@ pub enum Kernel {
     /// `QmvMoe` over a fused gate_up stack with the GeGLU as epilogue (qmv_moe.wgsl's GeGLU form).
     QmvMoeGlu { lanes: u32, pairs: u32 },
     Embed(Format),
-    /// `v`: values of a row each thread holds in registers (`V` in rmsnorm.wgsl), [`rmsnorm`].
-    RmsNorm { v: u32 },
+    /// `v`: values of a row each thread holds in registers (`V` in rmsnorm.wgsl), `wg` threads
+    /// per workgroup (256, 512 or 1024), [`rmsnorm`].
+    RmsNorm { v: u32, wg: u32 },
     HeadNormRope,
     /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
     QkvNormRope,
@@ -188,8 +189,8 @@ impl Kernel {
             }
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
-            Kernel::RmsNorm { v } => {
-                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string());
+            Kernel::RmsNorm { v, wg } => {
+                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
                 unroll(&src, &[("V", v)])
             }
             Kernel::HeadNormRope | Kernel::QkvNormRope => {
@@ -566,15 +567,22 @@ pub fn qmm_applies(format: Format, cols: usize, x_stride: usize) -> bool {
 /// 256 threads, rows up to 3072 values (every Gemma 4 hidden size) are loaded in one round.
 pub const RMSNORM_V: u32 = 12;
 
-/// The rmsnorm variant for rows of `n` values: V = ceil(n / 256) (at most [`RMSNORM_V`]), so
-/// that a thread holds no registers for values past the row (six arrays of V values each; a
-/// chunk's 512 workgroups then fit more at once, inferred: wgpu shows no register count; E2B's
-/// chunk norms 2.0 → 1.4 ms on the H200, PERF_NOTES.md, session 12).
+/// The rmsnorm variant for rows of `n` values: 256 threads, V = ceil(n / 256) (at most
+/// [`RMSNORM_V`]), so that a thread holds no registers for values past the row (six arrays of V
+/// values each; a chunk's 512 workgroups then fit more at once, inferred: wgpu shows no register
+/// count; E2B's chunk norms 2.0 → 1.4 ms on the H200, PERF_NOTES.md, session 12).
 /// The sums are those of V = RMSNORM_V bit for bit (the values past the row add +0.0), and a
-/// norm has one n, so decode and chunks still agree. `KESTREL_RMSNORM_V` overrides V (A/B).
+/// norm has one n, so decode and chunks still agree. A/B knobs: `KESTREL_RMSNORM_V` overrides
+/// V, `KESTREL_RMSNORM_WG=512|1024` the threads (V then ceil(n / WG); another order of sums).
 pub fn rmsnorm(n: usize) -> Kernel {
+    let wg = std::env::var("KESTREL_RMSNORM_WG").ok().and_then(|v| v.parse().ok()).filter(|w| matches!(w, 256 | 512 | 1024)).unwrap_or(256);
     let knob = std::env::var("KESTREL_RMSNORM_V").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=RMSNORM_V).contains(v));
-    Kernel::RmsNorm { v: knob.unwrap_or_else(|| (n.div_ceil(256) as u32).clamp(1, RMSNORM_V)) }
+    Kernel::RmsNorm { v: knob.unwrap_or_else(|| rmsnorm_v(n, wg)), wg }
+}
+
+/// Registers per thread of an rmsnorm of `wg` threads over rows of `n` values.
+pub fn rmsnorm_v(n: usize, wg: u32) -> u32 {
+    (n.div_ceil(wg as usize) as u32).clamp(1, RMSNORM_V)
 }
 
 /// The chunk attention variant for a head dimension (≤ 512, a multiple of 4: the value phase
