@@ -20,3 +20,16 @@ ab_bench() {
   echo "== $arch $*" | tee -a "$file"
   env "$@" ./target/release/kestrel bench --model /tmp/$arch $args 2>&1 | grep -E "$pattern" | tee -a "$file"
 }
+# What a final call checks first: `final_checks FILE` appends the GPU and its clocks, the kernel
+# tests (with the ignored tensor-core one) and the fixtures end to end on this GPU, and kbench's
+# 256 MiB mat-vec (the single-kernel bar) to FILE.
+final_checks() {
+  local file=$1
+  date -u | tee "$file"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee -a "$file"
+  echo "== tests/kernels.rs (incl. the ignored qmm_coop test)" | tee -a "$file"
+  KESTREL_REQUIRE_GPU=1 ./target/release/ktests --include-ignored 2>&1 | grep -E "^test |test result|FAIL|panicked" | head -20 | tee -a "$file"
+  echo "== tests/fixtures.rs wgpu" | tee -a "$file"
+  KESTREL_REQUIRE_GPU=1 ./target/release/kfixtures wgpu 2>&1 | grep -E "^test |test result|panicked|differ" | tee -a "$file"
+  echo "== kbench 256 MiB" | tee -a "$file"
+  KBENCH_SHAPES="256 MiB" ./target/release/kbench qmv_q4_t 2>&1 | grep -E "copy roofline|^\| 256" | tee -a "$file"
+}

@@ -8,13 +8,7 @@ set -uo pipefail
 . tools/device/env.sh
 K=./target/release/kestrel
 F="${F:-$OUT/final.txt}"
-date -u | tee "$F"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee -a "$F"
-echo "== tests/kernels.rs (incl. the ignored qmm_coop test)" | tee -a "$F"
-KESTREL_REQUIRE_GPU=1 ./target/release/ktests --include-ignored 2>&1 | grep -E "^test |test result|FAIL|panicked" | head -20 | tee -a "$F"
-echo "== tests/fixtures.rs wgpu" | tee -a "$F"
-KESTREL_REQUIRE_GPU=1 ./target/release/kfixtures wgpu 2>&1 | grep -E "^test |test result|panicked|differ" | tee -a "$F"
-echo "== kbench 256 MiB" | tee -a "$F"
-KBENCH_SHAPES="256 MiB" ./target/release/kbench qmv_q4_t 2>&1 | grep -E "copy roofline|^\| 256" | tee -a "$F"
+final_checks "$F"
 for arch in e2b e4b 26b-a4b; do
   $K synth --arch $arch --quant 4bit /tmp/$arch > /dev/null 2>&1
   echo "== $arch (default)" | tee -a "$F"
