@@ -24,14 +24,6 @@
 const WG: u32 = 64u;
 const ROWS: u32 = {{ROWS}}u;
 const TOK: u32 = {{TOK}}u;
-// Loop iterations whose loads are issued together (`matmul_unroll`): a GPU issues in order, so
-// in a rolled loop each iteration's weight and x loads wait a full memory round trip before
-// its sums; U iterations' loads (indices clamped, not branched on: a load inside a branch is
-// not moved above it) go out at once, then their sums run in iteration order — the same
-// arithmetic in the same order for every U, so every variant's sums stay bitwise the same.
-// Decode's mat-vec (the 26B's 8-bit router: 2816 columns, 5.5 iterations) takes all of them
-// in one round; the 8-token prefill tile keeps U = 1 (its registers go to the token tile).
-const U: u32 = {{U}}u;
 
 
 
@@ -62,25 +54,14 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     var xrow: array<u32, TOK>;
     for (var t = 0u; t < TOK; t++) { xrow[t] = min(t0 + t, count - 1u) * p.x_stride; }
     let n8 = select(0u, p.cols / 8u, p.cols % 8u == 0u);
-    for (var b8 = lid; b8 < n8; b8 += U * WG) {
-        var wv: array<array<f32, 8>, U * ROWS>;
-        var xv: array<array<f32, 8>, U * TOK>;
-        for (var u = 0u; u < U; u++) {
-            let c8 = min(b8 + u * WG, n8 - 1u);
-            for (var r = 0u; r < ROWS; r++) { wv[u * ROWS + r] = load8(rows[r], c8, p.cols, p.gs); }
+    for (var c8 = lid; c8 < n8; c8 += WG) {
+        for (var r = 0u; r < ROWS; r++) {
+            let wv = load8(rows[r], c8, p.cols, p.gs);
             for (var t = 0u; t < TOK; t++) {
-                for (var j = 0u; j < 8u; j++) { xv[u * TOK + t][j] = x[xrow[t] + c8 * 8u + j]; }
-            }
-        }
-        for (var u = 0u; u < U; u++) {
-            if (b8 + u * WG < n8) {
-                for (var r = 0u; r < ROWS; r++) {
-                    for (var t = 0u; t < TOK; t++) {
-                        var s = 0.0;
-                        for (var j = 0u; j < 8u; j++) { s += wv[u * ROWS + r][j] * xv[u * TOK + t][j]; }
-                        acc[r * TOK + t] += s;
-                    }
-                }
+                let xb = xrow[t] + c8 * 8u;
+                var s = 0.0;
+                for (var j = 0u; j < 8u; j++) { s += wv[j] * x[xb + j]; }
+                acc[r * TOK + t] += s;
             }
         }
     }

@@ -168,7 +168,7 @@ impl Kernel {
         match self {
             Kernel::Matmul(f, tok) => {
                 let src = include_str!("../../../wgsl/matmul.wgsl");
-                let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string()).replace("{{U}}", &matmul_unroll(tok).to_string());
+                let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
             Kernel::Qmv { tok, lanes, rpt, pro } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, rpt, 0, sg, pro == 0)),
@@ -453,18 +453,6 @@ pub const fn matmul_rows(tok: u32) -> u32 {
         4
     }
 }
-/// Loop iterations of `matmul` whose loads are issued together (`U` in matmul.wgsl) for a token
-/// tile of `tok`: 6 for the decode mat-vec (a 2816-column row in one round of loads), 2 for the
-/// verify tile, 1 for the 8-token prefill tile (registers: U · (8 · ROWS + 8 · TOK) values).
-/// `KESTREL_MATMUL_U=N` (1–8) sets the decode variant's (an A/B knob).
-pub fn matmul_unroll(tok: u32) -> u32 {
-    match tok {
-        1 => std::env::var("KESTREL_MATMUL_U").ok().and_then(|v| v.parse().ok()).filter(|u| (1..=8).contains(u)).unwrap_or(6),
-        MATMUL_VERIFY_TOK => 2,
-        _ => 1,
-    }
-}
-
 /// The `qmv_moe` variant for 4-bit experts of `rows` rows (per expert) × `cols`, routed
 /// `top_k` per token, and its rows per workgroup; `None` where it does not apply (as
 /// [`qmv_shape`], with both x strides in whole vec4s). Shaped by the general qmv rule for the
