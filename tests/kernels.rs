@@ -1082,11 +1082,14 @@ struct NormCase {
     chained: usize,
     /// Threads per workgroup (256: the backend's default; 512 and 1024: `KESTREL_RMSNORM_WG`).
     wg: u32,
+    /// Some((vec4s, workgroups)): the prefetch role reads that many vec4s of a weight buffer
+    /// with that many extra workgroups (grid x = segs + workgroups); outputs must not change.
+    prefetch: Option<(usize, u32)>,
 }
 
 impl NormCase {
     fn new(n: usize, tokens: usize, mode: u32) -> Self {
-        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256 }
+        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256, prefetch: None }
     }
 }
 
@@ -1113,6 +1116,9 @@ impl Case for NormCase {
         }
         if c.wg != 256 {
             s += &format!(",wg={}", c.wg);
+        }
+        if let Some((vec4s, wgs)) = c.prefetch {
+            s += &format!(",pf_vec4s={vec4s},pf_wgs={wgs}");
         }
         s + ")"
     }
@@ -1188,6 +1194,9 @@ impl Case for NormCase {
             });
         }
         bufs.push(input_words("res", &res));
+        let (pf_vec4s, pf_wgs) = self.prefetch.unwrap_or((0, 0));
+        let pf: Vec<u32> = (0..4 * pf_vec4s.max(1)).map(|_| rng.uniform().to_bits()).collect();
+        bufs.push(input_words("pf", &pf));
         let p = NormParams {
             n: n as u32,
             segs: segs as u32,
@@ -1208,10 +1217,12 @@ impl Case for NormCase {
             post3: posts[1],
             post4: posts[2],
             out2_stride: out2_stride as u32,
+            pf_vec4s: pf_vec4s as u32,
+            pf_wgs,
             ..Default::default()
         };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32, ..Default::default() };
-        launch(Kernel::RmsNorm { v: rmsnorm_v(n, self.wg), wg: self.wg }, bufs, &p, step, (segs, count))
+        launch(Kernel::RmsNorm { v: rmsnorm_v(n, self.wg), wg: self.wg }, bufs, &p, step, (segs + pf_wgs as usize, count))
     }
 }
 
@@ -1261,6 +1272,12 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
     v.push(Box::new(NormCase { chain: Some(0), chained: 3, ..NormCase::new(2816, 1, 1) }));
     v.push(Box::new(NormCase { chain: Some(0), chained: 3, ..NormCase::new(2816, 3, 1) }));
     v.push(Box::new(NormCase { chain: Some(2), chained: 2, ..NormCase::new(3200, 2, 1) }));
+    // The prefetch role beside a decode norm (one token), a verify's (3 tokens: only token 0's
+    // extra workgroups read), a chained residual norm; a buffer that is not a whole number of
+    // rounds (5003 vec4s over 7 workgroups), one smaller than a round (100 vec4s over 4).
+    v.push(Box::new(NormCase { prefetch: Some((5003, 7)), ..NormCase::new(2560, 1, 0) }));
+    v.push(Box::new(NormCase { prefetch: Some((5003, 7)), post: 0.37, ..NormCase::new(2560, 3, 2) }));
+    v.push(Box::new(NormCase { prefetch: Some((100, 4)), chain: Some(0), chained: 3, ..NormCase::new(2816, 1, 1) }));
     // 512 and 1024 threads: rows shorter than the workgroup, E2B/E4B/26B widths, chained
     // outputs, the residual modes, past the register block (12 · 512 values).
     for wg in [512, 1024] {

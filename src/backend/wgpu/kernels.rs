@@ -406,7 +406,7 @@ impl Kernel {
             Kernel::Qmv { pro: 1.., .. } | Kernel::QmvGlu { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, ReadWrite, Uniform],
             Kernel::QmvGeluB { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Read, ReadWrite, Uniform],
             Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::QmmCoop { .. } | Kernel::QmmCoopGlu { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
-            Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read],
+            Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
@@ -831,7 +831,13 @@ pub struct NormParams {
     pub post2: f32,
     pub post3: f32,
     pub post4: f32,
-    pub _pad: u32,
+    /// The prefetch role (rmsnorm.wgsl): `pf_wgs` workgroups past the segments read the first
+    /// `pf_vec4s` vec4s of binding 9 (the next mat-vec's weights) into L2; 0: none.
+    pub pf_vec4s: u32,
+    pub pf_wgs: u32,
+    /// Always 0 (the guard of the prefetch's dead store).
+    pub pf_never: u32,
+    pub _pad: [u32; 2],
 }
 
 #[repr(C)]

@@ -53,6 +53,23 @@ use crate::streamer::{ExpertFiles, ExpertSlots, StreamStats, Streamer};
 pub use context::Gpu;
 use kernels::*;
 
+/// An option's A/B override from the environment: `name=1` on, `name=0` off, else `default`.
+fn switch(name: &str, default: bool) -> bool {
+    match std::env::var(name).as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => default,
+    }
+}
+
+/// Weight bytes a decode norm's prefetch role reads ([`WgpuOptions::norm_prefetch`]): about what
+/// the H200 moves in the ≈ 4 µs a one-workgroup norm takes (4 TB/s), so that the prefetch
+/// should not outlast the norm.
+const NORM_PREFETCH_BYTES: u64 = 16 << 20;
+
+/// Extra workgroups of a decode norm's prefetch role: two per SM of the H200 (132).
+const NORM_PREFETCH_WGS: u32 = 264;
+
 /// Most tokens one `verify` scores (the last accepted token and up to 7 drafts): the staging
 /// rows each K/V cache keeps after its slots.
 pub const VERIFY_MAX: usize = 8;
@@ -89,6 +106,11 @@ pub struct WgpuOptions {
     /// qkv_norm_rope writes it (KV-sharing layers, separate projections): one dispatch fewer
     /// per such layer. `KESTREL_ATTN_QNORM=0|1` overrides it for A/B measurements.
     pub fold_q_norm: bool,
+    /// Decode and verify steps run each standalone rmsnorm with extra workgroups that read the
+    /// next mat-vec's weights into L2 while the norm's one workgroup works (rmsnorm.wgsl's
+    /// prefetch role). Off by default until measured on the H200 (PERF_NOTES.md, session 13);
+    /// `KESTREL_NORM_PREFETCH=0|1` overrides it for A/B measurements.
+    pub norm_prefetch: bool,
 }
 
 impl Default for WgpuOptions {
@@ -102,6 +124,7 @@ impl Default for WgpuOptions {
             tensor_cores: true,
             submit_segments: true,
             fold_q_norm: true,
+            norm_prefetch: false,
         }
     }
 }
@@ -1399,7 +1422,8 @@ impl<'a> Builder<'a> {
         let d = || Res::Buf(self.dummy.clone());
         // `res` (binding 8, read by mode 2 only): the weights stand in (read-only there too; the
         // dummy is bound writable at 3..5, and one buffer may not be both in a dispatch).
-        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone())];
+        // `pf` (binding 9, the prefetch role's weights, [`Self::add_norm_prefetch`]): the same.
+        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone()), Res::Buf(wt.clone())];
         self.spec(rmsnorm(p.n as usize), res, &p, p.segs, y);
         self.specs.len() - 1
     }
@@ -1411,6 +1435,30 @@ impl<'a> Builder<'a> {
         let spec = self.norm(a, wt, out, NormParams { mode: 2, ..p });
         self.specs[spec].res[8] = Res::Buf(res.clone());
         spec
+    }
+
+    /// Gives every rmsnorm that decode and verify steps run its prefetch role: the next dense
+    /// mat-vec after it in the program (routed experts excluded: which rows a token reads is not
+    /// known yet) has the first [`NORM_PREFETCH_BYTES`] of its weights read into L2 by
+    /// [`NORM_PREFETCH_WGS`] extra workgroups of the norm's decode and verify forms.
+    fn add_norm_prefetch(&mut self) {
+        let dense = |k: Kernel| matches!(k, Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::QmvGeluB { .. } | Kernel::Matmul(..));
+        for i in 0..self.specs.len() {
+            let sp = &self.specs[i];
+            if !matches!(sp.kernel, Kernel::RmsNorm { .. }) || sp.only == Only::Multi || sp.single.is_some() {
+                continue;
+            }
+            let next = self.specs[i + 1..].iter().filter(|c| c.only != Only::Multi).find(|c| dense(c.single.map_or(c.kernel, |v| v.0)));
+            let Some(Res::Buf(w)) = next.map(|c| &c.res[0]) else { continue };
+            let (w, vec4s) = (w.clone(), (w.size().min(NORM_PREFETCH_BYTES) / 16) as u32);
+            let (mut p, range) = self.norm_params(i);
+            (p.pf_vec4s, p.pf_wgs) = (vec4s, NORM_PREFETCH_WGS);
+            self.params[range].copy_from_slice(bytemuck::bytes_of(&p));
+            let sp = &mut self.specs[i];
+            sp.res[9] = Res::Buf(w);
+            let x = p.segs + NORM_PREFETCH_WGS;
+            (sp.single, sp.verify) = (Some((sp.kernel, x, 1)), Some((sp.kernel, x, 1)));
+        }
     }
 
     /// The params of the rmsnorm spec `spec`, and where they sit in the params buffer.
@@ -1525,11 +1573,7 @@ impl<'a> Builder<'a> {
         let c = self.opts.max_chunk;
         let (h, eps, vocab) = (t.hidden_size, t.rms_norm_eps, t.vocab_size);
         let kv = KvLayout::new(cfg, self.opts.max_ctx, c);
-        let fold_q_norm = match std::env::var("KESTREL_ATTN_QNORM").as_deref() {
-            Ok("0") => false,
-            Ok("1") => true,
-            _ => self.opts.fold_q_norm,
-        };
+        let fold_q_norm = switch("KESTREL_ATTN_QNORM", self.opts.fold_q_norm);
         let q_max = cfg.layers.iter().map(|l| l.q_dim()).max().unwrap_or(0);
         let kv_max = cfg.layers.iter().map(|l| l.kv_dim()).max().unwrap_or(0);
         let mlp_max = cfg.layers.iter().map(|l| l.mlp_width).max().unwrap_or(0);
@@ -2023,6 +2067,10 @@ impl<'a> Builder<'a> {
         self.specs.push(pass(Kernel::SoftcapArgmax, chunks, false, GridY::Out));
         self.specs.push(pass(Kernel::ArgmaxMerge, 0, true, GridY::One));
 
+        if switch("KESTREL_NORM_PREFETCH", self.opts.norm_prefetch) {
+            self.add_norm_prefetch();
+        }
+
         // ---- bind groups
         let param_buf = {
             use wgpu::util::DeviceExt;
@@ -2125,11 +2173,7 @@ impl<'a> Builder<'a> {
             last_rows: 0,
             cached: 0,
             verifying: false,
-            segmented: match std::env::var("KESTREL_SUBMIT_SEGMENTS").as_deref() {
-                Ok("1") => true,
-                Ok("0") => false,
-                _ => self.opts.submit_segments,
-            },
+            segmented: switch("KESTREL_SUBMIT_SEGMENTS", self.opts.submit_segments),
             staged: None,
             commit_scratch,
             gpu: self.gpu,
