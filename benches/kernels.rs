@@ -376,6 +376,16 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
             row(h, rmsnorm(n), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
         }
     }
+    // The same norm (n 2560, chain 1) with the prefetch role (`KESTREL_NORM_PREFETCH`): 264 extra
+    // workgroups reading 16 MiB — from L2 after the chain's first dispatch, so this is what the
+    // extra workgroups cost beside the norm, not what reading the weights from memory costs.
+    let n = 2560usize;
+    let p = NormParams {
+        n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: 0, mode: 1, pre: 1.0, post: 1.0, eps: 1e-6,
+        chain: 1, w2_off: n as u32, out2_stride: n as u32, post2: 1.0, pf_vec4s: 1 << 20, pf_wgs: 264, ..Default::default()
+    };
+    let bufs = vec![f32s(n, 0.5), f32s(2 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(4, 0.0), f32s(4, 0.0), f32s(n, 0.2), f32s(4 << 20, 0.0)];
+    row(h, rmsnorm(n), format!("n {n}, chain 1, prefetch 16 MiB (L2-resident)"), bufs, bytemuck::bytes_of(&p), (1 + 264, 1, 1));
     // q, k, v heads of one token (E2B sliding: 8 + 1 + 1 heads of 256; full: of 512).
     for d in [256usize, 512] {
         let (n_q, n_kv, slots) = (8usize, 1usize, 640usize);
