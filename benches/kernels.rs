@@ -17,7 +17,7 @@
 //! those. The next table times the routed-expert decode kernels on 26B-A4B shapes (qmv_moe against
 //! the per-pair moe_matmul it replaced), then the prefill attention on a 512-token chunk.
 //! The latency table times the small kernels a decode step is made of (rmsnorm with 0/1/3
-//! chained norms, qkv_norm_rope, split attention and its merge at 131–4097 keys, the 26B
+//! chained norms and with its prefetch role, qkv_norm_rope, split attention and its merge at 131–4097 keys, the 26B
 //! router) as chains of dependent dispatches, next to a 16-byte copy: what each costs inside a
 //! step beyond the barrier; a ladder under the norm (one workgroup's copies of 4 and 10 KiB,
 //! norms with only their sum) separates its memory rounds from its reductions. Weights are random bits with finite scales: timing only, the values
