@@ -286,7 +286,7 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
             continue;
         }
         let slots = 1024usize;
-        let p = AttnParams { d: d as u32, n_heads: n_q as u32, n_kv_heads: n_kv as u32, slots: slots as u32, window: window as u32, n_splits: ATTN_SPLITS, _pad: [0; 2] };
+        let p = AttnParams { d: d as u32, n_heads: n_q as u32, n_kv_heads: n_kv as u32, slots: slots as u32, window: window as u32, n_splits: ATTN_SPLITS, pf_vec4s: 0, pf_wgs: 0 };
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, pos0: 0, ..Default::default() };
         let bufs = vec![f32s(tokens * n_q * d, 0.05), f32s(slots * n_kv * d, 0.05), f32s(slots * n_kv * d, 0.3), f32s(tokens * n_q * d, 0.0)];
         let pairs: usize = (0..tokens).map(|t| if window > 0 { (t + 1).min(window) } else { t + 1 }).sum();
@@ -376,7 +376,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
             row(h, rmsnorm(n), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
         }
     }
-    // The same norm (n 2560, chain 1) with the prefetch role (`KESTREL_NORM_PREFETCH`): 264 extra
+    // The same norm (n 2560, chain 1) with the prefetch role (`KESTREL_PREFETCH`): 264 extra
     // workgroups reading 16 MiB — from L2 after the chain's first dispatch, so this is what the
     // extra workgroups cost beside the norm, not what reading the weights from memory costs.
     let n = 2560usize;
@@ -403,7 +403,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     // dispatch would cost at short contexts (PERF_NOTES.md, session 8, next step 1).
     for (keys, splits) in [(131usize, ATTN_SPLITS), (1025, ATTN_SPLITS), (4097, ATTN_SPLITS), (32, 1), (131, 1), (256, 1)] {
         let (d, heads, slots) = (256usize, 8usize, 4608usize);
-        let p = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: splits, _pad: [0; 2] };
+        let p = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: splits, pf_vec4s: 0, pf_wgs: 0 };
         let at = Step { pos0: keys as u32 - 1, ..step };
         let part = f32s(heads * splits as usize * (d + 2), 0.0);
         let kernel = attention_split(d, false);
@@ -415,7 +415,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
             }
         }
         if splits > 1 && Kernel::AttentionCombine.label().contains(filter) {
-            let bufs = vec![part, f32s(heads * d, 0.0)];
+            let bufs = vec![part, f32s(heads * d, 0.0), f32s(4, 0.0)];
             match h.time(Kernel::AttentionCombine, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, 1, 1), 200) {
                 Ok(us) => println!("| attention_combine | {splits} splits, 8 heads × {d} | {us:.2} |"),
                 Err(e) => println!("| attention_combine | error: {e} |"),

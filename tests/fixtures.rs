@@ -106,19 +106,20 @@ fn wgpu_unfused_norms_match_transformers() {
     );
 }
 
-/// The standalone decode norms' prefetch role (`norm_prefetch`: extra workgroups read the next
-/// mat-vec's weights) must not change a token: E4B-shaped, every residual norm standalone as at
-/// E4B's real hidden size. One model: on lavapipe the extra workgroups cost CPU time.
+/// The decode kernels' prefetch role (`prefetch`: extra workgroups beside each standalone norm
+/// and attention_combine read the next mat-vec's weights) must not change a token: E4B-shaped,
+/// every residual norm standalone as at E4B's real hidden size. One model: on lavapipe the extra
+/// workgroups cost CPU time.
 #[test]
-fn wgpu_norm_prefetch_matches_transformers() {
+fn wgpu_prefetch_matches_transformers() {
     run_all(
         &["tiny-e4b"],
         &mut |m| {
-            let opts = WgpuOptions { max_ctx: 256, max_chunk: 128, fuse_norms_up_to: 0, norm_prefetch: true, ..Default::default() };
+            let opts = WgpuOptions { max_ctx: 256, max_chunk: 128, fuse_norms_up_to: 0, prefetch: true, ..Default::default() };
             common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
         },
         128,
-        "wgpu-norm-prefetch",
+        "wgpu-prefetch",
     );
 }
 

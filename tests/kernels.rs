@@ -1543,7 +1543,8 @@ impl Case for AttnCase {
             slots: slots as u32,
             window: window as u32,
             n_splits: 1,
-            _pad: [0; 2],
+            pf_vec4s: 0,
+            pf_wgs: 0,
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(attention_chunk(d), bufs, &p, step, (heads, tokens.div_ceil(ATTN_BQ as usize)))
@@ -1556,7 +1557,8 @@ impl Case for AttnCase {
 /// splits), a wrapped sliding ring with several tokens, splits of more than one 64-key tile, and
 /// head dims that are not whole 64-lane rounds. Each case twice: q given, and q before its norm
 /// and rope (the q-norm form: head_norm_rope's case of the same heads makes the strided raw q,
-/// weights and rope table, and its CPU output is the reference's q).
+/// weights and rope table, and its CPU output is the reference's q; that pass also runs the
+/// merge with its prefetch role).
 #[test]
 fn split_attention_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
@@ -1605,7 +1607,14 @@ fn split_attention_matches_the_cpu_reference() {
                 params.extend_from_slice(bytemuck::bytes_of(&qp));
             }
             let out = h.run(attention_split(c.d, qnorm), &bufs, &params, l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
-            let o = h.run(Kernel::AttentionCombine, &[out[3].clone(), l.bufs[3].bytes.clone()], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap();
+            // The merge with its prefetch role on the q-norm pass (7 extra workgroups reading
+            // 3001 vec4s of a stand-in weight buffer): o must not change, nor the weights.
+            let (pf_vec4s, pf_wgs) = if qnorm { (3001u32, 7u32) } else { (0, 0) };
+            let pf: Vec<u8> = (0..16 * pf_vec4s.max(1)).map(|i| (i * 37 % 251) as u8).collect();
+            let cp = AttnParams { pf_vec4s, pf_wgs, ..p };
+            let grid = (c.heads as u32 + pf_wgs, c.tokens as u32, 1);
+            let o = h.run(Kernel::AttentionCombine, &[out[3].clone(), l.bufs[3].bytes.clone(), pf.clone()], bytemuck::bytes_of(&cp), l.step, grid).unwrap();
+            assert!(o[2] == pf, "split {name}: attention_combine's prefetch role changed its weights");
             let got: Vec<f32> = words(&o[1]).into_iter().map(f32::from_bits).collect();
             let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
             match compare(&g, &r, *tol) {

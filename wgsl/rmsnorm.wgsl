@@ -56,9 +56,9 @@ struct NormParams {
     post4: f32,
     pf_vec4s: u32, // the prefetch role (below): vec4s of `pf` to read, by pf_wgs workgroups
     pf_wgs: u32,
-    pf_never: u32, // 0: the prefetch's guard store never runs (a condition the compiler cannot drop)
     _pad0: u32,
     _pad1: u32,
+    _pad2: u32,
 }
 
 
@@ -89,32 +89,18 @@ fn finish(y0: f32, i: u32, ob: u32) -> f32 {
 const SG: u32 = {{SG}}u; // subgroup size (1 without subgroups): reduce_subgroup.wgsl's
 // {{WORKGROUP_SUM}}
 
-// The prefetch role (decode and verify steps, when the host binds the next mat-vec's weights at
-// `pf`): workgroups past the norm's segments read the first pf_vec4s of them, so that they sit
-// in L2 when that mat-vec runs. A decode norm is one workgroup's latency chain (load, two
-// reductions, stores) with the rest of the GPU idle; the weights do not depend on it. Each
-// thread keeps 8 loads in flight; the XOR of what it read guards a store that never runs
-// (pf_never = 0), so the loads cannot be dropped as dead.
-fn prefetch(i: u32, lid: u32) {
-    let stride = p.pf_wgs * WG;
-    let last = p.pf_vec4s - 1u;
-    var h = vec4<u32>(0u);
-    for (var b = i * WG + lid; b < p.pf_vec4s; b += 8u * stride) {
-        // @unroll k 8
-        let v{k} = pf[min(b + {k}u * stride, last)];
-        // @end k
-        h ^= ((v0 ^ v1) ^ (v2 ^ v3)) ^ ((v4 ^ v5) ^ (v6 ^ v7));
-    }
-    if (p.pf_never == 1u && h.x == 0x9e3779b9u) { out[0] = f32(h.y); }
-}
-
+// The prefetch role (decode and verify steps; prefetch.wgsl, appended by the host): workgroups
+// past the norm's segments read the first pf_vec4s of the next mat-vec's weights (`pf`).
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let seg = wid.x;
     let t = wid.y;
     if (seg >= p.segs) {
-        if (t == 0u && p.pf_vec4s > 0u) { prefetch(seg - p.segs, lid); }
+        if (t == 0u && p.pf_vec4s > 0u) {
+            let h = prefetch_hash(seg - p.segs, lid, p.pf_vec4s, p.pf_wgs);
+            if (p.pf_wgs == PF_NEVER && h.x == 0u) { out[0] = f32(h.y); }
+        }
         return;
     }
     let count = select(step.n_tokens, step.n_out, p.count_sel == 1u);

@@ -165,6 +165,7 @@ impl Kernel {
         let groups = include_str!("../../../wgsl/formats/groups.wgsl");
         let argmax_params = include_str!("../../../wgsl/argmax_params.wgsl");
         let argmax_tree = include_str!("../../../wgsl/argmax_tree.wgsl");
+        let prefetch = include_str!("../../../wgsl/prefetch.wgsl");
         match self {
             Kernel::Matmul(f, tok) => {
                 let src = include_str!("../../../wgsl/matmul.wgsl");
@@ -191,7 +192,7 @@ impl Kernel {
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm { v, wg } => {
                 let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
-                unroll(&src, &[("V", v)])
+                unroll(&format!("{src}\n{prefetch}"), &[("V", v)])
             }
             Kernel::HeadNormRope | Kernel::QkvNormRope => {
                 let kernel = if self == Kernel::HeadNormRope { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
@@ -225,7 +226,7 @@ impl Kernel {
             }
             Kernel::AttentionCombine => {
                 let src = include_str!("../../../wgsl/attention_combine.wgsl").replace("{{U}}", &COMBINE_U.to_string());
-                format!("{params}\n{}", unroll(&src, &[("U", COMBINE_U)]))
+                format!("{params}\n{}", unroll(&format!("{src}\n{prefetch}"), &[("U", COMBINE_U)]))
             }
             Kernel::GeluMul => format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/gelu_mul.wgsl")),
             Kernel::SoftcapArgmax => {
@@ -412,7 +413,8 @@ impl Kernel {
             Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
             Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
+            Kernel::AttentionCombine => &[Read, ReadWrite, Uniform, Uniform, Read],
+            Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GridBarrier => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
@@ -835,9 +837,7 @@ pub struct NormParams {
     /// `pf_vec4s` vec4s of binding 9 (the next mat-vec's weights) into L2; 0: none.
     pub pf_vec4s: u32,
     pub pf_wgs: u32,
-    /// Always 0 (the guard of the prefetch's dead store).
-    pub pf_never: u32,
-    pub _pad: [u32; 2],
+    pub _pad: [u32; 3],
 }
 
 #[repr(C)]
@@ -887,7 +887,10 @@ pub struct AttnParams {
     pub window: u32,
     /// Key splits of attention_split / attention_combine (unused by attention).
     pub n_splits: u32,
-    pub _pad: [u32; 2],
+    /// attention_combine's prefetch role (prefetch.wgsl): `pf_wgs` extra workgroups read the first
+    /// `pf_vec4s` vec4s of its binding 4 (o_proj's weights) into L2; 0: none.
+    pub pf_vec4s: u32,
+    pub pf_wgs: u32,
 }
 
 /// Key splits per (head, token) of the decode attention: enough workgroups to fill a GPU at

@@ -62,13 +62,13 @@ fn switch(name: &str, default: bool) -> bool {
     }
 }
 
-/// Weight bytes a decode norm's prefetch role reads ([`WgpuOptions::norm_prefetch`]): about what
+/// Weight bytes a decode kernel's prefetch role reads ([`WgpuOptions::prefetch`]): about what
 /// the H200 moves in the ≈ 4 µs a one-workgroup norm takes (4 TB/s), so that the prefetch
-/// should not outlast the norm.
-const NORM_PREFETCH_BYTES: u64 = 16 << 20;
+/// should not outlast the kernel beside it.
+const PREFETCH_BYTES: u64 = 16 << 20;
 
-/// Extra workgroups of a decode norm's prefetch role: two per SM of the H200 (132).
-const NORM_PREFETCH_WGS: u32 = 264;
+/// Extra workgroups of a decode kernel's prefetch role: two per SM of the H200 (132).
+const PREFETCH_WGS: u32 = 264;
 
 /// Most tokens one `verify` scores (the last accepted token and up to 7 drafts): the staging
 /// rows each K/V cache keeps after its slots.
@@ -106,11 +106,11 @@ pub struct WgpuOptions {
     /// qkv_norm_rope writes it (KV-sharing layers, separate projections): one dispatch fewer
     /// per such layer. `KESTREL_ATTN_QNORM=0|1` overrides it for A/B measurements.
     pub fold_q_norm: bool,
-    /// Decode and verify steps run each standalone rmsnorm with extra workgroups that read the
-    /// next mat-vec's weights into L2 while the norm's one workgroup works (rmsnorm.wgsl's
-    /// prefetch role). Off by default until measured on the H200 (PERF_NOTES.md, session 13);
-    /// `KESTREL_NORM_PREFETCH=0|1` overrides it for A/B measurements.
-    pub norm_prefetch: bool,
+    /// Decode and verify steps run each standalone rmsnorm and attention_combine with extra
+    /// workgroups that read the next mat-vec's weights into L2 while the kernel's few
+    /// workgroups work (prefetch.wgsl). Off by default until measured on the H200
+    /// (PERF_NOTES.md, session 13); `KESTREL_PREFETCH=0|1` overrides it for A/B measurements.
+    pub prefetch: bool,
 }
 
 impl Default for WgpuOptions {
@@ -124,7 +124,7 @@ impl Default for WgpuOptions {
             tensor_cores: true,
             submit_segments: true,
             fold_q_norm: true,
-            norm_prefetch: false,
+            prefetch: false,
         }
     }
 }
@@ -1422,7 +1422,7 @@ impl<'a> Builder<'a> {
         let d = || Res::Buf(self.dummy.clone());
         // `res` (binding 8, read by mode 2 only): the weights stand in (read-only there too; the
         // dummy is bound writable at 3..5, and one buffer may not be both in a dispatch).
-        // `pf` (binding 9, the prefetch role's weights, [`Self::add_norm_prefetch`]): the same.
+        // `pf` (binding 9, the prefetch role's weights, [`Self::add_prefetch`]): the same.
         let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone()), Res::Buf(wt.clone())];
         self.spec(rmsnorm(p.n as usize), res, &p, p.segs, y);
         self.specs.len() - 1
@@ -1437,26 +1437,37 @@ impl<'a> Builder<'a> {
         spec
     }
 
-    /// Gives every rmsnorm that decode and verify steps run its prefetch role: the next dense
-    /// mat-vec after it in the program (routed experts excluded: which rows a token reads is not
-    /// known yet) has the first [`NORM_PREFETCH_BYTES`] of its weights read into L2 by
-    /// [`NORM_PREFETCH_WGS`] extra workgroups of the norm's decode and verify forms.
-    fn add_norm_prefetch(&mut self) {
+    /// Gives the latency-bound kernels of decode and verify steps their prefetch role
+    /// (prefetch.wgsl): every standalone rmsnorm and every attention_combine has the first
+    /// [`PREFETCH_BYTES`] of the next dense mat-vec's weights after it in the program (routed
+    /// experts excluded: which rows a token reads is not known yet) read into L2 by
+    /// [`PREFETCH_WGS`] extra workgroups of its decode and verify forms.
+    fn add_prefetch(&mut self) {
         let dense = |k: Kernel| matches!(k, Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::QmvGeluB { .. } | Kernel::Matmul(..));
         for i in 0..self.specs.len() {
             let sp = &self.specs[i];
-            if !matches!(sp.kernel, Kernel::RmsNorm { .. }) || sp.only == Only::Multi || sp.single.is_some() {
-                continue;
-            }
+            // The kernel's binding for the weights, and where its grid's x starts the extra workgroups.
+            let (binding, x) = match sp.kernel {
+                Kernel::RmsNorm { .. } if sp.only != Only::Multi && sp.single.is_none() => (9, sp.x),
+                Kernel::AttentionCombine if sp.single.is_none() => (4, sp.x),
+                _ => continue,
+            };
             let next = self.specs[i + 1..].iter().filter(|c| c.only != Only::Multi).find(|c| dense(c.single.map_or(c.kernel, |v| v.0)));
             let Some(Res::Buf(w)) = next.map(|c| &c.res[0]) else { continue };
-            let (w, vec4s) = (w.clone(), (w.size().min(NORM_PREFETCH_BYTES) / 16) as u32);
-            let (mut p, range) = self.norm_params(i);
-            (p.pf_vec4s, p.pf_wgs) = (vec4s, NORM_PREFETCH_WGS);
-            self.params[range].copy_from_slice(bytemuck::bytes_of(&p));
+            let (w, vec4s) = (w.clone(), (w.size().min(PREFETCH_BYTES) / 16) as u32);
+            let range = sp.param_off as usize..(sp.param_off + sp.param_len) as usize;
+            if binding == 9 {
+                let mut p: NormParams = bytemuck::pod_read_unaligned(&self.params[range.clone()]);
+                (p.pf_vec4s, p.pf_wgs) = (vec4s, PREFETCH_WGS);
+                self.params[range].copy_from_slice(bytemuck::bytes_of(&p));
+            } else {
+                let mut p: AttnParams = bytemuck::pod_read_unaligned(&self.params[range.clone()]);
+                (p.pf_vec4s, p.pf_wgs) = (vec4s, PREFETCH_WGS);
+                self.params[range].copy_from_slice(bytemuck::bytes_of(&p));
+            }
             let sp = &mut self.specs[i];
-            sp.res[9] = Res::Buf(w);
-            let x = p.segs + NORM_PREFETCH_WGS;
+            sp.res[binding] = Res::Buf(w);
+            let x = x + PREFETCH_WGS;
             (sp.single, sp.verify) = (Some((sp.kernel, x, 1)), Some((sp.kernel, x, 1)));
         }
     }
@@ -1930,7 +1941,7 @@ impl<'a> Builder<'a> {
             let ap = AttnParams {
                 d: d as u32, n_heads: l.n_heads as u32, n_kv_heads: l.n_kv_heads as u32, slots,
                 window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
-                n_splits: attn_splits(), _pad: [0; 2],
+                n_splits: attn_splits(), pf_vec4s: 0, pf_wgs: 0,
             };
             // Chunks (prefill, verify): 16 queries per workgroup share each key tile.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
@@ -1950,7 +1961,9 @@ impl<'a> Builder<'a> {
             };
             self.spec(split.0, split.1, &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
             self.specs.last_mut().expect("just pushed").only = Only::Single;
-            let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
+            // `pf` (binding 4, the prefetch role's weights, [`Self::add_prefetch`]): the splits
+            // stand in (read-only there too).
+            let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step, Res::Buf(attn_part.clone())];
             self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
             self.specs.last_mut().expect("just pushed").only = Only::Single;
             self.matmul(&gl.o, &att, l.q_dim(), &o, h, false)?;
@@ -2067,8 +2080,8 @@ impl<'a> Builder<'a> {
         self.specs.push(pass(Kernel::SoftcapArgmax, chunks, false, GridY::Out));
         self.specs.push(pass(Kernel::ArgmaxMerge, 0, true, GridY::One));
 
-        if switch("KESTREL_NORM_PREFETCH", self.opts.norm_prefetch) {
-            self.add_norm_prefetch();
+        if switch("KESTREL_PREFETCH", self.opts.prefetch) {
+            self.add_prefetch();
         }
 
         // ---- bind groups
