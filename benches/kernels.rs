@@ -415,10 +415,18 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
             }
         }
         if splits > 1 && Kernel::AttentionCombine.label().contains(filter) {
-            let bufs = vec![part, f32s(heads * d, 0.0), f32s(4, 0.0)];
-            match h.time(Kernel::AttentionCombine, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, 1, 1), 200) {
-                Ok(us) => println!("| attention_combine | {splits} splits, 8 heads × {d} | {us:.2} |"),
-                Err(e) => println!("| attention_combine | error: {e} |"),
+            // And at 131 keys with the prefetch role beside it (`KESTREL_PREFETCH`: 264 extra
+            // workgroups reading 16 MiB, L2-resident after the chain's first dispatch).
+            let mut forms = vec![("", p, 0u32, f32s(4, 0.0))];
+            if keys == 131 {
+                forms.push((", prefetch 16 MiB (L2-resident)", AttnParams { pf_vec4s: 1 << 20, pf_wgs: 264, ..p }, 264, f32s(4 << 20, 0.0)));
+            }
+            for (what, p, extra, pf) in forms {
+                let bufs = vec![part.clone(), f32s(heads * d, 0.0), pf];
+                match h.time(Kernel::AttentionCombine, &bufs, bytemuck::bytes_of(&p), at, (heads as u32 + extra, 1, 1), 200) {
+                    Ok(us) => println!("| attention_combine | {keys} keys in {splits} splits, 8 heads × {d}{what} | {us:.2} |"),
+                    Err(e) => println!("| attention_combine | error: {e} |"),
+                }
             }
         }
     }

@@ -14,8 +14,10 @@ date -u | tee "$F"
 KESTREL_KERNELS=rmsnorm KESTREL_REQUIRE_GPU=1 ./target/release/ktests every_kernel 2>&1 | grep -E "test result|FAIL" | head -5 | tee -a "$F"
 KESTREL_REQUIRE_GPU=1 ./target/release/ktests split_attention 2>&1 | grep -E "test result|panicked" | tee -a "$F"
 KESTREL_PREFETCH=1 KESTREL_REQUIRE_GPU=1 ./target/release/kfixtures wgpu 2>&1 | grep -E "test result|FAIL|differ" | tee -a "$F"
-# What the 264 extra workgroups cost beside a one-workgroup norm (their 16 MiB L2-resident).
+# What the 264 extra workgroups cost beside a one-workgroup norm and the merge (their 16 MiB
+# L2-resident).
 ./target/release/kbench rmsnorm 2>&1 | grep -E "^\| rmsnorm \| n 2560, chain 1" | tee -a "$F"
+./target/release/kbench attention_combine 2>&1 | grep -E "^\| attention_combine \| 131 keys" | tee -a "$F"
 for a in e4b 26b-a4b e2b; do
   $K synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
   for s in 0 1 0 1; do
