@@ -37,10 +37,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let h = wid.x;
     let t = wid.y;
     if (h >= p.n_heads) {
-        if (t == 0u && p.pf_vec4s > 0u) {
-            let x = prefetch_hash(h - p.n_heads, lid, p.pf_vec4s, p.pf_wgs);
-            if (p.pf_wgs == PF_NEVER && x.x == 0u) { o[0] = f32(x.y); }
-        }
+        if (t == 0u && p.pf_vec4s > 0u && prefetch(h - p.n_heads, lid, p.pf_vec4s, p.pf_wgs)) { o[0] = 0.0; }
         return;
     }
     if (t >= step.n_tokens) { return; }

@@ -4,14 +4,14 @@
 // follows do not depend on it: `wgs` extra workgroups read the first `n` vec4s of them (`pf`,
 // declared by the kernel), so that the mat-vec finds them in L2 (PERF_NOTES.md, session 13).
 //
-// prefetch_hash(i, lid, n, wgs): extra workgroup i's share, 8 loads in flight per thread (WG
-// threads, declared by the kernel); returns the XOR of what it read. The caller guards a store
-// of it with a condition the compiler cannot drop and the host never makes true (its
-// `wgs == PF_NEVER`), so the loads are not dead code.
+// prefetch(i, lid, n, wgs): extra workgroup i's share, 8 loads in flight per thread (WG
+// threads, declared by the kernel). Returns whether the caller must store something: never, as
+// the host never passes wgs = PF_NEVER, but the answer depends on what was read, so the
+// compiler cannot drop the loads as dead code.
 
 const PF_NEVER: u32 = 0xffffffffu;
 
-fn prefetch_hash(i: u32, lid: u32, n: u32, wgs: u32) -> vec4<u32> {
+fn prefetch(i: u32, lid: u32, n: u32, wgs: u32) -> bool {
     let stride = wgs * WG;
     let last = n - 1u;
     var h = vec4<u32>(0u);
@@ -21,5 +21,5 @@ fn prefetch_hash(i: u32, lid: u32, n: u32, wgs: u32) -> vec4<u32> {
         // @end k
         h ^= ((v0 ^ v1) ^ (v2 ^ v3)) ^ ((v4 ^ v5) ^ (v6 ^ v7));
     }
-    return h;
+    return wgs == PF_NEVER && h.x == 0u;
 }

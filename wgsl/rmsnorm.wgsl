@@ -54,7 +54,7 @@ struct NormParams {
     post2: f32,
     post3: f32,
     post4: f32,
-    pf_vec4s: u32, // the prefetch role (below): vec4s of `pf` to read, by pf_wgs workgroups
+    pf_vec4s: u32, // the prefetch role (main): vec4s of `pf` to read, by pf_wgs workgroups
     pf_wgs: u32,
     _pad0: u32,
     _pad1: u32,
@@ -97,10 +97,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let seg = wid.x;
     let t = wid.y;
     if (seg >= p.segs) {
-        if (t == 0u && p.pf_vec4s > 0u) {
-            let h = prefetch_hash(seg - p.segs, lid, p.pf_vec4s, p.pf_wgs);
-            if (p.pf_wgs == PF_NEVER && h.x == 0u) { out[0] = f32(h.y); }
-        }
+        if (t == 0u && p.pf_vec4s > 0u && prefetch(seg - p.segs, lid, p.pf_vec4s, p.pf_wgs)) { out[0] = 0.0; }
         return;
     }
     let count = select(step.n_tokens, step.n_out, p.count_sel == 1u);

@@ -94,7 +94,7 @@ pub struct WgpuOptions {
     /// for A/B measurements.
     pub fuse_norms_up_to: usize,
     /// Run the 4-bit prefill mat-mats on tensor cores (`qmm_coop`, `qmm_coop_moe`) where the
-    /// device has f16 cooperative matrices. `KESTREL_QMM_COOP=0` overrides it for A/B
+    /// device has f16 cooperative matrices. `KESTREL_QMM_COOP=0|1` overrides it for A/B
     /// measurements.
     pub tensor_cores: bool,
     /// Submit a step in segments of 16, 32, 64, … program entries as they are recorded, so that
@@ -1208,7 +1208,7 @@ impl<'a> Builder<'a> {
 
     /// Whether prefill chunks run the tensor-core mat-mats (the option, the device, the A/B knob).
     fn tensor_cores(&self) -> bool {
-        self.opts.tensor_cores && self.gpu.coop_f16() && std::env::var("KESTREL_QMM_COOP").as_deref() != Ok("0")
+        self.gpu.coop_f16() && switch("KESTREL_QMM_COOP", self.opts.tensor_cores)
     }
 
     /// `y[t, r] = W x[t]` over all parts of `m`.
@@ -1292,8 +1292,7 @@ impl<'a> Builder<'a> {
         // the stacked mat-mat and gelu_mul.
         let (glu, per_wg, tok) = qmm_coop_glu_shape();
         // KESTREL_QMM_COOP_GLU=0: the mat-mat and gelu_mul apart (an A/B knob).
-        let knob_off = std::env::var("KESTREL_QMM_COOP_GLU").as_deref() == Ok("0");
-        let glu_coop = self.tensor_cores() && !knob_off && qmm_applies(m.format, m.cols, x_stride) && qmm_splits(true, rows, m.cols, self.opts.max_chunk, per_wg, tok) == 1;
+        let glu_coop = self.tensor_cores() && switch("KESTREL_QMM_COOP_GLU", true) && qmm_applies(m.format, m.cols, x_stride) && qmm_splits(true, rows, m.cols, self.opts.max_chunk, per_wg, tok) == 1;
         if glu_coop {
             self.spec(glu, weight_res(part, &[x, y]), &p, (rows as u32).div_ceil(per_wg), GridY::TokenTiles(tok));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
@@ -1455,15 +1454,10 @@ impl<'a> Builder<'a> {
             let next = self.specs[i + 1..].iter().filter(|c| c.only != Only::Multi).find(|c| dense(c.single.map_or(c.kernel, |v| v.0)));
             let Some(Res::Buf(w)) = next.map(|c| &c.res[0]) else { continue };
             let (w, vec4s) = (w.clone(), (w.size().min(PREFETCH_BYTES) / 16) as u32);
-            let range = sp.param_off as usize..(sp.param_off + sp.param_len) as usize;
             if binding == 9 {
-                let mut p: NormParams = bytemuck::pod_read_unaligned(&self.params[range.clone()]);
-                (p.pf_vec4s, p.pf_wgs) = (vec4s, PREFETCH_WGS);
-                self.params[range].copy_from_slice(bytemuck::bytes_of(&p));
+                self.edit_params(i, |p: &mut NormParams| (p.pf_vec4s, p.pf_wgs) = (vec4s, PREFETCH_WGS));
             } else {
-                let mut p: AttnParams = bytemuck::pod_read_unaligned(&self.params[range.clone()]);
-                (p.pf_vec4s, p.pf_wgs) = (vec4s, PREFETCH_WGS);
-                self.params[range].copy_from_slice(bytemuck::bytes_of(&p));
+                self.edit_params(i, |p: &mut AttnParams| (p.pf_vec4s, p.pf_wgs) = (vec4s, PREFETCH_WGS));
             }
             let sp = &mut self.specs[i];
             sp.res[binding] = Res::Buf(w);
@@ -1472,12 +1466,20 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The params of the rmsnorm spec `spec`, and where they sit in the params buffer.
-    fn norm_params(&self, spec: usize) -> (NormParams, std::ops::Range<usize>) {
+    /// The params of the rmsnorm spec `spec`.
+    fn norm_params(&self, spec: usize) -> NormParams {
         let sp = &self.specs[spec];
         debug_assert!(matches!(sp.kernel, Kernel::RmsNorm { .. }), "not a norm");
+        bytemuck::pod_read_unaligned(&self.params[sp.param_off as usize..(sp.param_off + sp.param_len) as usize])
+    }
+
+    /// Changes the params spec `spec` was recorded with (`P`: their type) in place.
+    fn edit_params<P: bytemuck::Pod>(&mut self, spec: usize, edit: impl FnOnce(&mut P)) {
+        let sp = &self.specs[spec];
         let range = sp.param_off as usize..(sp.param_off + sp.param_len) as usize;
-        (bytemuck::pod_read_unaligned(&self.params[range.clone()]), range)
+        let mut p: P = bytemuck::pod_read_unaligned(&self.params[range.clone()]);
+        edit(&mut p);
+        self.params[range].copy_from_slice(bytemuck::bytes_of(&p));
     }
 
     /// Moves the residual norm `norm` (with at most one chained norm) into the decode and verify
@@ -1486,7 +1488,7 @@ impl<'a> Builder<'a> {
     /// residual, writes the updated residual), the norm runs in chunks only. One dispatch fewer
     /// per fused norm in decode and verify steps; nothing changes where it does not apply.
     fn fuse_norm(&mut self, norm: usize, first: usize, h: usize) {
-        let (np, _) = self.norm_params(norm);
+        let np = self.norm_params(norm);
         let sp = &self.specs[norm];
         let plain_rows = np.segs == 1 && np.x_stride == h as u32 && np.out_stride == h as u32 && np.x_row_sel == 0 && np.count_sel == 0;
         let applies = np.mode == 2 && np.chain <= 1 && np.pre == 1.0 && np.w_off != NO_WEIGHT && np.w_off % 4 == 0 && plain_rows && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT && np.w2_off % 4 == 0));
@@ -1552,19 +1554,19 @@ impl<'a> Builder<'a> {
     /// by `post`, into `dst`, rows `stride` apart) into that norm: one dispatch fewer, the same
     /// arithmetic. Up to three per norm, all with one stride.
     fn chain_norm(&mut self, spec: usize, w_off: u32, post: f32, dst: &wgpu::Buffer, stride: usize) {
-        let (mut p, range) = self.norm_params(spec);
-        let sp = &mut self.specs[spec];
-        debug_assert!(p.segs == 1 && p.chain < 3, "chains need one segment, at most three outputs");
-        debug_assert!(p.chain == 0 || p.out2_stride == stride as u32, "chained outputs share a stride");
-        match p.chain {
-            0 => (p.w2_off, p.post2) = (w_off, post),
-            1 => (p.w3_off, p.post3) = (w_off, post),
-            _ => (p.w4_off, p.post4) = (w_off, post),
-        }
-        sp.res[3 + p.chain as usize] = Res::Buf(dst.clone());
-        p.chain += 1;
-        p.out2_stride = stride as u32;
-        self.params[range].copy_from_slice(bytemuck::bytes_of(&p));
+        let chain = self.norm_params(spec).chain;
+        self.specs[spec].res[3 + chain as usize] = Res::Buf(dst.clone());
+        self.edit_params(spec, |p: &mut NormParams| {
+            debug_assert!(p.segs == 1 && p.chain < 3, "chains need one segment, at most three outputs");
+            debug_assert!(p.chain == 0 || p.out2_stride == stride as u32, "chained outputs share a stride");
+            match p.chain {
+                0 => (p.w2_off, p.post2) = (w_off, post),
+                1 => (p.w3_off, p.post3) = (w_off, post),
+                _ => (p.w4_off, p.post4) = (w_off, post),
+            }
+            p.chain += 1;
+            p.out2_stride = stride as u32;
+        });
     }
 
     fn head_norm_rope(&mut self, src: &wgpu::Buffer, wt: &wgpu::Buffer, rope: &wgpu::Buffer, dst: &wgpu::Buffer, p: HeadParams) {
