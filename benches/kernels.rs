@@ -17,7 +17,7 @@
 //! those. The next table times the routed-expert decode kernels on 26B-A4B shapes (qmv_moe against
 //! the per-pair moe_matmul it replaced), then the prefill attention on a 512-token chunk.
 //! The latency table times the small kernels a decode step is made of (rmsnorm with 0/1/3
-//! chained norms and with its prefetch role, qkv_norm_rope, split attention and its merge at 131–4097 keys, the 26B
+//! chained norms, qkv_norm_rope, split attention and its merge at 131–4097 keys, the 26B
 //! router) as chains of dependent dispatches, next to a 16-byte copy: what each costs inside a
 //! step beyond the barrier; a ladder under the norm (one workgroup's copies of 4 and 10 KiB,
 //! norms with only their sum) separates its memory rounds from its reductions. Weights are random bits with finite scales: timing only, the values
@@ -286,7 +286,7 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
             continue;
         }
         let slots = 1024usize;
-        let p = AttnParams { d: d as u32, n_heads: n_q as u32, n_kv_heads: n_kv as u32, slots: slots as u32, window: window as u32, n_splits: ATTN_SPLITS, pf_vec4s: 0, pf_wgs: 0 };
+        let p = AttnParams { d: d as u32, n_heads: n_q as u32, n_kv_heads: n_kv as u32, slots: slots as u32, window: window as u32, n_splits: ATTN_SPLITS, _pad: [0; 2] };
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, pos0: 0, ..Default::default() };
         let bufs = vec![f32s(tokens * n_q * d, 0.05), f32s(slots * n_kv * d, 0.05), f32s(slots * n_kv * d, 0.3), f32s(tokens * n_q * d, 0.0)];
         let pairs: usize = (0..tokens).map(|t| if window > 0 { (t + 1).min(window) } else { t + 1 }).sum();
@@ -360,7 +360,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     // (mode 0), then with its weight.
     for (n, w_off) in [(256usize, u32::MAX), (1536, u32::MAX), (1536, 0)] {
         let p = NormParams { n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off, mode: 0, pre: 1.0, post: 1.0, eps: 1e-6, ..Default::default() };
-        let bufs = vec![f32s(n, 0.5), f32s(n, 1.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(4, 0.0)];
+        let bufs = vec![f32s(n, 0.5), f32s(n, 1.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0)];
         let what = if w_off == u32::MAX { "no weight" } else { "weight" };
         row(h, rmsnorm(n), format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
     }
@@ -372,20 +372,10 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
                 chain, w2_off: n as u32, w3_off: 2 * n as u32, w4_off: 3 * n as u32, out2_stride: n as u32, post2: 1.0, post3: 1.0, post4: 1.0,
                 ..Default::default()
             };
-            let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2), f32s(4, 0.0)];
+            let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2)];
             row(h, rmsnorm(n), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
         }
     }
-    // The same norm (n 2560, chain 1) with the prefetch role (`KESTREL_PREFETCH`): 264 extra
-    // workgroups reading 16 MiB — from L2 after the chain's first dispatch, so this is what the
-    // extra workgroups cost beside the norm, not what reading the weights from memory costs.
-    let n = 2560usize;
-    let p = NormParams {
-        n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: 0, mode: 1, pre: 1.0, post: 1.0, eps: 1e-6,
-        chain: 1, w2_off: n as u32, out2_stride: n as u32, post2: 1.0, pf_vec4s: 1 << 20, pf_wgs: 264, ..Default::default()
-    };
-    let bufs = vec![f32s(n, 0.5), f32s(2 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(4, 0.0), f32s(4, 0.0), f32s(n, 0.2), f32s(4 << 20, 0.0)];
-    row(h, rmsnorm(n), format!("n {n}, chain 1, prefetch 16 MiB (L2-resident)"), bufs, bytemuck::bytes_of(&p), (1 + 264, 1, 1));
     // q, k, v heads of one token (E2B sliding: 8 + 1 + 1 heads of 256; full: of 512).
     for d in [256usize, 512] {
         let (n_q, n_kv, slots) = (8usize, 1usize, 640usize);
@@ -403,7 +393,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     // dispatch would cost at short contexts (PERF_NOTES.md, session 8, next step 1).
     for (keys, splits) in [(131usize, ATTN_SPLITS), (1025, ATTN_SPLITS), (4097, ATTN_SPLITS), (32, 1), (131, 1), (256, 1)] {
         let (d, heads, slots) = (256usize, 8usize, 4608usize);
-        let p = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: splits, pf_vec4s: 0, pf_wgs: 0 };
+        let p = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: splits, _pad: [0; 2] };
         let at = Step { pos0: keys as u32 - 1, ..step };
         let part = f32s(heads * splits as usize * (d + 2), 0.0);
         let kernel = attention_split(d, false);
@@ -415,18 +405,10 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
             }
         }
         if splits > 1 && Kernel::AttentionCombine.label().contains(filter) {
-            // And at 131 keys with the prefetch role beside it (`KESTREL_PREFETCH`: 264 extra
-            // workgroups reading 16 MiB, L2-resident after the chain's first dispatch).
-            let mut forms = vec![("", p, 0u32, f32s(4, 0.0))];
-            if keys == 131 {
-                forms.push((", prefetch 16 MiB (L2-resident)", AttnParams { pf_vec4s: 1 << 20, pf_wgs: 264, ..p }, 264, f32s(4 << 20, 0.0)));
-            }
-            for (what, p, extra, pf) in forms {
-                let bufs = vec![part.clone(), f32s(heads * d, 0.0), pf];
-                match h.time(Kernel::AttentionCombine, &bufs, bytemuck::bytes_of(&p), at, (heads as u32 + extra, 1, 1), 200) {
-                    Ok(us) => println!("| attention_combine | {keys} keys in {splits} splits, 8 heads × {d}{what} | {us:.2} |"),
-                    Err(e) => println!("| attention_combine | error: {e} |"),
-                }
+            let bufs = vec![part, f32s(heads * d, 0.0)];
+            match h.time(Kernel::AttentionCombine, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, 1, 1), 200) {
+                Ok(us) => println!("| attention_combine | {keys} keys in {splits} splits, 8 heads × {d} | {us:.2} |"),
+                Err(e) => println!("| attention_combine | error: {e} |"),
             }
         }
     }

@@ -106,23 +106,6 @@ fn wgpu_unfused_norms_match_transformers() {
     );
 }
 
-/// The decode kernels' prefetch role (`prefetch`: extra workgroups beside each standalone norm
-/// and attention_combine read the next mat-vec's weights) must not change a token: E4B-shaped,
-/// every residual norm standalone as at E4B's real hidden size. One model: on lavapipe the extra
-/// workgroups cost CPU time.
-#[test]
-fn wgpu_prefetch_matches_transformers() {
-    run_all(
-        &["tiny-e4b"],
-        &mut |m| {
-            let opts = WgpuOptions { max_ctx: 256, max_chunk: 128, fuse_norms_up_to: 0, prefetch: true, ..Default::default() };
-            common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
-        },
-        128,
-        "wgpu-prefetch",
-    );
-}
-
 #[test]
 fn wgpu_split_tensors_match_transformers() {
     // A 4 KiB binding cap splits every weight into many row ranges (the mechanism that keeps

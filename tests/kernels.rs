@@ -1082,14 +1082,11 @@ struct NormCase {
     chained: usize,
     /// Threads per workgroup (256: the backend's default; 512 and 1024: `KESTREL_RMSNORM_WG`).
     wg: u32,
-    /// Some((vec4s, workgroups)): the prefetch role reads that many vec4s of a weight buffer
-    /// with that many extra workgroups (grid x = segs + workgroups); outputs must not change.
-    prefetch: Option<(usize, u32)>,
 }
 
 impl NormCase {
     fn new(n: usize, tokens: usize, mode: u32) -> Self {
-        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256, prefetch: None }
+        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256 }
     }
 }
 
@@ -1116,9 +1113,6 @@ impl Case for NormCase {
         }
         if c.wg != 256 {
             s += &format!(",wg={}", c.wg);
-        }
-        if let Some((vec4s, wgs)) = c.prefetch {
-            s += &format!(",pf_vec4s={vec4s},pf_wgs={wgs}");
         }
         s + ")"
     }
@@ -1194,9 +1188,6 @@ impl Case for NormCase {
             });
         }
         bufs.push(input_words("res", &res));
-        let (pf_vec4s, pf_wgs) = self.prefetch.unwrap_or((0, 0));
-        let pf: Vec<u32> = (0..4 * pf_vec4s.max(1)).map(|_| rng.uniform().to_bits()).collect();
-        bufs.push(input_words("pf", &pf));
         let p = NormParams {
             n: n as u32,
             segs: segs as u32,
@@ -1217,12 +1208,10 @@ impl Case for NormCase {
             post3: posts[1],
             post4: posts[2],
             out2_stride: out2_stride as u32,
-            pf_vec4s: pf_vec4s as u32,
-            pf_wgs,
             ..Default::default()
         };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32, ..Default::default() };
-        launch(Kernel::RmsNorm { v: rmsnorm_v(n, self.wg), wg: self.wg }, bufs, &p, step, (segs + pf_wgs as usize, count))
+        launch(Kernel::RmsNorm { v: rmsnorm_v(n, self.wg), wg: self.wg }, bufs, &p, step, (segs, count))
     }
 }
 
@@ -1272,12 +1261,6 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
     v.push(Box::new(NormCase { chain: Some(0), chained: 3, ..NormCase::new(2816, 1, 1) }));
     v.push(Box::new(NormCase { chain: Some(0), chained: 3, ..NormCase::new(2816, 3, 1) }));
     v.push(Box::new(NormCase { chain: Some(2), chained: 2, ..NormCase::new(3200, 2, 1) }));
-    // The prefetch role beside a decode norm (one token), a verify's (3 tokens: only token 0's
-    // extra workgroups read), a chained residual norm; a buffer that is not a whole number of
-    // rounds (5003 vec4s over 7 workgroups), one smaller than a round (100 vec4s over 4).
-    v.push(Box::new(NormCase { prefetch: Some((5003, 7)), ..NormCase::new(2560, 1, 0) }));
-    v.push(Box::new(NormCase { prefetch: Some((5003, 7)), post: 0.37, ..NormCase::new(2560, 3, 2) }));
-    v.push(Box::new(NormCase { prefetch: Some((100, 4)), chain: Some(0), chained: 3, ..NormCase::new(2816, 1, 1) }));
     // 512 and 1024 threads: rows shorter than the workgroup, E2B/E4B/26B widths, chained
     // outputs, the residual modes, past the register block (12 · 512 values).
     for wg in [512, 1024] {
@@ -1543,8 +1526,7 @@ impl Case for AttnCase {
             slots: slots as u32,
             window: window as u32,
             n_splits: 1,
-            pf_vec4s: 0,
-            pf_wgs: 0,
+            _pad: [0; 2],
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(attention_chunk(d), bufs, &p, step, (heads, tokens.div_ceil(ATTN_BQ as usize)))
@@ -1557,8 +1539,7 @@ impl Case for AttnCase {
 /// splits), a wrapped sliding ring with several tokens, splits of more than one 64-key tile, and
 /// head dims that are not whole 64-lane rounds. Each case twice: q given, and q before its norm
 /// and rope (the q-norm form: head_norm_rope's case of the same heads makes the strided raw q,
-/// weights and rope table, and its CPU output is the reference's q; that pass also runs the
-/// merge with its prefetch role).
+/// weights and rope table, and its CPU output is the reference's q).
 #[test]
 fn split_attention_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
@@ -1607,14 +1588,7 @@ fn split_attention_matches_the_cpu_reference() {
                 params.extend_from_slice(bytemuck::bytes_of(&qp));
             }
             let out = h.run(attention_split(c.d, qnorm), &bufs, &params, l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
-            // The merge with its prefetch role on the q-norm pass (7 extra workgroups reading
-            // 3001 vec4s of a stand-in weight buffer): o must not change, nor the weights.
-            let (pf_vec4s, pf_wgs) = if qnorm { (3001u32, 7u32) } else { (0, 0) };
-            let pf: Vec<u8> = (0..16 * pf_vec4s.max(1)).map(|i| (i * 37 % 251) as u8).collect();
-            let cp = AttnParams { pf_vec4s, pf_wgs, ..p };
-            let grid = (c.heads as u32 + pf_wgs, c.tokens as u32, 1);
-            let o = h.run(Kernel::AttentionCombine, &[out[3].clone(), l.bufs[3].bytes.clone(), pf.clone()], bytemuck::bytes_of(&cp), l.step, grid).unwrap();
-            assert!(o[2] == pf, "split {name}: attention_combine's prefetch role changed its weights");
+            let o = h.run(Kernel::AttentionCombine, &[out[3].clone(), l.bufs[3].bytes.clone()], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap();
             let got: Vec<f32> = words(&o[1]).into_iter().map(f32::from_bits).collect();
             let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
             match compare(&g, &r, *tol) {

@@ -135,11 +135,10 @@ fn wgpu_verify_logits_are_bitwise_sequential_decode() {
 
 /// The same with every norm its own dispatch: residual norms (the decode path of hidden sizes
 /// past PRO_MAX_HIDDEN (E4B, 26B), which the fixtures' small hidden sizes would otherwise never
-/// run) and the KV-sharing layers' q norm (head_norm_rope, not inside attention_split), with
-/// the prefetch role on (its extra workgroups in decode and verify forms alike).
+/// run) and the KV-sharing layers' q norm (head_norm_rope, not inside attention_split).
 #[test]
 fn wgpu_unfused_verify_logits_are_bitwise_sequential_decode() {
-    check_verify_bitwise("wgpu-unfused", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, fuse_norms_up_to: 0, fold_q_norm: false, prefetch: true, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
+    check_verify_bitwise("wgpu-unfused", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, fuse_norms_up_to: 0, fold_q_norm: false, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
 }
 
 /// On the GPU (lavapipe in CI): speculative == greedy on the same backend, both pairs, the long

@@ -3,11 +3,8 @@
 // (empty splits have l_s = 0 and m_s = −3e38, so they weigh nothing).
 //
 // Bindings: part: f32[n_tokens, n_heads, n_splits, d + 2]; o: f32[n_tokens, n_heads * d];
-//   p: AttnParams (d, n_heads, n_splits used; pf_vec4s, pf_wgs by the prefetch role); step:
-//   Step; pf: the next mat-vec's weights (the prefetch role; else any buffer).
-// Launch: 256 threads per (head, token), one output dim each per pass; grid = (n_heads, n_tokens),
-//   or (n_heads + pf_wgs, n_tokens) with the prefetch role (prefetch.wgsl, appended by the host:
-//   the extra workgroups read the first pf_vec4s of `pf` for o_proj).
+//   p: AttnParams (d, n_heads, n_splits used); step: Step.
+// Launch: 256 threads per (head, token), one output dim each per pass; grid = (n_heads, n_tokens).
 // Host guarantees n_splits ≤ 64.
 //
 // Why this shape (PERF_NOTES.md): a decode step runs one small workgroup per head, so the
@@ -24,7 +21,6 @@ const NEG: f32 = -3.0e38;
 @group(0) @binding(1) var<storage, read_write> o: array<f32>;
 @group(0) @binding(2) var<uniform> p: AttnParams;
 @group(0) @binding(3) var<uniform> step: Step;
-@group(0) @binding(4) var<storage, read> pf: array<vec4<u32>>;
 
 var<workgroup> m_s: array<f32, MAX_SPLITS>;
 var<workgroup> wt: array<f32, MAX_SPLITS>;
@@ -36,10 +32,6 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let lid = lid3.x;
     let h = wid.x;
     let t = wid.y;
-    if (h >= p.n_heads) {
-        if (t == 0u && p.pf_vec4s > 0u && prefetch(h - p.n_heads, lid, p.pf_vec4s, p.pf_wgs)) { o[0] = 0.0; }
-        return;
-    }
     if (t >= step.n_tokens) { return; }
     let d = p.d;
     let ns = p.n_splits;

@@ -9,8 +9,8 @@ struct AttnParams {
     slots: u32,
     window: u32,   // 0: full attention
     n_splits: u32, // key splits of attention_split / attention_combine (unused by attention)
-    pf_vec4s: u32, // attention_combine's prefetch role (0: none; see there)
-    pf_wgs: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 // The first position a query at `pos` attends to: 0 (full attention, window 0) or the oldest

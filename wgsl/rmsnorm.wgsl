@@ -16,10 +16,8 @@
 // Bindings: x: f32[count, x_stride]; wt: f32[..] all norm weights of the model, this one at
 //   w_off (NO_WEIGHT: scale-free norm), the chained ones at w2_off, w3_off, w4_off; out:
 //   f32[count, out_stride]; out2, out3, out4: f32[count, out2_stride] (those past `chain`: any
-//   buffer); p: NormParams; step: Step; res: f32[count, out_stride] (mode 2; else any buffer);
-//   pf: the next mat-vec's weights (the prefetch role; else any buffer).
-// Launch: WG threads per (segment, token); grid = (segs, count), or (segs + pf_wgs, count)
-//   with the prefetch role.
+//   buffer); p: NormParams; step: Step; res: f32[count, out_stride] (mode 2; else any buffer).
+// Launch: WG threads per (segment, token); grid = (segs, count).
 // Why a fixed-order reduction (reduce_tree.wgsl, or reduce_subgroup.wgsl where the device has
 // subgroups): results must not depend on the chunk a token was run in.
 // Why the unrolled register block (PERF_NOTES.md): a decode step runs this kernel on one
@@ -54,11 +52,7 @@ struct NormParams {
     post2: f32,
     post3: f32,
     post4: f32,
-    pf_vec4s: u32, // the prefetch role (main): vec4s of `pf` to read, by pf_wgs workgroups
-    pf_wgs: u32,
     _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 
@@ -71,7 +65,6 @@ struct NormParams {
 @group(0) @binding(6) var<uniform> p: NormParams;
 @group(0) @binding(7) var<uniform> step: Step;
 @group(0) @binding(8) var<storage, read> res: array<f32>;
-@group(0) @binding(9) var<storage, read> pf: array<vec4<u32>>;
 
 var<workgroup> red: array<f32, WG>;
 
@@ -89,17 +82,11 @@ fn finish(y0: f32, i: u32, ob: u32) -> f32 {
 const SG: u32 = {{SG}}u; // subgroup size (1 without subgroups): reduce_subgroup.wgsl's
 // {{WORKGROUP_SUM}}
 
-// The prefetch role (decode and verify steps; prefetch.wgsl, appended by the host): workgroups
-// past the norm's segments read the first pf_vec4s of the next mat-vec's weights (`pf`).
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let seg = wid.x;
     let t = wid.y;
-    if (seg >= p.segs) {
-        if (t == 0u && p.pf_vec4s > 0u && prefetch(seg - p.segs, lid, p.pf_vec4s, p.pf_wgs)) { out[0] = 0.0; }
-        return;
-    }
     let count = select(step.n_tokens, step.n_out, p.count_sel == 1u);
     if (t >= count) { return; }
     let xr = select(t, step.out_row0 + t, p.x_row_sel == 1u);

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# The prefetch role was removed after this run (lost; benches/results/2026-12-01-h200-session14-p1-norm-prefetch.txt): git apply tools/experiments/decode-prefetch-role.patch at d79f4cb to rerun it.
 # Planned first call of session 14 (PERF_NOTES.md, session 13, next steps): the decode kernels'
 # prefetch role (KESTREL_PREFETCH=1: 264 extra workgroups beside each standalone norm and
 # attention_combine read the next mat-vec's first 16 MiB of weights into L2 while the kernel's

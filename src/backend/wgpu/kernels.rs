@@ -165,7 +165,6 @@ impl Kernel {
         let groups = include_str!("../../../wgsl/formats/groups.wgsl");
         let argmax_params = include_str!("../../../wgsl/argmax_params.wgsl");
         let argmax_tree = include_str!("../../../wgsl/argmax_tree.wgsl");
-        let prefetch = include_str!("../../../wgsl/prefetch.wgsl");
         match self {
             Kernel::Matmul(f, tok) => {
                 let src = include_str!("../../../wgsl/matmul.wgsl");
@@ -192,7 +191,7 @@ impl Kernel {
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm { v, wg } => {
                 let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
-                unroll(&format!("{src}\n{prefetch}"), &[("V", v)])
+                unroll(&src, &[("V", v)])
             }
             Kernel::HeadNormRope | Kernel::QkvNormRope => {
                 let kernel = if self == Kernel::HeadNormRope { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
@@ -226,7 +225,7 @@ impl Kernel {
             }
             Kernel::AttentionCombine => {
                 let src = include_str!("../../../wgsl/attention_combine.wgsl").replace("{{U}}", &COMBINE_U.to_string());
-                format!("{params}\n{}", unroll(&format!("{src}\n{prefetch}"), &[("U", COMBINE_U)]))
+                format!("{params}\n{}", unroll(&src, &[("U", COMBINE_U)]))
             }
             Kernel::GeluMul => format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/gelu_mul.wgsl")),
             Kernel::SoftcapArgmax => {
@@ -407,14 +406,13 @@ impl Kernel {
             Kernel::Qmv { pro: 1.., .. } | Kernel::QmvGlu { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, ReadWrite, Uniform],
             Kernel::QmvGeluB { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Read, ReadWrite, Uniform],
             Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::QmmCoop { .. } | Kernel::QmmCoopGlu { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
-            Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, Read],
+            Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
             Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::AttentionCombine => &[Read, ReadWrite, Uniform, Uniform, Read],
-            Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
+            Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GridBarrier => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
@@ -833,11 +831,7 @@ pub struct NormParams {
     pub post2: f32,
     pub post3: f32,
     pub post4: f32,
-    /// The prefetch role (rmsnorm.wgsl): `pf_wgs` workgroups past the segments read the first
-    /// `pf_vec4s` vec4s of binding 9 (the next mat-vec's weights) into L2; 0: none.
-    pub pf_vec4s: u32,
-    pub pf_wgs: u32,
-    pub _pad: [u32; 3],
+    pub _pad: u32,
 }
 
 #[repr(C)]
@@ -887,10 +881,7 @@ pub struct AttnParams {
     pub window: u32,
     /// Key splits of attention_split / attention_combine (unused by attention).
     pub n_splits: u32,
-    /// attention_combine's prefetch role (prefetch.wgsl): `pf_wgs` extra workgroups read the first
-    /// `pf_vec4s` vec4s of its binding 4 (o_proj's weights) into L2; 0: none.
-    pub pf_vec4s: u32,
-    pub pf_wgs: u32,
+    pub _pad: [u32; 2],
 }
 
 /// Key splits per (head, token) of the decode attention: enough workgroups to fill a GPU at

@@ -62,14 +62,6 @@ fn switch(name: &str, default: bool) -> bool {
     }
 }
 
-/// Weight bytes a decode kernel's prefetch role reads ([`WgpuOptions::prefetch`]): about what
-/// the H200 moves in the ≈ 4 µs a one-workgroup norm takes (4 TB/s), so that the prefetch
-/// should not outlast the kernel beside it.
-const PREFETCH_BYTES: u64 = 16 << 20;
-
-/// Extra workgroups of a decode kernel's prefetch role: two per SM of the H200 (132).
-const PREFETCH_WGS: u32 = 264;
-
 /// Most tokens one `verify` scores (the last accepted token and up to 7 drafts): the staging
 /// rows each K/V cache keeps after its slots.
 pub const VERIFY_MAX: usize = 8;
@@ -106,11 +98,6 @@ pub struct WgpuOptions {
     /// qkv_norm_rope writes it (KV-sharing layers, separate projections): one dispatch fewer
     /// per such layer. `KESTREL_ATTN_QNORM=0|1` overrides it for A/B measurements.
     pub fold_q_norm: bool,
-    /// Decode and verify steps run each standalone rmsnorm and attention_combine with extra
-    /// workgroups that read the next mat-vec's weights into L2 while the kernel's few
-    /// workgroups work (prefetch.wgsl). Off by default until measured on the H200
-    /// (PERF_NOTES.md, session 13); `KESTREL_PREFETCH=0|1` overrides it for A/B measurements.
-    pub prefetch: bool,
 }
 
 impl Default for WgpuOptions {
@@ -124,7 +111,6 @@ impl Default for WgpuOptions {
             tensor_cores: true,
             submit_segments: true,
             fold_q_norm: true,
-            prefetch: false,
         }
     }
 }
@@ -1421,8 +1407,7 @@ impl<'a> Builder<'a> {
         let d = || Res::Buf(self.dummy.clone());
         // `res` (binding 8, read by mode 2 only): the weights stand in (read-only there too; the
         // dummy is bound writable at 3..5, and one buffer may not be both in a dispatch).
-        // `pf` (binding 9, the prefetch role's weights, [`Self::add_prefetch`]): the same.
-        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone()), Res::Buf(wt.clone())];
+        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone())];
         self.spec(rmsnorm(p.n as usize), res, &p, p.segs, y);
         self.specs.len() - 1
     }
@@ -1434,36 +1419,6 @@ impl<'a> Builder<'a> {
         let spec = self.norm(a, wt, out, NormParams { mode: 2, ..p });
         self.specs[spec].res[8] = Res::Buf(res.clone());
         spec
-    }
-
-    /// Gives the latency-bound kernels of decode and verify steps their prefetch role
-    /// (prefetch.wgsl): every standalone rmsnorm and every attention_combine has the first
-    /// [`PREFETCH_BYTES`] of the next dense mat-vec's weights after it in the program (routed
-    /// experts excluded: which rows a token reads is not known yet) read into L2 by
-    /// [`PREFETCH_WGS`] extra workgroups of its decode and verify forms.
-    fn add_prefetch(&mut self) {
-        let dense = |k: Kernel| matches!(k, Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::QmvGeluB { .. } | Kernel::Matmul(..));
-        for i in 0..self.specs.len() {
-            let sp = &self.specs[i];
-            // The kernel's binding for the weights, and where its grid's x starts the extra workgroups.
-            let (binding, x) = match sp.kernel {
-                Kernel::RmsNorm { .. } if sp.only != Only::Multi && sp.single.is_none() => (9, sp.x),
-                Kernel::AttentionCombine if sp.single.is_none() => (4, sp.x),
-                _ => continue,
-            };
-            let next = self.specs[i + 1..].iter().filter(|c| c.only != Only::Multi).find(|c| dense(c.single.map_or(c.kernel, |v| v.0)));
-            let Some(Res::Buf(w)) = next.map(|c| &c.res[0]) else { continue };
-            let (w, vec4s) = (w.clone(), (w.size().min(PREFETCH_BYTES) / 16) as u32);
-            if binding == 9 {
-                self.edit_params(i, |p: &mut NormParams| (p.pf_vec4s, p.pf_wgs) = (vec4s, PREFETCH_WGS));
-            } else {
-                self.edit_params(i, |p: &mut AttnParams| (p.pf_vec4s, p.pf_wgs) = (vec4s, PREFETCH_WGS));
-            }
-            let sp = &mut self.specs[i];
-            sp.res[binding] = Res::Buf(w);
-            let x = x + PREFETCH_WGS;
-            (sp.single, sp.verify) = (Some((sp.kernel, x, 1)), Some((sp.kernel, x, 1)));
-        }
     }
 
     /// The params of the rmsnorm spec `spec`.
@@ -1943,7 +1898,7 @@ impl<'a> Builder<'a> {
             let ap = AttnParams {
                 d: d as u32, n_heads: l.n_heads as u32, n_kv_heads: l.n_kv_heads as u32, slots,
                 window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
-                n_splits: attn_splits(), pf_vec4s: 0, pf_wgs: 0,
+                n_splits: attn_splits(), _pad: [0; 2],
             };
             // Chunks (prefill, verify): 16 queries per workgroup share each key tile.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
@@ -1963,9 +1918,7 @@ impl<'a> Builder<'a> {
             };
             self.spec(split.0, split.1, &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
             self.specs.last_mut().expect("just pushed").only = Only::Single;
-            // `pf` (binding 4, the prefetch role's weights, [`Self::add_prefetch`]): the splits
-            // stand in (read-only there too).
-            let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step, Res::Buf(attn_part.clone())];
+            let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
             self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
             self.specs.last_mut().expect("just pushed").only = Only::Single;
             self.matmul(&gl.o, &att, l.q_dim(), &o, h, false)?;
@@ -2081,10 +2034,6 @@ impl<'a> Builder<'a> {
         };
         self.specs.push(pass(Kernel::SoftcapArgmax, chunks, false, GridY::Out));
         self.specs.push(pass(Kernel::ArgmaxMerge, 0, true, GridY::One));
-
-        if switch("KESTREL_PREFETCH", self.opts.prefetch) {
-            self.add_prefetch();
-        }
 
         // ---- bind groups
         let param_buf = {
