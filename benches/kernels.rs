@@ -25,8 +25,8 @@
 
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
-    attention_chunk, attention_split, fold_grid, rmsnorm, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
-    RouterParams, Step, BarrierParams, ATTN_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
+    attention_chunk, attention_chunk_coop, attention_split, fold_grid, rmsnorm, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
+    RouterParams, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
 struct Shape {
@@ -269,18 +269,23 @@ fn main() {
     latency_table(&mut h, &filter);
 }
 
-/// Prefill attention (attention.wgsl) over one 512-token chunk from position 0, at E2B's heads
-/// (8 query heads on 1 kv head; d 256 with the 512-key window, d 512 full) and E4B's (8 on 2):
-/// GPU time per dispatch and the TFLOP/s of the causal products it must do (2 · 2 · d flops per
-/// attended (query, key) pair per head).
+/// Prefill attention (attention.wgsl, and attention_coop.wgsl where the device has tensor cores)
+/// over one 512-token chunk from position 0, at E2B's heads (8 query heads on 1 kv head; d 256
+/// with the 512-key window, d 512 full) and E4B's (8 on 2): GPU time per dispatch and the
+/// TFLOP/s of the causal products it must do (2 · 2 · d flops per attended (query, key) pair
+/// per head).
 fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
     let f32s = |n: usize, v: f32| -> Vec<u8> { (0..n).flat_map(|i| (v * (1.0 + ((i * 7919) % 97) as f32 / 97.0)).to_le_bytes()).collect() };
     let tokens = 512usize;
     println!("\n| prefill attention | heads (q / kv) × d, window | tokens | kernel | µs | TFLOP/s |");
     println!("|---|---|---|---|---|---|");
     let shapes = [("E2B sliding", 8usize, 1usize, 256usize, 512usize), ("E2B full", 8, 1, 512, 0), ("E4B sliding", 8, 2, 256, 512), ("E4B full", 8, 2, 512, 0)];
-    for (name, n_q, n_kv, d, window) in shapes {
-        let kernel = attention_chunk(d);
+    let coop = h.gpu().coop_f16();
+    let kernels = shapes.into_iter().flat_map(|s| {
+        let tc = attention_chunk_coop(s.3).filter(|_| coop).map(|k| (s, k, ATTN_COOP_BQ));
+        [Some((s, attention_chunk(s.3), ATTN_BQ)), tc].into_iter().flatten()
+    });
+    for ((name, n_q, n_kv, d, window), kernel, bq) in kernels {
         let label = kernel.label();
         if !label.contains(filter) {
             continue;
@@ -291,7 +296,7 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
         let bufs = vec![f32s(tokens * n_q * d, 0.05), f32s(slots * n_kv * d, 0.05), f32s(slots * n_kv * d, 0.3), f32s(tokens * n_q * d, 0.0)];
         let pairs: usize = (0..tokens).map(|t| if window > 0 { (t + 1).min(window) } else { t + 1 }).sum();
         let flops = (4 * d * pairs * n_q) as f64;
-        match h.time(kernel, &bufs, bytemuck::bytes_of(&p), step, (n_q as u32, (tokens as u32).div_ceil(ATTN_BQ), 1), 20) {
+        match h.time(kernel, &bufs, bytemuck::bytes_of(&p), step, (n_q as u32, (tokens as u32).div_ceil(bq), 1), 20) {
             Ok(us) => println!("| {name} | {n_q} / {n_kv} × {d}, {window} | {tokens} | {label} | {us:.1} | {:.2} |", flops / us / 1e6),
             Err(e) => println!("| {name} | {n_q} / {n_kv} × {d} | {tokens} | {label} | error: {e} | |"),
         }

@@ -593,6 +593,38 @@ fn qmm_coop_matches_the_cpu_reference() {
     }
 }
 
+/// Chunk attention on tensor cores (attention_coop.wgsl) on attention's cases whose head dim it
+/// takes (a multiple of 64), and at full size: E4B's sliding layers (d 256, 8:2, window 512)
+/// over a first 512-token chunk and a later one in a wrapped ring, E2B's global layers (d 512,
+/// 8:1) over a longer context, and q ranges from near-uniform weights to weights so peaked that
+/// the running maximum moves on most tiles (O rescaled). Needs f16 cooperative matrices, as
+/// qmm_coop's test. Same tolerance as attention: the f16 halves leave ~2^-21 of each product
+/// (attention_coop.wgsl), far inside tol::ATTN.
+#[test]
+#[ignore = "needs f16 cooperative matrices (tensor cores): run with --include-ignored on such a device"]
+fn attention_coop_matches_the_cpu_reference() {
+    let Some(mut h) = harness() else { return };
+    assert!(h.gpu().coop_f16(), "{} has no f16 cooperative matrices: attention_coop cannot run here", h.gpu().describe());
+    let mut cases: Vec<AttnCase> = attention_shapes().into_iter().filter(|c| attention_chunk_coop(c.d).is_some()).collect();
+    let a = AttnCase::new;
+    cases.extend([a(256, 8, 2, 512, 0, 512, 1023), a(256, 8, 2, 512, 700, 512, 1023), a(512, 8, 1, 300, 400, 0, 700)]);
+    for q_range in [0.01, 4.0, 16.0] {
+        cases.extend([a(256, 4, 1, 100, 50, 0, 150), a(64, 4, 2, 70, 30, 16, 85)].map(|c| AttnCase { q_range, ..c }));
+    }
+    let mut failures = Vec::new();
+    for c in cases {
+        let case = AttnCase { coop: true, ..c };
+        let name = case.name();
+        let seed = seed_of(&name);
+        let l = case.build(&mut Rng(kestrel::synth::SplitMix64(seed)));
+        match run_case(&mut h, &l) {
+            Ok((report, _)) => println!("{name} seed={seed} [wgpu]: {report} OK"),
+            Err(e) => failures.push(format!("{name} seed={seed} [wgpu]: FAIL {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{} attention_coop case(s) failed:\n{}", failures.len(), failures.join("\n"));
+}
+
 /// Split-k qmm (qmm.wgsl with k_splits > 1, then qmm_sum.wgsl), as the backend runs few-row
 /// matrices in chunks, against the same CPU reference as the unsplit kernel: 2, 4 and 8 ranges,
 /// both row tiles, partial row and token tiles, a later part of a strided y, count = n_out.
@@ -1464,12 +1496,21 @@ struct AttnCase {
     pos0: usize,
     window: usize,
     slots: usize,
+    /// q drawn from [-q_range, q_range) (1 by the rule): larger ranges give peaked softmaxes
+    /// whose running maximum moves often, smaller ones near-uniform weights.
+    q_range: f32,
+    /// Run attention_coop.wgsl (tensor cores) instead of attention.wgsl.
+    coop: bool,
 }
 
 impl AttnCase {
+    fn new(d: usize, heads: usize, kv_heads: usize, tokens: usize, pos0: usize, window: usize, slots: usize) -> Self {
+        AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, q_range: 1.0, coop: false }
+    }
+
     /// The CPU's attention output for queries `q` ([token][head · d]) over the ring caches.
     fn reference(&self, q: &[f32], kc: &[f32], vc: &[f32]) -> Vec<Option<f64>> {
-        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots } = self;
+        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, .. } = self;
         let lo = |p: usize| if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
         let (qrow, kvrow, group) = (heads * d, kv_heads * d, heads / kv_heads);
         let mut want = vec![None; tokens * qrow];
@@ -1497,19 +1538,24 @@ impl AttnCase {
 impl Case for AttnCase {
     fn name(&self) -> String {
         let c = self;
-        format!(
-            "attention(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={})",
+        let mut s = format!(
+            "{}(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={}",
+            if c.coop { "attention_coop" } else { "attention" },
             c.d, c.heads, c.kv_heads, c.tokens, c.pos0, c.window, c.slots
-        )
+        );
+        if c.q_range != 1.0 {
+            s += &format!(",q_range={}", c.q_range);
+        }
+        s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots } = self;
+        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, q_range, coop } = self;
         let lo = |p: usize| if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
         // Every position the step reads must have its own slot.
         assert!(pos0 + tokens - lo(pos0) <= slots, "{}: the ring is too small for this step", self.name());
         let (qrow, kvrow) = (heads * d, kv_heads * d);
-        let q = rng.vec(tokens * qrow);
+        let q: Vec<f32> = rng.vec(tokens * qrow).into_iter().map(|v| v * q_range).collect();
         let kc = rng.vec(slots * kvrow);
         let vc = rng.vec(slots * kvrow);
         let want = self.reference(&q, &kc, &vc);
@@ -1529,7 +1575,11 @@ impl Case for AttnCase {
             _pad: [0; 2],
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        launch(attention_chunk(d), bufs, &p, step, (heads, tokens.div_ceil(ATTN_BQ as usize)))
+        let (kernel, bq) = match coop {
+            true => (attention_chunk_coop(d).expect("a head dim attention_coop takes"), ATTN_COOP_BQ),
+            false => (attention_chunk(d), ATTN_BQ),
+        };
+        launch(kernel, bufs, &p, step, (heads, tokens.div_ceil(bq as usize)))
     }
 }
 
@@ -1543,7 +1593,7 @@ impl Case for AttnCase {
 #[test]
 fn split_attention_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
-    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots };
+    let a = AttnCase::new;
     let cases = [
         a(256, 8, 1, 1, 130, 512, 640),
         // 35 keys per split at head dim 256: several rounds of keys in flight and a partial one.
@@ -1600,8 +1650,12 @@ fn split_attention_matches_the_cpu_reference() {
 }
 
 fn attention_cases() -> Vec<Box<dyn Case>> {
+    attention_shapes().into_iter().map(|c| Box::new(c) as Box<dyn Case>).collect()
+}
+
+fn attention_shapes() -> Vec<AttnCase> {
     let mut v: Vec<AttnCase> = Vec::new();
-    let a = |d, heads, kv_heads, tokens, pos0, window, slots| AttnCase { d, heads, kv_heads, tokens, pos0, window, slots };
+    let a = AttnCase::new;
     // Full attention: every head_dim × GQA group 1, 2, 4; 73 positions cross a 64-key tile.
     for d in [32, 64, 256, 512] {
         for (heads, kv) in [(4, 4), (4, 2), (8, 2)] {
@@ -1634,7 +1688,7 @@ fn attention_cases() -> Vec<Box<dyn Case>> {
     v.push(a(32, 4, 1, 40, 10, 16, 16 + 40 - 1));
     v.push(a(40, 2, 1, 50, 300, 20, 70));
     v.push(a(512, 4, 2, 20, 90, 0, 110));
-    v.into_iter().map(|c| Box::new(c) as Box<dyn Case>).collect()
+    v
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -83,6 +83,9 @@ pub enum Kernel {
     /// Chunk attention (prefill, verify): 16 queries per workgroup share each 64-key tile; `dv`
     /// = ceil(head_dim / 64) 64-dim slices of a row (head_dim ≤ 512), in register tiles.
     Attention { dv: u32 },
+    /// Chunk attention on tensor cores (attention_coop.wgsl): 32 queries per workgroup, head
+    /// dim `d` (a multiple of 64, ≤ 512); see [`attention_chunk_coop`].
+    AttentionCoop { d: u32 },
     /// Decode attention over key splits (`dk` = ceil(head_dim / 64) dims per lane, kept in
     /// registers), then the merge of the splits. `qnorm`: q read before its norm and rope,
     /// which the kernel applies (attention_qnorm.wgsl).
@@ -131,6 +134,7 @@ impl Kernel {
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::QkvNormRope => "qkv_norm_rope".into(),
             Kernel::Attention { dv } => format!("attention_d{dv}"),
+            Kernel::AttentionCoop { d } => format!("attention_coop_d{d}"),
             Kernel::AttentionSplit { dk, qnorm } => format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" }),
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::GeluMul => "gelu_mul".into(),
@@ -153,7 +157,7 @@ impl Kernel {
     /// `sg`: the subgroup size reductions may use (0: none; workgroup-memory trees instead).
     fn source(self, sg: u32) -> String {
         // Enable directives must open the module.
-        let enables = if matches!(self, Kernel::QmmCoop { .. } | Kernel::QmmCoopMoe { .. } | Kernel::QmmCoopGlu { .. }) { "enable f16;\nenable wgpu_cooperative_matrix;\n" } else { "" };
+        let enables = if matches!(self, Kernel::QmmCoop { .. } | Kernel::QmmCoopMoe { .. } | Kernel::QmmCoopGlu { .. } | Kernel::AttentionCoop { .. }) { "enable f16;\nenable wgpu_cooperative_matrix;\n" } else { "" };
         format!("{enables}{}\n{}", include_str!("../../../wgsl/common.wgsl"), self.body(sg))
     }
 
@@ -201,6 +205,10 @@ impl Kernel {
                 let dw = dv.div_ceil(4);
                 let src = include_str!("../../../wgsl/attention.wgsl").replace("{{DV}}", &dv.to_string()).replace("{{DW}}", &dw.to_string());
                 format!("{params}\n{}", unroll(&src, &[("DV", dv), ("DW", dw)]))
+            }
+            Kernel::AttentionCoop { d } => {
+                let src = include_str!("../../../wgsl/attention_coop.wgsl").replace("{{D}}", &d.to_string());
+                format!("{params}\n{}", unroll(&src, &[("NC", d / 64)]))
             }
             Kernel::AttentionSplit { dk, qnorm } => {
                 // A/B knobs for measurements: KESTREL_ATTN_G (keys in flight), KESTREL_ATTN_TREE=1
@@ -410,7 +418,7 @@ impl Kernel {
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
-            Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionCoop { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GridBarrier => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
@@ -593,6 +601,16 @@ pub fn attention_chunk(head_dim: usize) -> Kernel {
 
 /// Tokens (queries) per workgroup of chunk attention (`BQ` in attention.wgsl).
 pub const ATTN_BQ: u32 = 16;
+
+/// Chunk attention on tensor cores for a head dimension, where it applies (a multiple of 64,
+/// ≤ 512: four 16-dim blocks per subgroup row, value stages of ≤ 256 dims); the device must
+/// have f16 cooperative matrices in subgroups of 32 (`Gpu::coop_f16`).
+pub fn attention_chunk_coop(head_dim: usize) -> Option<Kernel> {
+    (head_dim % 64 == 0 && (64..=512).contains(&head_dim)).then_some(Kernel::AttentionCoop { d: head_dim as u32 })
+}
+
+/// Tokens (queries) per workgroup of attention_coop (`BQ` in attention_coop.wgsl).
+pub const ATTN_COOP_BQ: u32 = 32;
 
 /// The attention_split variant for a head dimension (≤ 1024); `qnorm`: its form that norms and
 /// rotates q itself (attention_qnorm.wgsl).
@@ -1118,21 +1136,35 @@ mod tests {
         assert_eq!(unroll("// @unroll r 0\nz\n// @end r\nq\n", &[]), "q\n");
     }
 
-    /// qmm_coop needs a device with cooperative matrices (not lavapipe, where CI runs): naga
-    /// validates its WGSL here with the capabilities such a device gives, so a shader error
-    /// shows on every machine, not only on the H200.
+    /// qmm_coop and attention_coop need a device with cooperative matrices (not lavapipe,
+    /// where CI runs): naga validates their WGSL here with the capabilities such a device
+    /// gives, and writes it to SPIR-V, so a shader error shows on every machine.
     #[test]
     fn qmm_coop_validates_with_cooperative_matrices() {
         use naga::valid::{Capabilities, ValidationFlags, Validator};
         let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
         let kernels = tiles.iter().flat_map(|&(tb, rb)| [super::Kernel::QmmCoop { tb, rb }, super::Kernel::QmmCoopMoe { tb, rb }]);
         let kernels = kernels.chain([1, 2].map(|tb| super::Kernel::QmmCoopGlu { tb }));
+        let kernels = kernels.chain([64, 128, 256, 512].map(|d| super::Kernel::AttentionCoop { d }));
         for k in kernels {
             let src = k.source(32);
             let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
             let caps = Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP;
-            if let Err(e) = Validator::new(ValidationFlags::all(), caps).validate(&module) {
-                panic!("{}: {}", k.label(), e.emit_to_string(&src));
+            let info = Validator::new(ValidationFlags::all(), caps).validate(&module).unwrap_or_else(|e| panic!("{}: {}", k.label(), e.emit_to_string(&src)));
+            // Every workgroup variable a multiple of 16 bytes (attention_coop.wgsl, `need`: a
+            // 4-byte one broke the tensor-core loads on the H200).
+            let mut layouter = naga::proc::Layouter::default();
+            layouter.update(module.to_ctx()).expect("layout");
+            for (_, var) in module.global_variables.iter() {
+                if var.space == naga::AddressSpace::WorkGroup {
+                    let size = layouter[var.ty].size;
+                    assert!(size % 16 == 0, "{}: workgroup variable {:?} is {size} bytes, not a multiple of 16", k.label(), var.name);
+                }
+            }
+            // And through naga's SPIR-V writer, as wgpu's Vulkan backend will.
+            let opts = naga::back::spv::Options { lang_version: (1, 6), ..Default::default() };
+            if let Err(e) = naga::back::spv::write_vec(&module, &info, &opts, None) {
+                panic!("{}: SPIR-V: {e}", k.label());
             }
         }
     }

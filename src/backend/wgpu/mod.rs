@@ -85,9 +85,10 @@ pub struct WgpuOptions {
     /// next mat-vec (0: every norm its own dispatch). `KESTREL_FUSE_NORMS=0|all` overrides it
     /// for A/B measurements.
     pub fuse_norms_up_to: usize,
-    /// Run the 4-bit prefill mat-mats on tensor cores (`qmm_coop`, `qmm_coop_moe`) where the
-    /// device has f16 cooperative matrices. `KESTREL_QMM_COOP=0|1` overrides it for A/B
-    /// measurements.
+    /// Run the 4-bit prefill mat-mats (`qmm_coop`, `qmm_coop_moe`) and prefill attention
+    /// (`attention_coop`, head dims that are multiples of 64) on tensor cores where the device
+    /// has f16 cooperative matrices. `KESTREL_QMM_COOP=0|1` overrides it for A/B measurements,
+    /// `KESTREL_ATTN_COOP=0` for the attention alone.
     pub tensor_cores: bool,
     /// Submit a step in segments of 16, 32, 64, … program entries as they are recorded, so that
     /// the GPU starts while the host records the rest (`run`; not profiled steps). On the H200
@@ -1192,7 +1193,8 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Whether prefill chunks run the tensor-core mat-mats (the option, the device, the A/B knob).
+    /// Whether prefill chunks run on tensor cores — the mat-mats, and the attention unless
+    /// `KESTREL_ATTN_COOP=0` (the option, the device, the A/B knob).
     fn tensor_cores(&self) -> bool {
         self.gpu.coop_f16() && switch("KESTREL_QMM_COOP", self.opts.tensor_cores)
     }
@@ -1900,9 +1902,13 @@ impl<'a> Builder<'a> {
                 window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
                 n_splits: attn_splits(), _pad: [0; 2],
             };
-            // Chunks (prefill, verify): 16 queries per workgroup share each key tile.
+            // Chunks (prefill): 16 queries per workgroup share each key tile, or 32 on tensor cores.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
-            self.spec(attention_chunk(d), res, &ap, l.n_heads as u32, GridY::TokenTiles(ATTN_BQ));
+            let (chunk_attn, bq) = match attention_chunk_coop(d) {
+                Some(k) if self.tensor_cores() && switch("KESTREL_ATTN_COOP", true) => (k, ATTN_COOP_BQ),
+                _ => (attention_chunk(d), ATTN_BQ),
+            };
+            self.spec(chunk_attn, res, &ap, l.n_heads as u32, GridY::TokenTiles(bq));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
             // Decode: the keys split over attn_splits() workgroups per head, then merged.
             let split = match q_raw.take() {
