@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Session 14, third call: attention_coop failed every kernel case in p2 (NMSE ≈ 2 even with one
+# key, where o = V exactly: the P·V path). Which coop operation is at fault: the kernel test in
+# four forms (KESTREL_ATTN_COOP_VT=1: V staged transposed and loaded column-major, qmm_coop's B
+# pattern; KESTREL_ATTN_COOP_PA=1: 2^11 P_hi staged instead of a loaded matrix times a scalar).
+# The first form that passes then gets the fixtures, kbench's attention rows and pp512 0 / 1 / 0
+# / 1 on E2B, E4B and 26B. ≈ 6 min. Carry target/carry (tools/device/pack.sh --tests) and .gl.
+# (A record of what ran: the diagnostic forms and tests it names were removed once p13 found
+# the cause; PERF_NOTES.md, session 14 #2.)
+set -uo pipefail
+. tools/device/env.sh
+F="$OUT/attention-coop-forms.txt"
+K=./target/release/kestrel
+date -u | tee "$F"
+good=""
+for form in "X=0" "KESTREL_ATTN_COOP_VT=1" "KESTREL_ATTN_COOP_PA=1" "KESTREL_ATTN_COOP_VT=1 KESTREL_ATTN_COOP_PA=1"; do
+  echo "== attention_coop kernel test, $form" | tee -a "$F"
+  env $form KESTREL_REQUIRE_GPU=1 timeout 120 ./target/release/ktests attention_coop --include-ignored > /tmp/t.log 2>&1
+  echo "OK cases: $(grep -c ' OK$' /tmp/t.log), FAIL: $(grep -c 'FAIL' /tmp/t.log)" | tee -a "$F"
+  grep -E "FAIL" /tmp/t.log | head -4 | tee -a "$F"
+  grep -E "test result" /tmp/t.log | tee -a "$F"
+  if [ -z "$good" ] && grep -q "test result: ok" /tmp/t.log; then good="$form"; fi
+done
+echo "== first passing form: '$good'" | tee -a "$F"
+[ -n "$good" ] || exit 0
+grep -E " OK$" /tmp/t.log > /dev/null
+env $good KESTREL_REQUIRE_GPU=1 timeout 120 ./target/release/ktests attention_coop --include-ignored 2>&1 | grep -E "attention_coop\(" | tee -a "$F"
+echo "== tests/fixtures.rs wgpu ($good)" | tee -a "$F"
+env $good KESTREL_REQUIRE_GPU=1 timeout 300 ./target/release/kfixtures wgpu 2>&1 | grep -E "test result|FAIL|differ|panicked" | tee -a "$F"
+echo "== kbench prefill attention ($good)" | tee -a "$F"
+env $good timeout 120 ./target/release/kbench attention 2>&1 | grep -E "^\| (E2B|E4B) " | tee -a "$F"
+for a in e2b e4b 26b-a4b; do
+  $K synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
+  for s in 0 1 0 1; do
+    ab_bench "$F" $a "-p 512 -n 8" "^\| pp512 |GPU time of one 512|^\| attention_(d|coop)" KESTREL_ATTN_COOP=$s $good
+  done
+  rm -rf /tmp/$a
+done
+date -u | tee -a "$F"
