@@ -570,7 +570,6 @@ fn qmm_shapes(q: impl Fn(usize, usize, usize) -> MatmulCase) -> Vec<Box<dyn Case
 fn qmm_coop_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
     assert!(h.gpu().coop_f16(), "{} has no f16 cooperative matrices: qmm_coop cannot run here", h.gpu().describe());
-    let mut failures = Vec::new();
     let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
     let dense = tiles.into_iter().flat_map(|t| qmm_shapes(move |rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(4), coop: Some(t), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) }));
     let moe = tiles.into_iter().flat_map(|t| {
@@ -578,19 +577,26 @@ fn qmm_coop_matches_the_cpu_reference() {
     });
     // The GeGLU form: partial row and token tiles, E2B/E4B widths.
     let glu = [(1, 320, 9), (65, 320, 130), (70, 1536, 257), (130, 2560, 20)].map(|(rows, cols, tokens)| Box::new(GluCase { rows, cols, tokens, tile: 0, coop: true }) as Box<dyn Case>);
-    for case in dense.chain(moe).chain(glu) {
-        let name = case.name();
-        let seed = seed_of(&name);
-        let l = case.build(&mut Rng(kestrel::synth::SplitMix64(seed)));
-        match run_case(&mut h, &l) {
-            Ok((report, _)) => println!("{name} seed={seed} [wgpu]: {report} OK"),
-            Err(e) => failures.push(format!("{name} seed={seed} [wgpu]: FAIL {e}")),
-        }
-    }
+    let failures = run_all(&mut h, dense.chain(moe).chain(glu));
     assert!(failures.is_empty(), "{} qmm_coop case(s) failed:\n{}", failures.len(), failures.join("\n"));
     for ((splits, c), t) in split_k_cases().into_iter().zip(tiles.into_iter().cycle()) {
         run_split_k(&mut h, splits, MatmulCase { coop: Some(t), ..c });
     }
+}
+
+/// Runs each case (seeded by its name), printing a line per case; returns the failures' lines.
+fn run_all(h: &mut KernelHarness, cases: impl Iterator<Item = Box<dyn Case>>) -> Vec<String> {
+    let mut failures = Vec::new();
+    for case in cases {
+        let name = case.name();
+        let seed = seed_of(&name);
+        let l = case.build(&mut Rng(kestrel::synth::SplitMix64(seed)));
+        match run_case(h, &l) {
+            Ok((report, _)) => println!("{name} seed={seed} [wgpu]: {report} OK"),
+            Err(e) => failures.push(format!("{name} seed={seed} [wgpu]: FAIL {e}")),
+        }
+    }
+    failures
 }
 
 /// Chunk attention on tensor cores (attention_coop.wgsl) on attention's cases whose head dim it
@@ -611,17 +617,7 @@ fn attention_coop_matches_the_cpu_reference() {
     for q_range in [0.01, 4.0, 16.0] {
         cases.extend([a(256, 4, 1, 100, 50, 0, 150), a(64, 4, 2, 70, 30, 16, 85)].map(|c| AttnCase { q_range, ..c }));
     }
-    let mut failures = Vec::new();
-    for c in cases {
-        let case = AttnCase { coop: true, ..c };
-        let name = case.name();
-        let seed = seed_of(&name);
-        let l = case.build(&mut Rng(kestrel::synth::SplitMix64(seed)));
-        match run_case(&mut h, &l) {
-            Ok((report, _)) => println!("{name} seed={seed} [wgpu]: {report} OK"),
-            Err(e) => failures.push(format!("{name} seed={seed} [wgpu]: FAIL {e}")),
-        }
-    }
+    let failures = run_all(&mut h, cases.into_iter().map(|c| Box::new(AttnCase { coop: true, ..c }) as Box<dyn Case>));
     assert!(failures.is_empty(), "{} attention_coop case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
 

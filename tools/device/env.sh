@@ -20,6 +20,29 @@ ab_bench() {
   echo "== $arch $*" | tee -a "$file"
   env "$@" ./target/release/kestrel bench --model /tmp/$arch $args 2>&1 | grep -E "$pattern" | tee -a "$file"
 }
+# A prefill A/B of one switch on E2B, E4B and 26B (synthetic 4-bit models, made and removed here):
+# `pp_ab FILE VAR "GREP PATTERN" [VAR2=value …]` benches -p 512 -n 8 with VAR=0, 1, 0, 1 per model.
+pp_ab() {
+  local file=$1 var=$2 pattern=$3; shift 3
+  for a in e2b e4b 26b-a4b; do
+    ./target/release/kestrel synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
+    for s in 0 1 0 1; do
+      ab_bench "$file" $a "-p 512 -n 8" "$pattern" $var=$s "$@"
+    done
+    rm -rf /tmp/$a
+  done
+}
+# Session 14's tensor-core attention checks: `attn_ab FILE [VAR=value …]` appends the fixtures
+# end to end, kbench's prefill attention rows and pp_ab of KESTREL_ATTN_COOP, each with the
+# variables given.
+attn_ab() {
+  local file=$1; shift
+  echo "== tests/fixtures.rs wgpu $*" | tee -a "$file"
+  env "$@" KESTREL_REQUIRE_GPU=1 timeout 300 ./target/release/kfixtures wgpu 2>&1 | grep -E "test result|FAIL|differ|panicked" | tee -a "$file"
+  echo "== kbench prefill attention $*" | tee -a "$file"
+  env "$@" timeout 120 ./target/release/kbench attention 2>&1 | grep -E "^\| (E2B|E4B) " | tee -a "$file"
+  pp_ab "$file" KESTREL_ATTN_COOP "^\| pp512 |GPU time of one 512|^\| attention_(d|coop)" "$@"
+}
 # What a final call checks first: `final_checks FILE` appends the GPU and its clocks, the kernel
 # tests (with the ignored tensor-core one) and the fixtures end to end on this GPU, and kbench's
 # 256 MiB mat-vec (the issue's single-kernel bar) to FILE.

@@ -9,7 +9,6 @@
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/attention-coop-glsl450.txt"
-K=./target/release/kestrel
 date -u | tee "$F"
 for s in 1 0; do
   echo "== KESTREL_COOP_SPIRV=$s" | tee -a "$F"
@@ -20,15 +19,5 @@ for s in 1 0; do
 done
 grep -E "attention_coop\(" /tmp/a1.log | tee -a "$F"
 grep -q "test result: ok" /tmp/a1.log || exit 0
-echo "== tests/fixtures.rs wgpu" | tee -a "$F"
-KESTREL_REQUIRE_GPU=1 timeout 300 ./target/release/kfixtures wgpu 2>&1 | grep -E "test result|FAIL|differ|panicked" | tee -a "$F"
-echo "== kbench prefill attention" | tee -a "$F"
-timeout 120 ./target/release/kbench attention 2>&1 | grep -E "^\| (E2B|E4B) " | tee -a "$F"
-for a in e2b e4b 26b-a4b; do
-  $K synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
-  for s in 0 1 0 1; do
-    ab_bench "$F" $a "-p 512 -n 8" "^\| pp512 |GPU time of one 512|^\| attention_(d|coop)" KESTREL_ATTN_COOP=$s
-  done
-  rm -rf /tmp/$a
-done
+attn_ab "$F" X=0
 date -u | tee -a "$F"

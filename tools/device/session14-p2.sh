@@ -10,7 +10,6 @@
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/attention-coop.txt"
-K=./target/release/kestrel
 date -u | tee "$F"
 echo "== tests/kernels.rs attention_coop (ignored elsewhere)" | tee -a "$F"
 KESTREL_REQUIRE_GPU=1 timeout 300 ./target/release/ktests attention_coop --include-ignored 2>&1 | grep -E "attention_coop\(|test result|panicked|FAIL" | tee -a "$F"
@@ -18,11 +17,5 @@ echo "== tests/fixtures.rs wgpu" | tee -a "$F"
 KESTREL_REQUIRE_GPU=1 timeout 300 ./target/release/kfixtures wgpu 2>&1 | grep -E "test result|FAIL|differ|panicked" | tee -a "$F"
 echo "== kbench prefill attention" | tee -a "$F"
 timeout 120 ./target/release/kbench attention 2>&1 | grep -E "^\| (E2B|E4B) " | tee -a "$F"
-for a in e2b e4b 26b-a4b; do
-  $K synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
-  for s in 0 1 0 1; do
-    ab_bench "$F" $a "-p 512 -n 8" "^\| pp512 |GPU time of one 512|^\| attention" KESTREL_ATTN_COOP=$s
-  done
-  rm -rf /tmp/$a
-done
+pp_ab "$F" KESTREL_ATTN_COOP "^\| pp512 |GPU time of one 512|^\| attention"
 date -u | tee -a "$F"

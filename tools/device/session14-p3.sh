@@ -10,7 +10,6 @@
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/attention-coop-forms.txt"
-K=./target/release/kestrel
 date -u | tee "$F"
 good=""
 for form in "X=0" "KESTREL_ATTN_COOP_VT=1" "KESTREL_ATTN_COOP_PA=1" "KESTREL_ATTN_COOP_VT=1 KESTREL_ATTN_COOP_PA=1"; do
@@ -25,15 +24,5 @@ echo "== first passing form: '$good'" | tee -a "$F"
 [ -n "$good" ] || exit 0
 grep -E " OK$" /tmp/t.log > /dev/null
 env $good KESTREL_REQUIRE_GPU=1 timeout 120 ./target/release/ktests attention_coop --include-ignored 2>&1 | grep -E "attention_coop\(" | tee -a "$F"
-echo "== tests/fixtures.rs wgpu ($good)" | tee -a "$F"
-env $good KESTREL_REQUIRE_GPU=1 timeout 300 ./target/release/kfixtures wgpu 2>&1 | grep -E "test result|FAIL|differ|panicked" | tee -a "$F"
-echo "== kbench prefill attention ($good)" | tee -a "$F"
-env $good timeout 120 ./target/release/kbench attention 2>&1 | grep -E "^\| (E2B|E4B) " | tee -a "$F"
-for a in e2b e4b 26b-a4b; do
-  $K synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
-  for s in 0 1 0 1; do
-    ab_bench "$F" $a "-p 512 -n 8" "^\| pp512 |GPU time of one 512|^\| attention_(d|coop)" KESTREL_ATTN_COOP=$s $good
-  done
-  rm -rf /tmp/$a
-done
+attn_ab "$F" $good
 date -u | tee -a "$F"
