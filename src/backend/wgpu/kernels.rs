@@ -603,8 +603,9 @@ pub fn attention_chunk(head_dim: usize) -> Kernel {
 pub const ATTN_BQ: u32 = 16;
 
 /// Chunk attention on tensor cores for a head dimension, where it applies (a multiple of 64,
-/// ≤ 512: four 16-dim blocks per subgroup row, value stages of ≤ 256 dims); the device must
-/// have f16 cooperative matrices in subgroups of 32 (`Gpu::coop_f16`).
+/// ≤ 512: the kernel's stages are 64 dims, and each subgroup keeps one 16 × 16 O block per
+/// value stage in registers, 8 at most); the device must have f16 cooperative matrices in
+/// subgroups of 32 (`Gpu::coop_f16`).
 pub fn attention_chunk_coop(head_dim: usize) -> Option<Kernel> {
     (head_dim % 64 == 0 && (64..=512).contains(&head_dim)).then_some(Kernel::AttentionCoop { d: head_dim as u32 })
 }
