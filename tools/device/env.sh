@@ -44,7 +44,7 @@ attn_ab() {
   pp_ab "$file" KESTREL_ATTN_COOP "^\| pp512 |GPU time of one 512|^\| attention_(d|coop)" "$@"
 }
 # What a final call checks first: `final_checks FILE` appends the GPU and its clocks, the kernel
-# tests (with the ignored tensor-core one) and the fixtures end to end on this GPU, and kbench's
+# tests (with the ignored tensor-core ones) and the fixtures end to end on this GPU, and kbench's
 # 256 MiB mat-vec (the single-kernel bar) to FILE.
 final_checks() {
   local file=$1
