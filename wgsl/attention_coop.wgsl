@@ -2,8 +2,8 @@
 //   o[t, h] = Σ_p softmax_p(q[t, h] · K[p, kvh]) · V[p, kvh]   (scale 1.0, Gemma 4)
 // for token t at position P = pos0 + t, query head h, kv head kvh = h / (n_heads / n_kv_heads),
 // over positions p in [first_key(P, window), P], with attention.wgsl's bindings, params, ring
-// cache and masks (the host prepends `enable f16; enable wgpu_cooperative_matrix;`, common.wgsl
-// and attention_params.wgsl, and substitutes D).
+// cache and masks (the host prepends `enable f16; enable wgpu_cooperative_matrix;`, halves.wgsl,
+// common.wgsl and attention_params.wgsl, and substitutes D).
 //
 // Bindings: q: f32[n_tokens, n_heads * D]; kc, vc: f32[slots, n_kv_heads * D] (all read as vec4);
 //   o: f32[n_tokens, n_heads * D]; p: AttnParams (p.d = D); step: Step.
@@ -76,12 +76,6 @@ var<workgroup> sgneed: array<u32, 8>;
 // driver packs the variables and the loads need 16-byte-aligned rows; the validation test in
 // kernels.rs holds every tensor-core kernel to the rule.
 var<workgroup> need: vec4<u32>;
-
-// The high half of v: its mantissa cut to f16's 10 bits (exact in f16), 0 below 2^-14.
-fn high(v: vec4<f32>) -> vec4<f32> {
-    let h = bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) & vec4<u32>(0xffffe000u));
-    return select(h, vec4<f32>(0.0), abs(v) < vec4<f32>(6.103515625e-05));
-}
 
 fn split(v: vec4<f32>, at_hi: u32, at_lo: u32) {
     let h = high(v);

@@ -1,7 +1,7 @@
 // qmm_coop: qmm.wgsl on tensor cores (cooperative matrices): the 4-bit prefill mat-mat
 //   y[t, y_off + r] = Σ_k W[r, k] · x[t, k]   for rows r < rows, tokens t < count,
 // with qmm's bindings, params and split-k rows (the host prepends `enable f16; enable
-// wgpu_cooperative_matrix;`, then common.wgsl, matmul_params.wgsl and formats/groups.wgsl, and
+// wgpu_cooperative_matrix;` and halves.wgsl, then common.wgsl, matmul_params.wgsl and formats/groups.wgsl, and
 // appends qmm_coop_core.wgsl: the tile loop, and why its arithmetic is exact enough).
 //
 // Bindings: w: MLX affine 4-bit, u32[rows * cols / 8]; scales, biases: bf16 pairs;

@@ -48,12 +48,6 @@ var<workgroup> wh: array<vec4<f16>, BM * SV>; // [row][k / 4], w · 2^4, high ha
 var<workgroup> wl: array<vec4<f16>, BM * SV>;
 var<workgroup> cst: array<f32, 8u * 256u>; // one 16 × 16 output block per subgroup, [token][row]
 
-// The high half of v: its mantissa cut to f16's 10 bits (exact in f16), 0 below 2^-14.
-fn high(v: vec4<f32>) -> vec4<f32> {
-    let h = bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) & vec4<u32>(0xffffe000u));
-    return select(h, vec4<f32>(0.0), abs(v) < vec4<f32>(6.103515625e-05));
-}
-
 fn split_x(v: vec4<f32>, at: u32) {
     let h = high(v);
     xh[at] = vec4<f16>(h);

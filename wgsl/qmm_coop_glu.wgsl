@@ -2,7 +2,7 @@
 // chunks: y[t, r] = gelu_tanh(Σ_k G[r, k] · x[t, k]) · Σ_k U[r, k] · x[t, k] for gate rows
 // r < rows, tokens t < count, where W = [G; U] has 2 · rows rows (U's row r is W's row
 // rows + r) — qmm_coop then gelu_mul in one dispatch (the host prepends `enable f16; enable
-// wgpu_cooperative_matrix;`, common.wgsl, matmul_params.wgsl, gelu.wgsl and
+// wgpu_cooperative_matrix;`, halves.wgsl, common.wgsl, matmul_params.wgsl, gelu.wgsl and
 // formats/groups.wgsl, and appends qmm_coop_core.wgsl with its GeGLU epilogue).
 //
 // Bindings: as qmm_coop.wgsl (y written in the first `rows` values of each y_stride-wide row,

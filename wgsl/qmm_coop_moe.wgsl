@@ -3,7 +3,7 @@
 // pairs q = t · top_k + j (moe_group's list, ascending):
 //   y[q · y_stride + r] = Σ_c W[s · expert_stride + row_off + r, c] · x[t · x_tok_stride + j · x_slot_stride + c]
 // for rows r < rows, through qmm_coop_core.wgsl's tile (appended by the host after
-// `enable f16; enable wgpu_cooperative_matrix;`, common.wgsl, moe_params.wgsl and
+// `enable f16; enable wgpu_cooperative_matrix;`, halves.wgsl, common.wgsl, moe_params.wgsl and
 // formats/groups.wgsl), so each expert's weights are dequantised once per BN of its pairs.
 //
 // Bindings: as qmm_moe.wgsl (w, scales, biases; groups: moe_group's lists, group s at

@@ -157,7 +157,9 @@ impl Kernel {
     /// `sg`: the subgroup size reductions may use (0: none; workgroup-memory trees instead).
     fn source(self, sg: u32) -> String {
         // Enable directives must open the module.
-        let enables = if matches!(self, Kernel::QmmCoop { .. } | Kernel::QmmCoopMoe { .. } | Kernel::QmmCoopGlu { .. } | Kernel::AttentionCoop { .. }) { "enable f16;\nenable wgpu_cooperative_matrix;\n" } else { "" };
+        let coop = matches!(self, Kernel::QmmCoop { .. } | Kernel::QmmCoopMoe { .. } | Kernel::QmmCoopGlu { .. } | Kernel::AttentionCoop { .. });
+        // Tensor-core kernels also share their operands' f16 split (halves.wgsl).
+        let enables = if coop { concat!("enable f16;\nenable wgpu_cooperative_matrix;\n", include_str!("../../../wgsl/halves.wgsl")) } else { "" };
         format!("{enables}{}\n{}", include_str!("../../../wgsl/common.wgsl"), self.body(sg))
     }
 
