@@ -1904,8 +1904,9 @@ impl<'a> Builder<'a> {
             };
             // Chunks (prefill): 16 queries per workgroup share each key tile, or 32 on tensor cores.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
-            let (chunk_attn, bq) = match attention_chunk_coop(d) {
-                Some(k) if self.tensor_cores() && switch("KESTREL_ATTN_COOP", true) => (k, ATTN_COOP_BQ),
+            let coop_bq = if std::env::var("KESTREL_ATTN_COOP_BQ").as_deref() == Ok("16") { 16 } else { ATTN_COOP_BQ };
+            let (chunk_attn, bq) = match attention_chunk_coop(d, coop_bq) {
+                Some(k) if self.tensor_cores() && switch("KESTREL_ATTN_COOP", true) => (k, coop_bq),
                 _ => (attention_chunk(d), ATTN_BQ),
             };
             self.spec(chunk_attn, res, &ap, l.n_heads as u32, GridY::TokenTiles(bq));
