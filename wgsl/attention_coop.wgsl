@@ -3,7 +3,7 @@
 // for token t at position P = pos0 + t, query head h, kv head kvh = h / (n_heads / n_kv_heads),
 // over positions p in [first_key(P, window), P], with attention.wgsl's bindings, params, ring
 // cache and masks (the host prepends `enable f16; enable wgpu_cooperative_matrix;`, halves.wgsl,
-// common.wgsl and attention_params.wgsl, and substitutes D).
+// common.wgsl and attention_params.wgsl, and substitutes D and QB).
 //
 // Bindings: q: f32[n_tokens, n_heads * D]; kc, vc: f32[slots, n_kv_heads * D] (all read as vec4);
 //   o: f32[n_tokens, n_heads * D]; p: AttnParams (p.d = D); step: Step.
@@ -25,13 +25,13 @@
 //   scaled by plain threads, loaded back) only when a row's tile maximum passes its running
 //   maximum by more than TAU; otherwise the old maximum stays and P ≤ e^TAU. Softmax is the
 //   same for any subtracted constant, so this is exact, not an approximation.
-// - Workgroup memory (45 KiB of the H200's 48 at QB = 2, 32 KiB at QB = 1): `stg` holds one 64-dim stage of the tile's
-//   queries and keys as halves ([row][dim]), then one 64-dim value stage, transposed
-//   ([dim][key]) so that V is loaded exactly as K is (column-major B, qmm_coop's pattern; a
-//   row-major B load of [key][dim] misplaced columns on the H200, though while `need` below was
-//   still misaligning the arrays: session 14); `ssc` the tile's scores, then one 16 × 16 O
-//   block per subgroup when O is rescaled or stored; `pst` the weights' halves. Every
-//   workgroup variable is a multiple of 16 bytes (see `need`).
+// - Workgroup memory (45 KiB of the H200's 48 at QB = 2, 32 KiB at QB = 1): `stg` holds one
+//   64-dim stage of the tile's queries and keys as halves ([row][dim]), then one 64-dim value
+//   stage, transposed ([dim][key]) so that V is loaded exactly as K is (column-major B,
+//   qmm_coop's pattern; a row-major B load of [key][dim] misplaced columns on the H200, though
+//   while `need` below was still misaligning the arrays: session 14); `ssc` the tile's scores,
+//   then one 16 × 16 O block per subgroup when O is rescaled or stored; `pst` the weights'
+//   halves. Every workgroup variable is a multiple of 16 bytes (see `need`).
 // Roles: subgroup sg owns score block (query block sg % QB, key block sg / QB) and, per value
 // stage c, the O block of query block sg % QB and dims 64c + 16 (sg / QB) ..; softmax thread
 // (r, c) = (lid / 8, lid % 8) holds query r's keys 8c..8c+7 and its running max and sum (the

@@ -80,8 +80,9 @@ pub enum Kernel {
     HeadNormRope,
     /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
     QkvNormRope,
-    /// Chunk attention (prefill, verify): 16 queries per workgroup share each 64-key tile; `dv`
-    /// = ceil(head_dim / 64) 64-dim slices of a row (head_dim ≤ 512), in register tiles.
+    /// Chunk attention (prefill; verify steps run the split form): 16 queries per workgroup share
+    /// each 64-key tile; `dv` = ceil(head_dim / 64) 64-dim slices of a row (head_dim ≤ 512), in
+    /// register tiles.
     Attention { dv: u32 },
     /// Chunk attention on tensor cores (attention_coop.wgsl): `bq` (16 or 32) queries per
     /// workgroup of 8 · `bq` threads, head dim `d` (a multiple of 64, ≤ 512); see
@@ -1149,7 +1150,7 @@ mod tests {
     /// where CI runs): naga validates their WGSL here with the capabilities such a device
     /// gives, and writes it to SPIR-V, so a shader error shows on every machine.
     #[test]
-    fn qmm_coop_validates_with_cooperative_matrices() {
+    fn coop_kernels_validate_with_cooperative_matrices() {
         use naga::valid::{Capabilities, ValidationFlags, Validator};
         let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
         let kernels = tiles.iter().flat_map(|&(tb, rb)| [super::Kernel::QmmCoop { tb, rb }, super::Kernel::QmmCoopMoe { tb, rb }]);
