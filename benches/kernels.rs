@@ -26,7 +26,7 @@
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
     attention_chunk, attention_chunk_coop, attention_split, fold_grid, rmsnorm, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
-    RouterParams, Step, BarrierParams, ATTN_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
+    RouterParams, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
 struct Shape {
@@ -282,8 +282,8 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
     let shapes = [("E2B sliding", 8usize, 1usize, 256usize, 512usize), ("E2B full", 8, 1, 512, 0), ("E4B sliding", 8, 2, 256, 512), ("E4B full", 8, 2, 512, 0)];
     let coop = h.gpu().coop_f16();
     let kernels = shapes.into_iter().flat_map(|s| {
-        let tc = |bq| attention_chunk_coop(s.3, bq).filter(|_| coop).map(|k| (s, k, bq));
-        [Some((s, attention_chunk(s.3), ATTN_BQ)), tc(32), tc(16)].into_iter().flatten()
+        let tc = attention_chunk_coop(s.3).filter(|_| coop).map(|k| (s, k, ATTN_COOP_BQ));
+        [Some((s, attention_chunk(s.3), ATTN_BQ)), tc].into_iter().flatten()
     });
     for ((name, n_q, n_kv, d, window), kernel, bq) in kernels {
         let label = kernel.label();

@@ -603,8 +603,7 @@ fn run_all(h: &mut KernelHarness, cases: impl Iterator<Item = Box<dyn Case>>) ->
 /// takes (a multiple of 64), and at full size: E4B's sliding layers (d 256, 8:2, window 512)
 /// over a first 512-token chunk and a later one in a wrapped ring, E2B's global layers (d 512,
 /// 8:1) over a longer context, and q ranges from near-uniform weights to weights so peaked that
-/// the running maximum moves on most tiles (O rescaled); both forms, 16 and 32 queries per
-/// workgroup (the 16 one not yet run on the H200: session 14). Needs f16 cooperative matrices, as
+/// the running maximum moves on most tiles (O rescaled). Needs f16 cooperative matrices, as
 /// qmm_coop's test. Same tolerance as attention: the f16 halves leave ~2^-21 of each product
 /// (attention_coop.wgsl), far inside tol::ATTN.
 #[test]
@@ -612,14 +611,14 @@ fn run_all(h: &mut KernelHarness, cases: impl Iterator<Item = Box<dyn Case>>) ->
 fn attention_coop_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
     assert!(h.gpu().coop_f16(), "{} has no f16 cooperative matrices: attention_coop cannot run here", h.gpu().describe());
-    let mut cases: Vec<AttnCase> = attention_shapes().into_iter().filter(|c| attention_chunk_coop(c.d, 32).is_some()).collect();
+    let mut cases: Vec<AttnCase> = attention_shapes().into_iter().filter(|c| attention_chunk_coop(c.d).is_some()).collect();
     let a = AttnCase::new;
     cases.extend([a(256, 8, 2, 512, 0, 512, 1023), a(256, 8, 2, 512, 700, 512, 1023), a(512, 8, 1, 300, 400, 0, 700)]);
     for q_range in [0.01, 4.0, 16.0] {
         cases.extend([a(256, 4, 1, 100, 50, 0, 150), a(64, 4, 2, 70, 30, 16, 85)].map(|c| AttnCase { q_range, ..c }));
     }
-    let both = cases.into_iter().flat_map(|c| [16, 32].map(|bq| Box::new(AttnCase { coop: Some(bq), ..c }) as Box<dyn Case>));
-    let failures = run_all(&mut h, both);
+    let cases = cases.into_iter().map(|c| Box::new(AttnCase { coop: true, ..c }) as Box<dyn Case>);
+    let failures = run_all(&mut h, cases);
     assert!(failures.is_empty(), "{} attention_coop case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -1497,14 +1496,13 @@ struct AttnCase {
     /// q drawn from [-q_range, q_range) (1 by the rule): larger ranges give peaked softmaxes
     /// whose running maximum moves often, smaller ones near-uniform weights.
     q_range: f32,
-    /// Run attention_coop.wgsl (tensor cores) with this many queries per workgroup instead of
-    /// attention.wgsl.
-    coop: Option<u32>,
+    /// Run attention_coop.wgsl (tensor cores) instead of attention.wgsl.
+    coop: bool,
 }
 
 impl AttnCase {
     fn new(d: usize, heads: usize, kv_heads: usize, tokens: usize, pos0: usize, window: usize, slots: usize) -> Self {
-        AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, q_range: 1.0, coop: None }
+        AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, q_range: 1.0, coop: false }
     }
 
     /// The CPU's attention output for queries `q` ([token][head · d]) over the ring caches.
@@ -1539,7 +1537,7 @@ impl Case for AttnCase {
         let c = self;
         let mut s = format!(
             "{}(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={}",
-            c.coop.map_or("attention".to_string(), |bq| format!("attention_coop_q{bq}")),
+            if c.coop { "attention_coop" } else { "attention" },
             c.d, c.heads, c.kv_heads, c.tokens, c.pos0, c.window, c.slots
         );
         if c.q_range != 1.0 {
@@ -1574,9 +1572,10 @@ impl Case for AttnCase {
             _pad: [0; 2],
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        let (kernel, bq) = match coop {
-            Some(bq) => (attention_chunk_coop(d, bq).expect("a head dim attention_coop takes"), bq),
-            None => (attention_chunk(d), ATTN_BQ),
+        let (kernel, bq) = if coop {
+            (attention_chunk_coop(d).expect("a head dim attention_coop takes"), ATTN_COOP_BQ)
+        } else {
+            (attention_chunk(d), ATTN_BQ)
         };
         launch(kernel, bufs, &p, step, (heads, tokens.div_ceil(bq as usize)))
     }

@@ -3,12 +3,12 @@
 // for token t at position P = pos0 + t, query head h, kv head kvh = h / (n_heads / n_kv_heads),
 // over positions p in [first_key(P, window), P], with attention.wgsl's bindings, params, ring
 // cache and masks (the host prepends `enable f16; enable wgpu_cooperative_matrix;`, halves.wgsl,
-// common.wgsl and attention_params.wgsl, and substitutes D and QB).
+// common.wgsl and attention_params.wgsl, and substitutes D).
 //
 // Bindings: q: f32[n_tokens, n_heads * D]; kc, vc: f32[slots, n_kv_heads * D] (all read as vec4);
 //   o: f32[n_tokens, n_heads * D]; p: AttnParams (p.d = D); step: Step.
-// Launch: WG = 128 · QB threads = 4 · QB subgroups of exactly 32 (host guarantees it) per (head,
-//   tile of BQ = 16 · QB tokens); grid = (n_heads, ceil(n_tokens / BQ)). QB = 1 or 2.
+// Launch: WG = 256 threads = 8 subgroups of exactly 32 (host guarantees it) per (head, tile of
+//   BQ = 32 tokens); grid = (n_heads, ceil(n_tokens / BQ)).
 // Host guarantees: D % 64 == 0, D ≤ 512; |q|, |k|, |v| < 2^15 (f16's range for the halves).
 //
 // Flash attention in 64-key tiles: per tile, S = Q·Kᵀ (BQ × 64) on tensor cores, the online
@@ -25,22 +25,21 @@
 //   scaled by plain threads, loaded back) only when a row's tile maximum passes its running
 //   maximum by more than TAU; otherwise the old maximum stays and P ≤ e^TAU. Softmax is the
 //   same for any subtracted constant, so this is exact, not an approximation.
-// - Workgroup memory (45 KiB of the H200's 48 at QB = 2, 32 KiB at QB = 1): `stg` holds one
+// - Workgroup memory (45 KiB of the H200's 48): `stg` holds one
 //   64-dim stage of the tile's queries and keys as halves ([row][dim]), then one 64-dim value
 //   stage, transposed ([dim][key]) so that V is loaded exactly as K is (column-major B,
 //   qmm_coop's pattern; a row-major B load of [key][dim] misplaced columns on the H200, though
 //   while `need` below was still misaligning the arrays: session 14); `ssc` the tile's scores,
 //   then one 16 × 16 O block per subgroup when O is rescaled or stored; `pst` the weights'
 //   halves. Every workgroup variable is a multiple of 16 bytes (see `need`).
-// Roles: subgroup sg owns score block (query block sg % QB, key block sg / QB) and, per value
-// stage c, the O block of query block sg % QB and dims 64c + 16 (sg / QB) ..; softmax thread
+// Roles: subgroup sg owns score block (query block sg % 2, key block sg / 2) and, per value
+// stage c, the O block of query block sg % 2 and dims 64c + 16 (sg / 2) ..; softmax thread
 // (r, c) = (lid / 8, lid % 8) holds query r's keys 8c..8c+7 and its running max and sum (the
 // row's 8 threads agree bit for bit: butterflies over lanes of one subgroup).
 
-const QB: u32 = {{QB}}u;        // query blocks of 16 per workgroup
-const BQ: u32 = 16u * QB;
-const WG: u32 = 128u * QB;      // threads
-const NSG: u32 = 4u * QB;       // subgroups
+const BQ: u32 = 32u;            // queries per workgroup: two blocks of 16
+const WG: u32 = 256u;           // threads
+const NSG: u32 = 8u;            // subgroups
 const SR: u32 = WG / 16u;       // rows a staging pass covers (16 threads per 64-value row)
 const BK: u32 = 64u;
 const D: u32 = {{D}}u;
@@ -90,7 +89,7 @@ fn split(v: vec4<f32>, at_hi: u32, at_lo: u32) {
 // Value stage c holds the tile's 64 keys × dims 64c .. 64c + 63, transposed ([dim][key]: the
 // score stage's layout with dims for keys, so that V is loaded as K is), in 256 groups of 4 keys
 // × 4 dims: group g = keys 4 (g / 16) .. + 3 × dims 4 (g % 16) .. + 3, four vec4 loads along
-// dims (y: the key) stored as four vec4s along keys. Thread lid stages groups lid + WG w.
+// dims (y: the key) stored as four vec4s along keys. Thread lid stages group lid.
 fn value_load(c: u32, g: u32, y: u32) -> vec4<f32> {
     return vc[krow[4u * (g / 16u) + y] + c * 16u + g % 16u];
 }
@@ -110,14 +109,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sg: u32,
     let c = lid % 8u;
     let pos_r = step.pos0 + min(t0 + r, n - 1u);
     let lo_r = first_key(pos_r, p.window);
-    // Staging role: q rows sr + SR u (u < 2), key rows sr + SR u (u < KU), vec4 sq of each stage.
+    // Staging role: q rows sr + SR u (u < 2), key rows sr + SR u (u < 4), vec4 sq of each stage.
     let sr = lid / 16u;
     let sq = lid % 16u;
     // @unroll u 2
     let qo{u} = (min(t0 + sr + {u}u * SR, n - 1u) * p.n_heads + h) * D4 + sq;
     // @end u
-    let sb = sg % QB;
-    let kb = sg / QB;
+    let sb = sg % 2u;
+    let kb = sg / 2u;
     // Every key in [k_start, k_end) is attended by some query of the tile.
     let k_start = first_key(step.pos0 + t0, p.window);
     let k_end = step.pos0 + min(t0 + BQ, n);
@@ -131,7 +130,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sg: u32,
         if (lid < BK) { krow[lid] = kv_row(min(base + lid, k_end - 1u), p.slots) * kv4 + kvh * D4; }
         workgroupBarrier();
         // S = Q·Kᵀ in 64-dim stages; the next stage's loads issued before this one's products.
-        // @unroll u KU
+        // @unroll u 4
         let kr{u} = krow[sr + {u}u * SR] + sq;
         var kv{u} = kc[kr{u}];
         // @end u
@@ -144,7 +143,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sg: u32,
             // @unroll u 2
             split(qv{u}, QH + (sr + {u}u * SR) * SV + sq, QL + (sr + {u}u * SR) * SV + sq);
             // @end u
-            // @unroll u KU
+            // @unroll u 4
             split(kv{u}, KH + (sr + {u}u * SR) * SV + sq, KL + (sr + {u}u * SR) * SV + sq);
             // @end u
             workgroupBarrier();
@@ -152,7 +151,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sg: u32,
             // @unroll u 2
             qv{u} = q[qo{u} + dn];
             // @end u
-            // @unroll u KU
+            // @unroll u 4
             kv{u} = kc[kr{u} + dn];
             // @end u
             for (var kk = 0u; kk < 16u; kk += 4u) {
@@ -167,11 +166,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sg: u32,
             workgroupBarrier();
         }
         // The first value stage's loads, in flight during the softmax.
-        // @unroll w VG
         // @unroll y 4
-        var vv{w}_{y} = value_load(0u, lid + {w}u * WG, {y}u);
+        var vv{y} = value_load(0u, lid, {y}u);
         // @end y
-        // @end w
         coopStoreT(sh + sl * LO, &ssc[sb * 16u * SS + kb * 16u], SS);
         workgroupBarrier();
 
@@ -230,20 +227,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sg: u32,
 
         // O += P·V, 64 dims (a value stage) at a time, 16 keys per product.
         // @unroll c NC
-        // @unroll w VG
-        {
-            let g = lid + {w}u * WG;
-            // @unroll x 4
-            split(vec4<f32>(vv{w}_0[{x}], vv{w}_1[{x}], vv{w}_2[{x}], vv{w}_3[{x}]), VH + (4u * (g % 16u) + {x}u) * SV + g / 16u, VL + (4u * (g % 16u) + {x}u) * SV + g / 16u);
-            // @end x
-        }
-        // @end w
+        // @unroll x 4
+        split(vec4<f32>(vv0[{x}], vv1[{x}], vv2[{x}], vv3[{x}]), VH + (4u * (lid % 16u) + {x}u) * SV + lid / 16u, VL + (4u * (lid % 16u) + {x}u) * SV + lid / 16u);
+        // @end x
         workgroupBarrier();
-        // @unroll w VG
         // @unroll y 4
-        vv{w}_{y} = value_load(min({c}u + 1u, NC - 1u), lid + {w}u * WG, {y}u);
+        vv{y} = value_load(min({c}u + 1u, NC - 1u), lid, {y}u);
         // @end y
-        // @end w
         for (var kk = 0u; kk < 16u; kk += 4u) {
             let ph = coopLoadT<coop_mat16x16<f16, A>>(&pst[PH + sb * 16u * PV + kk], PV);
             let pl = coopLoadT<coop_mat16x16<f16, A>>(&pst[PL + sb * 16u * PV + kk], PV);

@@ -84,10 +84,9 @@ pub enum Kernel {
     /// each 64-key tile; `dv` = ceil(head_dim / 64) 64-dim slices of a row (head_dim ≤ 512), in
     /// register tiles.
     Attention { dv: u32 },
-    /// Chunk attention on tensor cores (attention_coop.wgsl): `bq` (16 or 32) queries per
-    /// workgroup of 8 · `bq` threads, head dim `d` (a multiple of 64, ≤ 512); see
-    /// [`attention_chunk_coop`].
-    AttentionCoop { d: u32, bq: u32 },
+    /// Chunk attention on tensor cores (attention_coop.wgsl): 32 queries per workgroup of 256
+    /// threads, head dim `d` (a multiple of 64, ≤ 512); see [`attention_chunk_coop`].
+    AttentionCoop { d: u32 },
     /// Decode attention over key splits (`dk` = ceil(head_dim / 64) dims per lane, kept in
     /// registers), then the merge of the splits. `qnorm`: q read before its norm and rope,
     /// which the kernel applies (attention_qnorm.wgsl).
@@ -136,7 +135,7 @@ impl Kernel {
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::QkvNormRope => "qkv_norm_rope".into(),
             Kernel::Attention { dv } => format!("attention_d{dv}"),
-            Kernel::AttentionCoop { d, bq } => format!("attention_coop_d{d}{}", if bq == 32 { String::new() } else { format!("_q{bq}") }),
+            Kernel::AttentionCoop { d } => format!("attention_coop_d{d}"),
             Kernel::AttentionSplit { dk, qnorm } => format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" }),
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::GeluMul => "gelu_mul".into(),
@@ -210,11 +209,9 @@ impl Kernel {
                 let src = include_str!("../../../wgsl/attention.wgsl").replace("{{DV}}", &dv.to_string()).replace("{{DW}}", &dw.to_string());
                 format!("{params}\n{}", unroll(&src, &[("DV", dv), ("DW", dw)]))
             }
-            Kernel::AttentionCoop { d, bq } => {
-                let qb = bq / 16;
-                let src = include_str!("../../../wgsl/attention_coop.wgsl").replace("{{D}}", &d.to_string()).replace("{{QB}}", &qb.to_string());
-                // KU: key rows each thread stages per score stage; VG: value groups per thread.
-                format!("{params}\n{}", unroll(&src, &[("NC", d / 64), ("KU", 8 / qb), ("VG", 2 / qb)]))
+            Kernel::AttentionCoop { d } => {
+                let src = include_str!("../../../wgsl/attention_coop.wgsl").replace("{{D}}", &d.to_string());
+                format!("{params}\n{}", unroll(&src, &[("NC", d / 64)]))
             }
             Kernel::AttentionSplit { dk, qnorm } => {
                 // A/B knobs for measurements: KESTREL_ATTN_G (keys in flight), KESTREL_ATTN_TREE=1
@@ -610,16 +607,15 @@ pub const ATTN_BQ: u32 = 16;
 
 /// Chunk attention on tensor cores for a head dimension, where it applies (a multiple of 64,
 /// ≤ 512: the kernel's stages are 64 dims, and each subgroup keeps one 16 × 16 O block per
-/// value stage in registers, 8 at most), with `bq` (16 or 32) queries per workgroup; the device
-/// must have f16 cooperative matrices in subgroups of 32 (`Gpu::coop_f16`).
-pub fn attention_chunk_coop(head_dim: usize, bq: u32) -> Option<Kernel> {
-    assert!(bq == 16 || bq == 32, "attention_coop takes 16 or 32 queries per workgroup, not {bq}");
-    (head_dim % 64 == 0 && (64..=512).contains(&head_dim)).then_some(Kernel::AttentionCoop { d: head_dim as u32, bq })
+/// value stage in registers, 8 at most); the device must have f16 cooperative matrices in
+/// subgroups of 32 (`Gpu::coop_f16`).
+pub fn attention_chunk_coop(head_dim: usize) -> Option<Kernel> {
+    (head_dim % 64 == 0 && (64..=512).contains(&head_dim)).then_some(Kernel::AttentionCoop { d: head_dim as u32 })
 }
 
-/// Tokens (queries) per workgroup of attention_coop by default (`BQ` in attention_coop.wgsl);
-/// `KESTREL_ATTN_COOP_BQ=16` for the 128-thread form (PERF_NOTES.md, session 14: built, not
-/// yet measured).
+/// Tokens (queries) per workgroup of attention_coop (`BQ` in attention_coop.wgsl). A 16-query,
+/// 128-thread form lost on the H200 (PERF_NOTES.md, session 15;
+/// tools/experiments/attention-coop-q16.patch).
 pub const ATTN_COOP_BQ: u32 = 32;
 
 /// The attention_split variant for a head dimension (≤ 1024); `qnorm`: its form that norms and
@@ -1155,7 +1151,7 @@ mod tests {
         let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
         let kernels = tiles.iter().flat_map(|&(tb, rb)| [super::Kernel::QmmCoop { tb, rb }, super::Kernel::QmmCoopMoe { tb, rb }]);
         let kernels = kernels.chain([1, 2].map(|tb| super::Kernel::QmmCoopGlu { tb }));
-        let kernels = kernels.chain([64, 128, 256, 512].into_iter().flat_map(|d| [16, 32].map(|bq| super::Kernel::AttentionCoop { d, bq })));
+        let kernels = kernels.chain([64, 128, 256, 512].map(|d| super::Kernel::AttentionCoop { d }));
         for k in kernels {
             let src = k.source(32);
             let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));

@@ -1544,10 +1544,9 @@ impl<'a> Builder<'a> {
         let (h, eps, vocab) = (t.hidden_size, t.rms_norm_eps, t.vocab_size);
         let kv = KvLayout::new(cfg, self.opts.max_ctx, c);
         let fold_q_norm = switch("KESTREL_ATTN_QNORM", self.opts.fold_q_norm);
-        // Chunk attention on tensor cores (where the mat-mats run there) and its queries per
-        // workgroup: A/B knobs KESTREL_ATTN_COOP=0, KESTREL_ATTN_COOP_BQ=16.
+        // Chunk attention on tensor cores (where the mat-mats run there): A/B knob
+        // KESTREL_ATTN_COOP=0.
         let attn_coop = self.tensor_cores() && switch("KESTREL_ATTN_COOP", true);
-        let coop_bq = if std::env::var("KESTREL_ATTN_COOP_BQ").as_deref() == Ok("16") { 16 } else { ATTN_COOP_BQ };
         let q_max = cfg.layers.iter().map(|l| l.q_dim()).max().unwrap_or(0);
         let kv_max = cfg.layers.iter().map(|l| l.kv_dim()).max().unwrap_or(0);
         let mlp_max = cfg.layers.iter().map(|l| l.mlp_width).max().unwrap_or(0);
@@ -1908,8 +1907,8 @@ impl<'a> Builder<'a> {
             };
             // Chunks (prefill): 16 queries per workgroup share each key tile, or 32 on tensor cores.
             let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
-            let (chunk_attn, bq) = match attention_chunk_coop(d, coop_bq) {
-                Some(k) if attn_coop => (k, coop_bq),
+            let (chunk_attn, bq) = match attention_chunk_coop(d) {
+                Some(k) if attn_coop => (k, ATTN_COOP_BQ),
                 _ => (attention_chunk(d), ATTN_BQ),
             };
             self.spec(chunk_attn, res, &ap, l.n_heads as u32, GridY::TokenTiles(bq));
