@@ -563,8 +563,8 @@ fn qmm_shapes(q: impl Fn(usize, usize, usize) -> MatmulCase) -> Vec<Box<dyn Case
 /// qmm's and qmm_moe's cases, every tile, dense unsplit and split k, and GeGLU cases. Needs
 /// a device with f16 cooperative matrices (the H200 through Vulkan, not lavapipe): ignored by
 /// default, run there with `--include-ignored`, and failing, not passing, on a device without
-/// them. Same tolerance as qmm: x and W each split into two f16 halves leave ~2^-21 of each
-/// product (qmm_coop.wgsl), far inside tol::DOT.
+/// them. Same tolerance as qmm: x split into two f16 halves, and W split too (qmm_coop_core.wgsl)
+/// or exact in f16 (qmm_coop_exact_core.wgsl), leave ~2^-21 of each product, far inside tol::DOT.
 #[test]
 #[ignore = "needs f16 cooperative matrices (tensor cores): run with --include-ignored on such a device"]
 fn qmm_coop_matches_the_cpu_reference() {
@@ -573,7 +573,12 @@ fn qmm_coop_matches_the_cpu_reference() {
     let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
     let dense = tiles.into_iter().flat_map(|t| qmm_shapes(move |rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(4), coop: Some(t), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) }));
     let moe = tiles.into_iter().flat_map(|t| {
-        qmm_moe_shapes(move |experts, top_k, rows, cols, tokens| MoeMatmulCase { qmm: true, coop: Some(t), ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped() })
+        let m = move |experts, top_k, rows, cols, tokens| MoeMatmulCase { qmm: true, coop: Some(t), ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped() };
+        // Besides qmm_moe's shapes, the exact form's bias steps at group size 128: a block of 8
+        // groups, then a partial one whose unused slots must read as zeros.
+        let mut v = qmm_moe_shapes(m);
+        v.push(Box::new(MoeMatmulCase { gs: 128, ..m(4, 2, 65, 1280, 70) }));
+        v
     });
     // The GeGLU form: partial row and token tiles, E2B/E4B widths.
     let glu = [(1, 320, 9), (65, 320, 130), (70, 1536, 257), (130, 2560, 20)].map(|(rows, cols, tokens)| Box::new(GluCase { rows, cols, tokens, tile: 0, coop: true }) as Box<dyn Case>);

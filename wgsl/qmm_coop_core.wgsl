@@ -28,7 +28,8 @@
 // stage's weights and x are loaded into registers before this stage's products, as in
 // qmm_core.wgsl. The staging and the products still run back to back (on the H200 about half
 // the time each; what was tried to overlap them, and lost: PERF_NOTES.md, session 9). The sums
-// are not qmm's bit for bit (another order, other roundings).
+// are not qmm's bit for bit (another order, other roundings). The routed experts' tile has the
+// weights exact in f16 instead (qmm_coop_exact_core.wgsl: faster at 64 pairs, not at 128 tokens).
 
 const TB: u32 = {{TB}}u;       // token blocks of 16 per subgroup (4 subgroups along tokens)
 const RB: u32 = {{RB}}u;       // row blocks of 16 per subgroup (2 subgroups along rows)

@@ -2,7 +2,7 @@
 // chunks. For group s (an expert, or a cache slot when experts stream) and each of its routed
 // pairs q = t · top_k + j (moe_group's list, ascending):
 //   y[q · y_stride + r] = Σ_c W[s · expert_stride + row_off + r, c] · x[t · x_tok_stride + j · x_slot_stride + c]
-// for rows r < rows, through qmm_coop_core.wgsl's tile (appended by the host after
+// for rows r < rows, through qmm_coop_exact_core.wgsl's tile (appended by the host after
 // `enable f16; enable wgpu_cooperative_matrix;`, halves.wgsl, common.wgsl, moe_params.wgsl and
 // formats/groups.wgsl), so each expert's weights are dequantised once per BN of its pairs.
 //
@@ -12,8 +12,10 @@
 //   g / ceil(rows / BM), rows [BM · (g % ceil(rows / BM)), + BM) and the group's pairs
 //   [BN i, BN i + BN); grid = (n_groups · ceil(rows / BM), ceil(n_tokens / BN)), x folded into
 //   x·z past 65535; tiles past a group's count return at once.
-// Host guarantees: cols % 64 == 0, x_tok_stride % 4 == 0, x_slot_stride % 4 == 0, and the value
-//   ranges of qmm_coop.wgsl.
+// Host guarantees: cols % 64 == 0, x_tok_stride % 4 == 0, x_slot_stride % 4 == 0; |x| < 2^22,
+//   scales s in [2^-20, 2^7) and |b + 8s| < 2^10 (f16's normal range after
+//   qmm_coop_exact_core.wgsl's power-of-two scalings; past it the sums are ±inf or NaN, or lose
+//   bits).
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> scales: array<u32>;

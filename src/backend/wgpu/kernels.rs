@@ -188,11 +188,11 @@ impl Kernel {
             Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg, false)),
             Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
             Kernel::QmmMoe => format!("{moe_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)),
-            Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb, false)),
-            Kernel::QmmCoopMoe { tb, rb } => format!("{moe_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_moe.wgsl"), tb, rb, false)),
+            Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb, Epilogue::Plain)),
+            Kernel::QmmCoopMoe { tb, rb } => format!("{moe_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_moe.wgsl"), tb, rb, Epilogue::Exact)),
             Kernel::QmmCoopGlu { tb } => {
                 let gelu = include_str!("../../../wgsl/gelu.wgsl");
-                format!("{matmul_params}\n{gelu}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_glu.wgsl"), tb, 4, true))
+                format!("{matmul_params}\n{gelu}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_glu.wgsl"), tb, 4, Epilogue::Glu))
             }
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
@@ -275,11 +275,24 @@ fn qmm_source(kernel: &str, tm: u32) -> String {
     unroll(&src, &[("TM", tm), ("TN", 4), ("WPT", tm / 4)])
 }
 
-/// A tensor-core mat-mat kernel with qmm_coop_core.wgsl's tile of 32 · `rb` rows × 64 · `tb`
-/// tokens, and its GeGLU epilogue when `glu`.
-fn qmm_coop_source(kernel: &str, tb: u32, rb: u32, glu: bool) -> String {
-    let src = format!("{kernel}\n{}", include_str!("../../../wgsl/qmm_coop_core.wgsl")).replace("{{TB}}", &tb.to_string()).replace("{{RB}}", &rb.to_string());
-    unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb), ("PLAIN", u32::from(!glu)), ("GLU", u32::from(glu))])
+/// Which tile loop a tensor-core mat-mat appends: qmm_coop_core.wgsl's (split weights) with its
+/// plain or GeGLU epilogue, or qmm_coop_exact_core.wgsl's (exact f16 weights; the routed experts').
+#[derive(Clone, Copy, PartialEq)]
+enum Epilogue {
+    Plain,
+    Glu,
+    Exact,
+}
+
+/// A tensor-core mat-mat kernel with a tile of 32 · `rb` rows × 64 · `tb` tokens.
+fn qmm_coop_source(kernel: &str, tb: u32, rb: u32, form: Epilogue) -> String {
+    let core = match form {
+        Epilogue::Exact => include_str!("../../../wgsl/qmm_coop_exact_core.wgsl"),
+        Epilogue::Plain | Epilogue::Glu => include_str!("../../../wgsl/qmm_coop_core.wgsl"),
+    };
+    let src = format!("{kernel}\n{core}").replace("{{TB}}", &tb.to_string()).replace("{{RB}}", &rb.to_string());
+    let glu = u32::from(form == Epilogue::Glu);
+    unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb), ("PLAIN", 1 - glu), ("GLU", glu)])
 }
 
 /// The prefill kernel of 4-bit routed experts, its rows and its pairs per workgroup: `qmm_moe`,

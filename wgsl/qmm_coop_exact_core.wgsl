@@ -1,0 +1,232 @@
+// qmm_coop_exact_core: the tile loop of the routed experts' tensor-core prefill mat-mat
+// (qmm_coop_moe.wgsl), qmm_coop_core.wgsl's tile with the weights exact in f16 instead of split
+// into two halves. Appended by the host after the kernel (which declares `w`, `scales`,
+// `biases`: array<u32> and `x`: array<vec4<f32>>, and three functions: w_row(i), the absolute
+// W row of tile row i; x_vec4(t), the vec4 offset of tile token t's x row; y_store(t, r, v),
+// which writes tile token t, tile row r when both are real), with formats/groups.wgsl, TB and RB
+// substituted and the `@unroll` blocks expanded.
+//
+// qmm_coop_tile(kbeg, kend, cols, gs, sg, lane): the workgroup's BM-row × BN-token tile over k
+// in [kbeg, kend), BM = 32 · RB, BN = 64 · TB; 256 threads = 8 subgroups of exactly 32 (host
+// guarantees it); every thread must call it (barriers). kend − kbeg is a multiple of 32, each
+// 32-value stage lies in one quantisation group and kbeg is a group's first value.
+//
+// Why two forms (PERF_NOTES.md, session 15 #2): on the H200 this one made the 128 × 64 tile
+// (TB = 1: the experts' 64-pair tiles) 5–8 % faster than split weights and the dense 128 × 128
+// tile (TB = 2) no faster or up to 5 % slower, so the dense and GeGLU mat-mats keep
+// qmm_coop_core.wgsl.
+//
+// Why this arithmetic (PERF_NOTES.md, sessions 6, 9 and 15): x in f16 misses the fixtures'
+// tolerance by 10–50×, while x = x_hi + x_lo is as exact as f32: x_hi is x with its mantissa
+// cut to f16's 10 bits (0 below f16's normal range), x_lo = (x − x_hi) · 2^11, so that the low
+// half is as far from f16's subnormals as the high half (the H200 loses subnormal f16 halves: an
+// unscaled low half left 2^-12 of x, session 9). The weights need no split: MLX's w = s·q + b is
+// written as s·(q − 8) + b' with b' = b + 8s, and s·(q − 8), a bf16 scale (8 significant bits)
+// times an integer in [−8, 7] (3), is exact in f16. So each product is two tensor-core
+// products, x_hi·w into one f32 accumulator (c) and x_lo·w into a second (d, scaled by 2^-11 at
+// the end), and the bias part Σ_g b'_g · Σ_{k ∈ g} x_k is a product of its own, once per 8
+// quantisation groups: a 16-deep step whose A rows are a token's [Σx_hi of the 8 groups |
+// Σx_lo of them] and whose B columns are a row's [b'_hi | 0] (into c) and [b'_lo | b'_hi] (into
+// d), the sums Σx taken in f32 by the threads that stage x. What is dropped or rounded is
+// ~2^-21 of a product. x is scaled by 2^-6 and w by 2^6 (powers of two: products unchanged), so
+// activations up to 2^22 and scales down to 2^-20 stay in f16's normal range. Session 9 had the
+// bias step once per 32-value stage (as many tensor-core products as the split weights it
+// replaced, and lost); once per 8 groups it is 1–3 % of them.
+// Each 32-value stage: the threads dequantise BM × 32 weights and split BN × 32 x values into
+// workgroup memory as [row or token][k] f16 (stride SX: 16 bytes of padding per row; stored and
+// loaded as vec4<f16>, so the stride coopLoad takes is in vec4s, SV); subgroup
+// g multiplies its TB token blocks (of 16) by its RB row blocks in two 16-deep k steps. The next
+// stage's weights and x are loaded into registers before this stage's products, as in
+// qmm_core.wgsl. The staging and the products still run back to back (on the H200 about half
+// the time each; what was tried to overlap them, and lost: PERF_NOTES.md, session 9). The sums
+// are not qmm's bit for bit (another order, other roundings).
+
+const TB: u32 = {{TB}}u;       // token blocks of 16 per subgroup (4 subgroups along tokens)
+const RB: u32 = {{RB}}u;       // row blocks of 16 per subgroup (2 subgroups along rows)
+const BN: u32 = 64u * TB;
+const BM: u32 = 32u * RB;
+const KS: u32 = 32u;
+const SX: u32 = KS + 8u;       // f16 per staged row: 80 bytes, a multiple of 16 as coopLoad wants
+const SV: u32 = SX / 4u;       // the same in vec4<f16>: the arrays' unit and coopLoad's stride
+const WPT: u32 = BM / 64u;     // weight words each thread stages per stage (BM · 4 / 256)
+const XPT: u32 = BN / 32u;     // x vec4s each thread stages per stage (BN · 8 / 256)
+const LO: f32 = 0.00048828125; // 2^-11
+const XS: f32 = 0.015625;      // x is scaled by 2^-6, w by 2^6
+const NG: u32 = 8u;            // quantisation groups per bias step
+
+// Whole vec4<f16>s: one 8-byte store per four values instead of four 2-byte ones. 48 KiB in all
+// at 128 × 128 (the H200's limit).
+var<workgroup> xh: array<vec4<f16>, BN * SV>; // [token][k / 4], x · 2^-6, high half
+var<workgroup> xl: array<vec4<f16>, BN * SV>; // low half · 2^11
+var<workgroup> wq: array<vec4<f16>, BM * SV>; // [row][k / 4], 2^6 · s · (q − 8), exact
+// The bias step's operands, written by the thread that owns the token or row; its first group
+// of 8 rewrites the whole row, so groups past a k range's last leave zeros.
+var<workgroup> xs: array<vec4<f16>, BN * 4u>; // [token][Σx_hi × 8 | Σx_lo × 8]
+var<workgroup> bq: array<vec4<f16>, BM * 6u>; // [row][b'_lo × 8 | b'_hi × 8 | 0 × 8], · 2^6
+var<workgroup> cst: array<f32, 8u * 256u>; // one 16 × 16 output block per subgroup, [token][row]
+
+// (q − 8) · 16^j for the four nibbles of the low 16 bits of h (nibble j at bits 4j..4j+3): as
+// nibbles() in formats/groups.wgsl (masked in place, OR-ed into the mantissa of 2^23), with
+// 2^23 + 8 · 16^j subtracted in the same exact step.
+fn centred(h: u32) -> vec4<f32> {
+    let m = vec4<u32>(h) & vec4<u32>(0xfu, 0xf0u, 0xf00u, 0xf000u);
+    return bitcast<vec4<f32>>(m | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+}
+
+// v's high half and its low half · 2^11, as f16.
+fn halves(v: f32) -> vec2<f16> {
+    let h = high(vec4<f32>(v, 0.0, 0.0, 0.0)).x;
+    return vec2<f16>(f16(h), f16((v - h) * 2048.0));
+}
+
+fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
+    let lid = sg * 32u + lane;
+    let words = cols / 8u;
+    let groups = cols / gs;
+
+    // Staging roles: weight rows lid / 4 + 64 u, word lid % 4 of the stage (values 8 (lid % 4)
+    // ..); x tokens lid / 8 + 32 v, vec4 lid % 8 of the stage (the 8 lanes of a token sum its
+    // Σx by shuffles; lane xq = 0 writes it, as sword = 0 writes its row's b').
+    let sword = lid % 4u;
+    let xq = lid % 8u;
+    // @unroll u WPT
+    let wr{u} = w_row(lid / 4u + {u}u * 64u);
+    let w_at{u} = (lid / 4u + {u}u * 64u) * SV + sword * 2u;
+    let b_at{u} = (lid / 4u + {u}u * 64u) * 6u;
+    // @end u
+    // @unroll v XPT
+    let xo{v} = x_vec4(lid / 8u + {v}u * 32u);
+    let x_at{v} = (lid / 8u + {v}u * 32u) * SV + xq;
+    let s_at{v} = (lid / 8u + {v}u * 32u) * 4u;
+    var ps{v} = 0.0;
+    // @end v
+
+    // This subgroup's blocks: token blocks (sg % 4) TB + i, row blocks (sg / 4) RB + j.
+    let tb = (sg % 4u) * TB;
+    let rb = (sg / 4u) * RB;
+    // @unroll i TB
+    // @unroll j RB
+    var c{i}_{j} = coop_mat16x16<f32, C>();
+    var d{i}_{j} = coop_mat16x16<f32, C>();
+    // @end j
+    // @end i
+
+    // @unroll u WPT
+    var wv{u} = w[wr{u} * words + kbeg / 8u + sword];
+    var sc{u} = scale_at(wr{u} * groups + kbeg / gs);
+    var bs{u} = bias_at(wr{u} * groups + kbeg / gs);
+    // @end u
+    // @unroll v XPT
+    var xv{v} = x[xo{v} + kbeg / 4u + xq];
+    // @end v
+    // Blocks of NG groups, each closed by the bias step (after the loop of its stages: naga
+    // takes a branch on the loop's variable for non-uniform, and tensor-core loads need uniform
+    // control flow).
+    for (var g0 = kbeg; g0 < kend; g0 += NG * gs) {
+        for (var k0 = g0; k0 < min(g0 + NG * gs, kend); k0 += KS) {
+            // Where this stage lies: its group's slot in the block, the group's first or last stage.
+            let slot = (k0 - g0) / gs;
+            let first = k0 % gs == 0u;
+            let last = (k0 + KS) % gs == 0u;
+            // 2^6 · s · (q − 8), exact in f32 (≤ 11 significant bits) and so in f16; the scale is
+            // pre-divided by 16^j as the nibbles are pre-multiplied.
+            // @unroll u WPT
+            {
+                let s64 = sc{u} * 64.0;
+                let sv = vec4<f32>(s64, s64 * 0.0625, s64 * 0.00390625, s64 * 0.000244140625);
+                wq[w_at{u}] = vec4<f16>(centred(wv{u}) * sv);
+                wq[w_at{u} + 1u] = vec4<f16>(centred(wv{u} >> 16u) * sv);
+                if (first && sword == 0u) {
+                    let b = halves((bs{u} + 8.0 * sc{u}) * 64.0);
+                    if (slot == 0u) {
+                        for (var e = 0u; e < 6u; e++) { bq[b_at{u} + e] = vec4<f16>(0.0h); }
+                    }
+                    bq[b_at{u} + slot / 4u][slot % 4u] = b.y;
+                    bq[b_at{u} + 2u + slot / 4u][slot % 4u] = b.x;
+                }
+            }
+            // @end u
+            // @unroll v XPT
+            {
+                let v = xv{v} * XS;
+                let h = high(v);
+                xh[x_at{v}] = vec4<f16>(h);
+                xl[x_at{v}] = vec4<f16>((v - h) * 2048.0);
+                ps{v} += (v.x + v.y) + (v.z + v.w);
+                if (last) {
+                    var t = ps{v};
+                    t += subgroupShuffleXor(t, 1u);
+                    t += subgroupShuffleXor(t, 2u);
+                    t += subgroupShuffleXor(t, 4u);
+                    ps{v} = 0.0;
+                    if (xq == 0u) {
+                        let sh = halves(t);
+                        if (slot == 0u) {
+                            for (var e = 0u; e < 4u; e++) { xs[s_at{v} + e] = vec4<f16>(0.0h); }
+                        }
+                        xs[s_at{v} + slot / 4u][slot % 4u] = sh.x;
+                        xs[s_at{v} + 2u + slot / 4u][slot % 4u] = sh.y;
+                    }
+                }
+            }
+            // @end v
+            workgroupBarrier();
+            // The next stage (the last one again after the end: a harmless reload).
+            let kn = min(k0 + KS, kend - KS);
+            // @unroll u WPT
+            wv{u} = w[wr{u} * words + kn / 8u + sword];
+            sc{u} = scale_at(wr{u} * groups + kn / gs);
+            bs{u} = bias_at(wr{u} * groups + kn / gs);
+            // @end u
+            // @unroll v XPT
+            xv{v} = x[xo{v} + kn / 4u + xq];
+            // @end v
+            for (var kk = 0u; kk < KS / 4u; kk += 4u) {
+                // @unroll i TB
+                let ah{i} = coopLoadT<coop_mat16x16<f16, A>>(&xh[(tb + {i}u) * 16u * SV + kk], SV);
+                let al{i} = coopLoadT<coop_mat16x16<f16, A>>(&xl[(tb + {i}u) * 16u * SV + kk], SV);
+                // @end i
+                // @unroll j RB
+                let b{j} = coopLoad<coop_mat16x16<f16, B>>(&wq[(rb + {j}u) * 16u * SV + kk], SV);
+                // @end j
+                // @unroll i TB
+                // @unroll j RB
+                d{i}_{j} = coopMultiplyAdd(al{i}, b{j}, d{i}_{j});
+                c{i}_{j} = coopMultiplyAdd(ah{i}, b{j}, c{i}_{j});
+                // @end j
+                // @end i
+            }
+            workgroupBarrier();
+        }
+        // The bias step: [Σx_hi | Σx_lo] · [b'_hi | 0] into c, · [b'_lo | b'_hi] into d; the
+        // barrier after it keeps the next block's first writes off these operands until every
+        // subgroup has loaded them.
+        // @unroll i TB
+        let s{i} = coopLoadT<coop_mat16x16<f16, A>>(&xs[(tb + {i}u) * 16u * 4u], 4u);
+        // @end i
+        // @unroll j RB
+        let eh{j} = coopLoad<coop_mat16x16<f16, B>>(&bq[(rb + {j}u) * 16u * 6u + 2u], 6u);
+        let el{j} = coopLoad<coop_mat16x16<f16, B>>(&bq[(rb + {j}u) * 16u * 6u], 6u);
+        // @end j
+        // @unroll i TB
+        // @unroll j RB
+        c{i}_{j} = coopMultiplyAdd(s{i}, eh{j}, c{i}_{j});
+        d{i}_{j} = coopMultiplyAdd(s{i}, el{j}, d{i}_{j});
+        // @end j
+        // @end i
+        workgroupBarrier();
+    }
+
+    // Each block through the subgroup's slot of workgroup memory to y: the blocks' register
+    // layout is the driver's, and y_store keeps out what lies past the real rows and tokens.
+    // @unroll i TB
+    // @unroll j RB
+    coopStoreT(c{i}_{j} + d{i}_{j} * LO, &cst[sg * 256u], 16u);
+    workgroupBarrier();
+    for (var e = lane; e < 256u; e += 32u) {
+        y_store((tb + {i}u) * 16u + e / 16u, (rb + {j}u) * 16u + e % 16u, cst[sg * 256u + e]);
+    }
+    workgroupBarrier();
+    // @end j
+    // @end i
+}
