@@ -105,6 +105,12 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+/// x's group sums as group_sum.wgsl leaves them for the tensor-core mat-mats: per row r of
+/// `rows` (at r · stride in x), the sum of each `gs` values of its first `cols`, f32[rows, cols / gs].
+fn group_sums(x: &[f32], rows: usize, stride: usize, cols: usize, gs: usize) -> Vec<f32> {
+    (0..rows).flat_map(|r| (0..cols / gs).map(move |g| x[r * stride + g * gs..][..gs].iter().map(|&v| v as f64).sum::<f64>() as f32)).collect()
+}
+
 fn words(b: &[u8]) -> Vec<u32> {
     b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
 }
@@ -447,13 +453,16 @@ impl Case for MatmulCase {
             }
         }
         let [wb, sb, bb] = w.part(0, rows);
-        let bufs = vec![
+        let mut bufs = vec![
             input("w", wb),
             input("scales", sb),
             input("biases", bb),
             input_words("x", &x),
             output_f32("y", vec![POISON; tokens * y_stride], want, tol::DOT),
         ];
+        if coop.is_some() {
+            bufs.push(input_words("xsum", &bits(&group_sums(&xs, count, cols, cols, gs))));
+        }
         let p = MatmulParams {
             rows: rows as u32,
             cols: cols as u32,
@@ -563,8 +572,9 @@ fn qmm_shapes(q: impl Fn(usize, usize, usize) -> MatmulCase) -> Vec<Box<dyn Case
 /// qmm's and qmm_moe's cases, every tile, dense unsplit and split k, and GeGLU cases. Needs
 /// a device with f16 cooperative matrices (the H200 through Vulkan, not lavapipe): ignored by
 /// default, run there with `--include-ignored`, and failing, not passing, on a device without
-/// them. Same tolerance as qmm: x split into two f16 halves, and W split too (qmm_coop_core.wgsl)
-/// or exact in f16 (qmm_coop_exact_core.wgsl), leave ~2^-21 of each product, far inside tol::DOT.
+/// them. Same tolerance as qmm: x split into two f16 halves and W exact in f16, with the bias
+/// part from x's group sums ([`group_sums`]), leave ~2^-21 of each product (qmm_coop_core.wgsl),
+/// far inside tol::DOT.
 #[test]
 #[ignore = "needs f16 cooperative matrices (tensor cores): run with --include-ignored on such a device"]
 fn qmm_coop_matches_the_cpu_reference() {
@@ -574,8 +584,8 @@ fn qmm_coop_matches_the_cpu_reference() {
     let dense = tiles.into_iter().flat_map(|t| qmm_shapes(move |rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(4), coop: Some(t), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) }));
     let moe = tiles.into_iter().flat_map(|t| {
         let m = move |experts, top_k, rows, cols, tokens| MoeMatmulCase { qmm: true, coop: Some(t), ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped() };
-        // Besides qmm_moe's shapes, the exact form's bias steps at group size 128: a block of 8
-        // groups, then a partial one whose unused slots must read as zeros.
+        // Besides qmm_moe's shapes, the bias steps at group size 128: a block of 8 groups, then
+        // a partial one whose unused slots must read as zeros.
         let mut v = qmm_moe_shapes(m);
         v.push(Box::new(MoeMatmulCase { gs: 128, ..m(4, 2, 65, 1280, 70) }));
         v
@@ -659,7 +669,8 @@ fn run_split_k(h: &mut KernelHarness, splits: u32, c: MatmulCase) {
     let count = c.n_out.unwrap_or(c.tokens);
     let scratch = vec![0u8; 4 * splits as usize * count * c.rows];
     let split_p = MatmulParams { y_stride: p.rows, y_off: 0, k_splits: splits, ..p };
-    let bufs: Vec<Vec<u8>> = l.bufs[..4].iter().map(|b| b.bytes.clone()).chain([scratch]).collect();
+    // w, scales, biases, x, the partials in y's place, then x's group sums (the tensor-core form).
+    let bufs: Vec<Vec<u8>> = l.bufs[..4].iter().map(|b| b.bytes.clone()).chain([scratch]).chain(l.bufs[5..].iter().map(|b| b.bytes.clone())).collect();
     let grid = (l.grid.0, l.grid.1 * splits, l.grid.2);
     let out = h.run(l.kernel, &bufs, bytemuck::bytes_of(&split_p), l.step, grid).unwrap();
     p.k_splits = splits;
@@ -744,7 +755,7 @@ impl Case for GluCase {
             }
         }
         let [wb, sb, bb] = w.part(0, 2 * rows);
-        let bufs = vec![
+        let mut bufs = vec![
             input("w", wb),
             input("scales", sb),
             input("biases", bb),
@@ -752,6 +763,9 @@ impl Case for GluCase {
             // gelu(g)·u: the dot products' error (tol::DOT) times |gelu'| ≤ 1.13, plus one product.
             output_f32("y", vec![POISON; tokens * y_stride], want, tol::DOT),
         ];
+        if coop {
+            bufs.push(input_words("xsum", &bits(&group_sums(&xs, tokens, cols, cols, 64))));
+        }
         let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: y_stride as u32, y_off: 0, count_sel: 0, k_splits: 0 };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         if coop {
@@ -2174,7 +2188,7 @@ impl Case for MoeMatmulCase {
         let [wb, sb, bb] = w.part(0, experts * expert_stride);
         // Room for every token in each list, plus one spare word (must stay unread).
         let group_stride = tokens + 2;
-        let bufs = vec![
+        let mut bufs = vec![
             input("w", wb),
             input("scales", sb),
             input("biases", bb),
@@ -2182,6 +2196,11 @@ impl Case for MoeMatmulCase {
             input_words("x", &bits(&x)),
             output_f32("y", vec![POISON; tokens * top_k * y_stride], want, tol::DOT),
         ];
+        if self.coop.is_some() {
+            // Per token, or per pair where each slot has its own x row.
+            let sums = if x_slot == 0 { group_sums(&x, tokens, x_tok, cols, gs) } else { group_sums(&x, tokens * top_k, x_slot, cols, gs) };
+            bufs.push(input_words("xsum", &bits(&sums)));
+        }
         let p = MoeMatmulParams {
             rows: rows as u32,
             cols: cols as u32,
@@ -2465,7 +2484,66 @@ fn all_cases() -> Vec<Box<dyn Case>> {
     v.extend(group_cases());
     v.extend(combine_cases());
     v.extend(norm_qmv_cases());
+    v.extend(group_sum_cases());
     v
+}
+
+/// group_sum.wgsl: the sums of each quantisation group of x's rows, which the tensor-core
+/// mat-mats read (their cases pass sums from [`group_sums`]; this checks the pass itself).
+#[derive(Clone, Copy)]
+struct GroupSumCase {
+    tokens: usize,
+    cols: usize,
+    gs: usize,
+    /// Values past `cols` in each x row (poison: never summed).
+    pad: usize,
+    /// x rows per token.
+    mult: usize,
+    /// count_sel = 1 with this many rows.
+    n_out: Option<usize>,
+}
+
+impl Case for GroupSumCase {
+    fn name(&self) -> String {
+        let c = self;
+        let mut s = format!("group_sum(tokens={},cols={},gs={},stride={},mult={}", c.tokens, c.cols, c.gs, c.cols + c.pad, c.mult);
+        if let Some(n) = c.n_out {
+            s += &format!(",count_sel=1,n_out={n}");
+        }
+        s + ")"
+    }
+
+    fn build(&self, rng: &mut Rng) -> Launch {
+        let &GroupSumCase { tokens, cols, gs, pad, mult, n_out } = self;
+        let (count, stride, groups) = (n_out.unwrap_or(tokens), cols + pad, cols / gs);
+        let vals = rng.vec(count * mult * cols);
+        // Rows past count · mult and each row's padding are poison.
+        let mut x = vec![POISON; tokens * mult * stride];
+        for r in 0..count * mult {
+            x[r * stride..r * stride + cols].copy_from_slice(&bits(&vals[r * cols..(r + 1) * cols]));
+        }
+        let want: Vec<Option<f64>> = (0..tokens * mult * groups).map(|i| (i < count * mult * groups).then(|| vals[(i / groups) * cols + (i % groups) * gs..][..gs].iter().map(|&v| v as f64).sum())).collect();
+        // f32 sums of gs ≤ 128 terms in order (tol::DOT's argument).
+        let bufs = vec![input_words("x", &x), output_f32("xsum", vec![POISON; tokens * mult * groups], want, tol::DOT)];
+        let p = GroupSumParams { cols: cols as u32, gs: gs as u32, stride: stride as u32, mult: mult as u32, count_sel: n_out.is_some() as u32, ..Default::default() };
+        let n_out_step = n_out.unwrap_or(1);
+        let step = Step { n_tokens: tokens as u32, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32, ..Default::default() };
+        launch(Kernel::GroupSum, bufs, &p, step, ((mult * groups).div_ceil(64), count))
+    }
+}
+
+fn group_sum_cases() -> Vec<Box<dyn Case>> {
+    let c = |tokens, cols, gs, pad, mult| GroupSumCase { tokens, cols, gs, pad, mult, n_out: None };
+    vec![
+        Box::new(c(1, 64, 64, 0, 1)),
+        Box::new(c(9, 2560, 64, 0, 1)),
+        // More groups than one workgroup's 64 threads (E4B's down: 160), group size 128, padding.
+        Box::new(c(3, 10240, 64, 0, 1)),
+        Box::new(c(5, 512, 128, 16, 1)),
+        // A routed expert's per-slot x: 8 rows per token of 11 groups (the 26B's 704).
+        Box::new(c(7, 704, 64, 0, 8)),
+        Box::new(GroupSumCase { n_out: Some(2), ..c(9, 320, 64, 4, 1) }),
+    ]
 }
 
 /// The case's seed: from its name (so a filtered re-run gets the same inputs), or KESTREL_SEED.

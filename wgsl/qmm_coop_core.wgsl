@@ -1,35 +1,44 @@
 // qmm_coop_core: the tile loop of the tensor-core prefill mat-mat, shared by qmm_coop.wgsl (dense
 // chunks), qmm_coop_moe.wgsl (a routed expert's tokens) and qmm_coop_glu.wgsl (a stacked
-// gate|up with the GeGLU as epilogue). Appended by the host after the
-// kernel (which declares `w`, `scales`, `biases`: array<u32> and `x`: array<vec4<f32>>, and
-// three functions: w_row(i), the absolute W row of tile row i; x_vec4(t), the vec4 offset of
-// tile token t's x row; y_store(t, r, v), which writes tile token t, tile row r when both are
-// real), with formats/groups.wgsl (and gelu.wgsl for the GeGLU form), TB and RB substituted and
-// the `@unroll` blocks expanded (PLAIN / GLU: the plain or the GeGLU epilogue, below).
+// gate|up with the GeGLU as epilogue). Appended by the host after the kernel (which declares
+// `w`, `scales`, `biases`: array<u32>, `x`: array<vec4<f32>> and `xsum`: array<f32>, and four
+// functions: w_row(i), the absolute W row of tile row i; x_vec4(t), the vec4 offset of tile
+// token t's x row; xsum_at(t), the offset of that row's group sums in xsum (group_sum.wgsl);
+// y_store(t, r, v), which writes tile token t, tile row r when both are real), with
+// formats/groups.wgsl (and gelu.wgsl for the GeGLU form), TB and RB substituted and the
+// `@unroll` blocks expanded (PLAIN / GLU: the plain or the GeGLU epilogue, below).
 //
 // qmm_coop_tile(kbeg, kend, cols, gs, sg, lane): the workgroup's BM-row × BN-token tile over k
 // in [kbeg, kend), BM = 32 · RB, BN = 64 · TB; 256 threads = 8 subgroups of exactly 32 (host
-// guarantees it); every thread must call it (barriers). kend − kbeg is a multiple of 32 and
-// each 32-value stage lies in one quantisation group.
+// guarantees it); every thread must call it (barriers). kend − kbeg is a multiple of 32, each
+// 32-value stage lies in one quantisation group and kbeg is a group's first value.
 //
-// Why two f16 halves (PERF_NOTES.md, sessions 6 and 9): x in f16 misses the fixtures' tolerance
-// by 10–50×, while x = x_hi + x_lo is as exact as f32. Here both x and the dequantised weight
-// w = s·q + b (f32, as qmm) are split: v_hi is v with its mantissa cut to f16's 10 bits (0 below
-// f16's normal range), v_lo = (v − v_hi) · 2^11, so that the low half is as far from f16's
-// subnormals as the high half (the H200 loses subnormal f16 halves: an unscaled low half left
-// 2^-12 of x, session 9). Products are hi·hi into one f32 accumulator and lo·hi + hi·lo into a
-// second, scaled by 2^-11 at the end; the dropped lo·lo and the rounding of the low halves leave
-// ~2^-21 of a product. x is scaled by 2^-4 and w by 2^4 first (powers of two: products
-// unchanged) so activations up to 2^20 stay in f16's range.
+// Why this arithmetic (PERF_NOTES.md, sessions 6, 9 and 15): x in f16 misses the fixtures'
+// tolerance by 10–50×, while x = x_hi + x_lo is as exact as f32: x_hi is x with its mantissa
+// cut to f16's 10 bits (0 below f16's normal range), x_lo = (x − x_hi) · 2^11, so that the low
+// half is as far from f16's subnormals as the high half (the H200 loses subnormal f16 halves: an
+// unscaled low half left 2^-12 of x, session 9). The weights need no split: MLX's w = s·q + b is
+// written as s·(q − 8) + b' with b' = b + 8s, and s·(q − 8), a bf16 scale (8 significant bits)
+// times an integer in [−8, 7] (3), is exact in f16. So each product is two tensor-core
+// products, x_hi·w into one f32 accumulator (c) and x_lo·w into a second (d, scaled by 2^-11 at
+// the end). The bias part Σ_g b'_g · Σ_{k ∈ g} x_k runs on the tensor cores after the k loop,
+// 8 groups per 16-deep step: A rows are a token's [Σx_hi of the 8 groups | Σx_lo of them]
+// (the sums from group_sum.wgsl, read from xsum), B columns a row's [b'_hi | 0] (into c) and
+// [b'_lo | b'_hi] (into d). What is dropped or rounded is ~2^-21 of a product. x is scaled by
+// 2^-6 and w by 2^6 (powers of two: products unchanged), so activations up to 2^22 and scales
+// down to 2^-20 stay in f16's normal range.
+// Why the sums come from a pass of their own (PERF_NOTES.md, session 15 #2–#3): taken in the k
+// loop by the threads that stage x (shuffles every group, a bias step every 8) they cost the
+// 128 × 128 tile more than the third product and the weights' low half they replace; without
+// them the loop is 15–22 % faster than with split weights.
 // Each 32-value stage: the threads dequantise BM × 32 weights and split BN × 32 x values into
 // workgroup memory as [row or token][k] f16 (stride SX: 16 bytes of padding per row; stored and
 // loaded as vec4<f16>, so the stride coopLoad takes is in vec4s, SV); subgroup
 // g multiplies its TB token blocks (of 16) by its RB row blocks in two 16-deep k steps. The next
 // stage's weights and x are loaded into registers before this stage's products, as in
-// qmm_core.wgsl. The staging and the products still run back to back (on the H200 about half
-// the time each; what was tried to overlap them, and lost: PERF_NOTES.md, session 9). The sums
-// are not qmm's bit for bit (another order, other roundings). The routed experts' tile has the
-// weights exact in f16 instead (qmm_coop_exact_core.wgsl: faster at 64 pairs, not at 128 tokens).
+// qmm_core.wgsl. The staging and the products still run back to back (what was tried to
+// overlap them, and lost: PERF_NOTES.md, session 9). The sums are not qmm's bit for bit
+// (another order, other roundings).
 
 const TB: u32 = {{TB}}u;       // token blocks of 16 per subgroup (4 subgroups along tokens)
 const RB: u32 = {{RB}}u;       // row blocks of 16 per subgroup (2 subgroups along rows)
@@ -41,24 +50,24 @@ const SV: u32 = SX / 4u;       // the same in vec4<f16>: the arrays' unit and co
 const WPT: u32 = BM / 64u;     // weight words each thread stages per stage (BM · 4 / 256)
 const XPT: u32 = BN / 32u;     // x vec4s each thread stages per stage (BN · 8 / 256)
 const LO: f32 = 0.00048828125; // 2^-11
+const XS: f32 = 0.015625;      // x is scaled by 2^-6, w by 2^6
+const NG: u32 = 8u;            // quantisation groups per bias step
 
-// Whole vec4<f16>s: one 8-byte store per four values instead of four 2-byte ones.
-var<workgroup> xh: array<vec4<f16>, BN * SV>; // [token][k / 4], x · 2^-4, high half
+// Whole vec4<f16>s: one 8-byte store per four values instead of four 2-byte ones. 48 KiB in all
+// at 128 × 128 (the H200's limit).
+var<workgroup> xh: array<vec4<f16>, BN * SV>; // [token][k / 4], x · 2^-6, high half
 var<workgroup> xl: array<vec4<f16>, BN * SV>; // low half · 2^11
-var<workgroup> wh: array<vec4<f16>, BM * SV>; // [row][k / 4], w · 2^4, high half
-var<workgroup> wl: array<vec4<f16>, BM * SV>;
+var<workgroup> wq: array<vec4<f16>, BM * SV>; // [row][k / 4], 2^6 · s · (q − 8), exact
+var<workgroup> xs: array<vec4<f16>, BN * 4u>; // [token][Σx_hi × 8 | Σx_lo × 8], · 2^-6
+var<workgroup> bq: array<vec4<f16>, BM * 6u>; // [row][b'_lo × 8 | b'_hi × 8 | 0 × 8], · 2^6
 var<workgroup> cst: array<f32, 8u * 256u>; // one 16 × 16 output block per subgroup, [token][row]
 
-fn split_x(v: vec4<f32>, at: u32) {
-    let h = high(v);
-    xh[at] = vec4<f16>(h);
-    xl[at] = vec4<f16>((v - h) * 2048.0);
-}
-
-fn split_w(v: vec4<f32>, at: u32) {
-    let h = high(v);
-    wh[at] = vec4<f16>(h);
-    wl[at] = vec4<f16>((v - h) * 2048.0);
+// (q − 8) · 16^j for the four nibbles of the low 16 bits of h (nibble j at bits 4j..4j+3): as
+// nibbles() in formats/groups.wgsl (masked in place, OR-ed into the mantissa of 2^23), with
+// 2^23 + 8 · 16^j subtracted in the same exact step.
+fn centred(h: u32) -> vec4<f32> {
+    let m = vec4<u32>(h) & vec4<u32>(0xfu, 0xf0u, 0xf00u, 0xf000u);
+    return bitcast<vec4<f32>>(m | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0, 8388736.0, 8390656.0, 8421376.0);
 }
 
 fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
@@ -92,23 +101,28 @@ fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
     // @unroll u WPT
     var wv{u} = w[wr{u} * words + kbeg / 8u + sword];
     var sc{u} = scale_at(wr{u} * groups + kbeg / gs);
-    var bs{u} = bias_at(wr{u} * groups + kbeg / gs);
     // @end u
     // @unroll v XPT
     var xv{v} = x[xo{v} + kbeg / 4u + xq];
     // @end v
     for (var k0 = kbeg; k0 < kend; k0 += KS) {
-        // w · 2^4 = (16 s) · q + 16 b, the nibbles pre-divided by 16^j as in qmm_core.wgsl.
+        // 2^6 · s · (q − 8), exact in f32 (≤ 11 significant bits) and so in f16; the scale is
+        // pre-divided by 16^j as the nibbles are pre-multiplied.
         // @unroll u WPT
         {
-            let s16 = sc{u} * 16.0;
-            let sv = vec4<f32>(s16, s16 * 0.0625, s16 * 0.00390625, s16 * 0.000244140625);
-            split_w(nibbles(wv{u}) * sv + bs{u} * 16.0, w_at{u});
-            split_w(nibbles(wv{u} >> 16u) * sv + bs{u} * 16.0, w_at{u} + 1u);
+            let s64 = sc{u} * 64.0;
+            let sv = vec4<f32>(s64, s64 * 0.0625, s64 * 0.00390625, s64 * 0.000244140625);
+            wq[w_at{u}] = vec4<f16>(centred(wv{u}) * sv);
+            wq[w_at{u} + 1u] = vec4<f16>(centred(wv{u} >> 16u) * sv);
         }
         // @end u
         // @unroll v XPT
-        split_x(xv{v} * 0.0625, x_at{v});
+        {
+            let v = xv{v} * XS;
+            let h = high(v);
+            xh[x_at{v}] = vec4<f16>(h);
+            xl[x_at{v}] = vec4<f16>((v - h) * 2048.0);
+        }
         // @end v
         workgroupBarrier();
         // The next stage (the last one again after the end: a harmless reload).
@@ -116,7 +130,6 @@ fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
         // @unroll u WPT
         wv{u} = w[wr{u} * words + kn / 8u + sword];
         sc{u} = scale_at(wr{u} * groups + kn / gs);
-        bs{u} = bias_at(wr{u} * groups + kn / gs);
         // @end u
         // @unroll v XPT
         xv{v} = x[xo{v} + kn / 4u + xq];
@@ -127,17 +140,74 @@ fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
             let al{i} = coopLoadT<coop_mat16x16<f16, A>>(&xl[(tb + {i}u) * 16u * SV + kk], SV);
             // @end i
             // @unroll j RB
-            let bh{j} = coopLoad<coop_mat16x16<f16, B>>(&wh[(rb + {j}u) * 16u * SV + kk], SV);
-            let bl{j} = coopLoad<coop_mat16x16<f16, B>>(&wl[(rb + {j}u) * 16u * SV + kk], SV);
+            let b{j} = coopLoad<coop_mat16x16<f16, B>>(&wq[(rb + {j}u) * 16u * SV + kk], SV);
             // @end j
             // @unroll i TB
             // @unroll j RB
-            d{i}_{j} = coopMultiplyAdd(al{i}, bh{j}, d{i}_{j});
-            d{i}_{j} = coopMultiplyAdd(ah{i}, bl{j}, d{i}_{j});
-            c{i}_{j} = coopMultiplyAdd(ah{i}, bh{j}, c{i}_{j});
+            d{i}_{j} = coopMultiplyAdd(al{i}, b{j}, d{i}_{j});
+            c{i}_{j} = coopMultiplyAdd(ah{i}, b{j}, c{i}_{j});
             // @end j
             // @end i
         }
+        workgroupBarrier();
+    }
+
+    // The bias part, 8 groups of the range per step. Operand roles: the tile's BN tokens and BM
+    // rows, two threads each (four groups apiece); groups past the range are zeros.
+    let g0 = kbeg / gs;
+    let ng = (kend - kbeg) / gs;
+    let st = lid / 2u;
+    let half = lid % 2u;
+    let srow = xsum_at(st % BN);
+    let brow = w_row(st % BM) * groups;
+    for (var gb = 0u; gb < ng; gb += NG) {
+        if (st < BN) {
+            var sh = vec4<f16>(0.0h);
+            var sl = vec4<f16>(0.0h);
+            for (var e = 0u; e < 4u; e++) {
+                let g = gb + half * 4u + e;
+                if (g < ng) {
+                    let v = xsum[srow + g0 + g] * XS;
+                    let h = high(vec4<f32>(v, 0.0, 0.0, 0.0)).x;
+                    sh[e] = f16(h);
+                    sl[e] = f16((v - h) * 2048.0);
+                }
+            }
+            xs[st * 4u + half] = sh;
+            xs[st * 4u + 2u + half] = sl;
+        }
+        if (st < BM) {
+            var bh = vec4<f16>(0.0h);
+            var bl = vec4<f16>(0.0h);
+            for (var e = 0u; e < 4u; e++) {
+                let g = gb + half * 4u + e;
+                if (g < ng) {
+                    let s = scale_at(brow + g0 + g);
+                    let v = (bias_at(brow + g0 + g) + 8.0 * s) * 64.0;
+                    let h = high(vec4<f32>(v, 0.0, 0.0, 0.0)).x;
+                    bh[e] = f16(h);
+                    bl[e] = f16((v - h) * 2048.0);
+                }
+            }
+            bq[st * 6u + half] = bl;
+            bq[st * 6u + 2u + half] = bh;
+            bq[st * 6u + 4u + half] = vec4<f16>(0.0h);
+        }
+        workgroupBarrier();
+        // [Σx_hi | Σx_lo] · [b'_hi | 0] into c, · [b'_lo | b'_hi] into d.
+        // @unroll i TB
+        let s{i} = coopLoadT<coop_mat16x16<f16, A>>(&xs[(tb + {i}u) * 16u * 4u], 4u);
+        // @end i
+        // @unroll j RB
+        let eh{j} = coopLoad<coop_mat16x16<f16, B>>(&bq[(rb + {j}u) * 16u * 6u + 2u], 6u);
+        let el{j} = coopLoad<coop_mat16x16<f16, B>>(&bq[(rb + {j}u) * 16u * 6u], 6u);
+        // @end j
+        // @unroll i TB
+        // @unroll j RB
+        c{i}_{j} = coopMultiplyAdd(s{i}, eh{j}, c{i}_{j});
+        d{i}_{j} = coopMultiplyAdd(s{i}, el{j}, d{i}_{j});
+        // @end j
+        // @end i
         workgroupBarrier();
     }
 

@@ -5,8 +5,8 @@
 // wgpu_cooperative_matrix;`, halves.wgsl, common.wgsl, matmul_params.wgsl, gelu.wgsl and
 // formats/groups.wgsl, and appends qmm_coop_core.wgsl with its GeGLU epilogue).
 //
-// Bindings: as qmm_coop.wgsl (y written in the first `rows` values of each y_stride-wide row,
-//   as gelu_mul leaves it; p.rows = rows, the gate's).
+// Bindings: as qmm_coop.wgsl, xsum too (y written in the first `rows` values of each
+//   y_stride-wide row, as gelu_mul leaves it; p.rows = rows, the gate's).
 // Launch: 256 threads = 8 subgroups of exactly 32; workgroup (i, j) owns gate rows
 //   [64 i, 64 i + 64) and their up rows (the tile's 128 rows) × tokens [BN j, BN j + BN),
 //   BN = 64 · TB (RB = 4); x folded into x·z past 65535. No split k (the GeGLU needs whole sums).
@@ -19,6 +19,7 @@
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<uniform> p: MatmulParams;
 @group(0) @binding(6) var<uniform> step: Step;
+@group(0) @binding(7) var<storage, read> xsum: array<f32>;
 
 // The workgroup's place, for the functions the tile loop calls.
 var<private> r0: u32;
@@ -28,6 +29,7 @@ var<private> count: u32;
 // Tile rows 0..63: gate rows r0 ..; 64..127: the up rows of the same indices.
 fn w_row(i: u32) -> u32 { return select(0u, p.rows, i >= 64u) + min(r0 + i % 64u, p.rows - 1u); }
 fn x_vec4(t: u32) -> u32 { return (min(t0 + t, count - 1u) * p.x_stride) / 4u; }
+fn xsum_at(t: u32) -> u32 { return min(t0 + t, count - 1u) * (p.cols / p.gs); }
 fn y_store(t: u32, r: u32, v: f32) {
     if (t0 + t < count && r0 + r < p.rows) { y[(t0 + t) * p.y_stride + p.y_off + r0 + r] = v; }
 }

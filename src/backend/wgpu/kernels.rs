@@ -59,8 +59,9 @@ pub enum Kernel {
     QmvGeluB { tok: u32, lanes: u32, rpt: u32, pro: u32 },
     /// The 4-bit mat-mat of prefill chunks: 16 · `tm` rows × [`QMM_TOK`] tokens per workgroup.
     Qmm { tm: u32 },
-    /// `Qmm` on tensor cores (f16 cooperative matrices, x and W each split into two f16 halves):
-    /// 32 · `rb` rows × 64 · `tb` tokens per workgroup, the same bindings and split k.
+    /// `Qmm` on tensor cores (f16 cooperative matrices: x split into two f16 halves, W exact in
+    /// f16): 32 · `rb` rows × 64 · `tb` tokens per workgroup, qmm's bindings and split k, and x's
+    /// group sums (`GroupSum`).
     QmmCoop { tb: u32, rb: u32 },
     /// `QmmMoe` on tensor cores (qmm_coop's tile per expert): 32 · `rb` rows × 64 · `tb` pairs.
     QmmCoopMoe { tb: u32, rb: u32 },
@@ -69,6 +70,8 @@ pub enum Kernel {
     QmmCoopGlu { tb: u32 },
     /// The in-order sum of a split-k `Qmm`'s partials.
     QmmSum,
+    /// The sums of x over each quantisation group of its rows, for the tensor-core mat-mats.
+    GroupSum,
     /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
     QmvMoe { lanes: u32, rpt: u32 },
     /// `QmvMoe` over a fused gate_up stack with the GeGLU as epilogue (qmv_moe.wgsl's GeGLU form).
@@ -128,6 +131,7 @@ impl Kernel {
             Kernel::QmmCoopMoe { tb, rb } => format!("qmm_coop_moe_q4_{}x{}", 32 * rb, 64 * tb),
             Kernel::QmmCoopGlu { tb } => format!("qmm_coop_glu_q4_64x{}", 64 * tb),
             Kernel::QmmSum => "qmm_sum".into(),
+            Kernel::GroupSum => "group_sum".into(),
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
@@ -188,13 +192,14 @@ impl Kernel {
             Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg, false)),
             Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
             Kernel::QmmMoe => format!("{moe_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)),
-            Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb, Epilogue::Plain)),
-            Kernel::QmmCoopMoe { tb, rb } => format!("{moe_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_moe.wgsl"), tb, rb, Epilogue::Exact)),
+            Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb, false)),
+            Kernel::QmmCoopMoe { tb, rb } => format!("{moe_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_moe.wgsl"), tb, rb, false)),
             Kernel::QmmCoopGlu { tb } => {
                 let gelu = include_str!("../../../wgsl/gelu.wgsl");
-                format!("{matmul_params}\n{gelu}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_glu.wgsl"), tb, 4, Epilogue::Glu))
+                format!("{matmul_params}\n{gelu}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_glu.wgsl"), tb, 4, true))
             }
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
+            Kernel::GroupSum => include_str!("../../../wgsl/group_sum.wgsl").to_string(),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm { v, wg } => {
                 let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
@@ -275,24 +280,11 @@ fn qmm_source(kernel: &str, tm: u32) -> String {
     unroll(&src, &[("TM", tm), ("TN", 4), ("WPT", tm / 4)])
 }
 
-/// Which tile loop a tensor-core mat-mat appends: qmm_coop_core.wgsl's (split weights) with its
-/// plain or GeGLU epilogue, or qmm_coop_exact_core.wgsl's (exact f16 weights; the routed experts').
-#[derive(Clone, Copy, PartialEq)]
-enum Epilogue {
-    Plain,
-    Glu,
-    Exact,
-}
-
-/// A tensor-core mat-mat kernel with a tile of 32 · `rb` rows × 64 · `tb` tokens.
-fn qmm_coop_source(kernel: &str, tb: u32, rb: u32, form: Epilogue) -> String {
-    let core = match form {
-        Epilogue::Exact => include_str!("../../../wgsl/qmm_coop_exact_core.wgsl"),
-        Epilogue::Plain | Epilogue::Glu => include_str!("../../../wgsl/qmm_coop_core.wgsl"),
-    };
-    let src = format!("{kernel}\n{core}").replace("{{TB}}", &tb.to_string()).replace("{{RB}}", &rb.to_string());
-    let glu = u32::from(form == Epilogue::Glu);
-    unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb), ("PLAIN", 1 - glu), ("GLU", glu)])
+/// A tensor-core mat-mat kernel with qmm_coop_core.wgsl's tile of 32 · `rb` rows × 64 · `tb`
+/// tokens, and its GeGLU epilogue when `glu`.
+fn qmm_coop_source(kernel: &str, tb: u32, rb: u32, glu: bool) -> String {
+    let src = format!("{kernel}\n{}", include_str!("../../../wgsl/qmm_coop_core.wgsl")).replace("{{TB}}", &tb.to_string()).replace("{{RB}}", &rb.to_string());
+    unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb), ("PLAIN", u32::from(!glu)), ("GLU", u32::from(glu))])
 }
 
 /// The prefill kernel of 4-bit routed experts, its rows and its pairs per workgroup: `qmm_moe`,
@@ -429,10 +421,11 @@ impl Kernel {
         match self {
             Kernel::Qmv { pro: 1.., .. } | Kernel::QmvGlu { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, ReadWrite, Uniform],
             Kernel::QmvGeluB { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Read, ReadWrite, Uniform],
-            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::QmmCoop { .. } | Kernel::QmmCoopGlu { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::QmmCoop { .. } | Kernel::QmmCoopGlu { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
-            Kernel::QmmSum => &[Read, ReadWrite, Uniform, Uniform],
+            Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
             Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionCoop { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
@@ -441,7 +434,8 @@ impl Kernel {
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmmMoe | Kernel::QmmCoopMoe { .. } | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmmMoe | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::QmmCoopMoe { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeCombine => &[Read, Read, ReadWrite, Uniform, Uniform],
         }
@@ -830,6 +824,20 @@ pub struct MatmulParams {
     pub count_sel: u32,
     /// qmm / qmm_sum: ranges the k loop is split into (0 or 1: none).
     pub k_splits: u32,
+}
+
+/// group_sum.wgsl's params: `xsum[r · G + g] = Σ x[r · stride + g · gs ..][..gs]` for rows
+/// r < count · mult, G = cols / gs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct GroupSumParams {
+    pub cols: u32,
+    pub gs: u32,
+    pub stride: u32,
+    /// x rows per token (a routed expert's x: top_k).
+    pub mult: u32,
+    pub count_sel: u32,
+    pub _pad: [u32; 3],
 }
 
 #[repr(C)]

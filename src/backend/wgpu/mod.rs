@@ -919,6 +919,9 @@ struct Builder<'a> {
     /// Partial sums of split-k qmm dispatches (shared: each is summed before the next writes),
     /// and its size in floats.
     split_scratch: Option<(wgpu::Buffer, usize)>,
+    /// x's group sums for the tensor-core mat-mats (shared as `split_scratch`: each mat-mat reads
+    /// its sums before the next group_sum writes), and its size in floats.
+    xsum_scratch: Option<(wgpu::Buffer, usize)>,
 }
 
 /// The bindings of a weight-reading kernel: the part's weights, scales and biases, then `bufs`
@@ -974,6 +977,7 @@ impl<'a> Builder<'a> {
             slot_layers: BTreeMap::new(),
             marks: Vec::new(),
             split_scratch: None,
+            xsum_scratch: None,
         };
         b.record(w)
     }
@@ -1193,6 +1197,27 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Records group_sum over the `count · mult` rows of x (chunk steps only: the tensor-core
+    /// mat-mats' bias part) and returns the buffer of the sums, f32[count · mult, cols / gs].
+    fn group_sum(&mut self, x: &wgpu::Buffer, cols: usize, gs: usize, stride: usize, mult: usize, on_out: bool) -> Result<wgpu::Buffer> {
+        let groups = cols / gs;
+        let elems = self.opts.max_chunk * mult * groups;
+        let xsum = match &self.xsum_scratch {
+            Some((b, n)) if *n >= elems => b.clone(),
+            _ => {
+                let b = self.act("qmm_coop group sums", elems)?;
+                self.xsum_scratch = Some((b.clone(), elems));
+                b
+            }
+        };
+        let p = GroupSumParams { cols: cols as u32, gs: gs as u32, stride: stride as u32, mult: mult as u32, count_sel: on_out as u32, _pad: [0; 3] };
+        let res = vec![Res::Buf(x.clone()), Res::Buf(xsum.clone()), Res::Params, Res::Step];
+        let gy = if on_out { GridY::Out } else { GridY::Tokens };
+        self.spec(Kernel::GroupSum, res, &p, ((mult * groups) as u32).div_ceil(64), gy);
+        self.specs.last_mut().expect("just pushed").only = Only::Multi;
+        Ok(xsum)
+    }
+
     /// Whether prefill chunks run on tensor cores — the mat-mats, and the attention unless
     /// `KESTREL_ATTN_COOP=0` (the option, the device, the A/B knob).
     fn tensor_cores(&self) -> bool {
@@ -1218,7 +1243,6 @@ impl<'a> Builder<'a> {
                 count_sel: on_out as u32,
                 k_splits: 0,
             };
-            let res = weight_res(part, &[x, y]);
             // Chunks: the tiled 4-bit mat-mat where it applies, else the 8-token matmul tile.
             let (kernel, tile, rows_per_wg) = if qmm_applies(m.format, m.cols, x_stride) {
                 let (k, rows_per_wg, tok) = qmm_shape(part.rows, self.tensor_cores());
@@ -1231,40 +1255,55 @@ impl<'a> Builder<'a> {
                 Kernel::Qmm { .. } | Kernel::QmmCoop { .. } if !on_out => qmm_splits(matches!(kernel, Kernel::QmmCoop { .. }), part.rows, m.cols, self.opts.max_chunk, rows_per_wg, tile),
                 _ => 1,
             };
+            // The tensor-core mat-mat reads x's group sums (one more binding, so its decode and
+            // verify forms get a spec of their own).
+            let xsum = match kernel {
+                Kernel::QmmCoop { .. } => Some(self.group_sum(x, m.cols, m.gs, x_stride, 1, on_out)?),
+                _ => None,
+            };
+            let chunk_res = |bufs: &[&wgpu::Buffer]| {
+                let mut res = weight_res(part, bufs);
+                res.extend(xsum.iter().map(|b| Res::Buf(b.clone())));
+                res
+            };
             if splits > 1 {
-                // Split k: partials into the scratch, then their sum into y; decode and verify
-                // steps get their own dispatch (below), as they write y directly.
+                // Split k: partials into the scratch, then their sum into y.
                 let scratch = self.split_scratch(splits as usize * self.opts.max_chunk * part.rows)?;
                 let ps = MatmulParams { y_stride: part.rows as u32, y_off: 0, k_splits: splits, ..p };
-                self.spec(kernel, weight_res(part, &[x, &scratch]), &ps, gx, GridY::SplitTokenTiles(tile, splits));
+                self.spec(kernel, chunk_res(&[x, &scratch]), &ps, gx, GridY::SplitTokenTiles(tile, splits));
                 self.specs.last_mut().expect("just pushed").only = Only::Multi;
                 let res = vec![Res::Buf(scratch), Res::Buf(y.clone()), Res::Params, Res::Step];
                 self.spec(Kernel::QmmSum, res, &MatmulParams { k_splits: splits, ..p }, (part.rows as u32).div_ceil(256), GridY::Tokens);
                 self.specs.last_mut().expect("just pushed").only = Only::Multi;
-                if !decode {
-                    continue;
-                }
-                self.spec(kernel, weight_res(part, &[x, y]), &p, gx, GridY::TokenTiles(tile));
-                self.specs.last_mut().expect("just pushed").only = Only::Single;
             } else {
                 let gy = if on_out { GridY::OutTiles(tile) } else { GridY::TokenTiles(tile) };
-                self.spec(kernel, res, &p, gx, gy);
-                if !decode {
+                self.spec(kernel, chunk_res(&[x, y]), &p, gx, gy);
+                if !decode || xsum.is_some() {
                     self.specs.last_mut().expect("just pushed").only = Only::Multi;
-                    continue;
                 }
             }
-            let sp = self.specs.last_mut().expect("just pushed");
+            if !decode {
+                continue;
+            }
             let vt = MATMUL_VERIFY_TOK;
             let qmv = |tok| if m.format == Format::Q4 { qmv_shape(part.rows, m.cols, x_stride, tok) } else { None };
-            sp.single = Some(match qmv(1) {
+            let single = match qmv(1) {
                 Some((k, rows_per_wg)) => (k, (part.rows as u32).div_ceil(rows_per_wg), 1),
                 None => (Kernel::Matmul(m.format, 1), (part.rows as u32).div_ceil(matmul_rows(1)), 1),
-            });
-            sp.verify = Some(match qmv(vt) {
+            };
+            let verify = match qmv(vt) {
                 Some((k, rows_per_wg)) => (k, (part.rows as u32).div_ceil(rows_per_wg), vt),
                 None => (Kernel::Matmul(m.format, vt), (part.rows as u32).div_ceil(matmul_rows(vt)), vt),
-            });
+            };
+            if splits > 1 || xsum.is_some() {
+                // Decode and verify steps write y directly, from a spec of their own.
+                let gy = if on_out { GridY::OutTiles(vt) } else { GridY::TokenTiles(vt) };
+                self.spec(verify.0, weight_res(part, &[x, y]), &p, verify.1, gy);
+                self.specs.last_mut().expect("just pushed").only = Only::Single;
+            }
+            let sp = self.specs.last_mut().expect("just pushed");
+            sp.single = Some(single);
+            sp.verify = Some(verify);
         }
         Ok(())
     }
@@ -1282,7 +1321,10 @@ impl<'a> Builder<'a> {
         // KESTREL_QMM_COOP_GLU=0: the mat-mat and gelu_mul apart (an A/B knob).
         let glu_coop = self.tensor_cores() && switch("KESTREL_QMM_COOP_GLU", true) && qmm_applies(m.format, m.cols, x_stride) && qmm_splits(true, rows, m.cols, self.opts.max_chunk, per_wg, tok) == 1;
         if glu_coop {
-            self.spec(glu, weight_res(part, &[x, y]), &p, (rows as u32).div_ceil(per_wg), GridY::TokenTiles(tok));
+            let xsum = self.group_sum(x, m.cols, m.gs, x_stride, 1, false)?;
+            let mut res = weight_res(part, &[x, y]);
+            res.push(Res::Buf(xsum));
+            self.spec(glu, res, &p, (rows as u32).div_ceil(per_wg), GridY::TokenTiles(tok));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
         } else {
             self.matmul_steps(m, x, x_stride, y, 2 * rows, false, false)?;
@@ -1341,7 +1383,7 @@ impl<'a> Builder<'a> {
     /// steps run it per (token, expert) pair, chunks per expert over `groups` (see moe_group).
     /// `with_single`: also record the decode/verify form (false where `moe_glu` recorded it).
     #[allow(clippy::too_many_arguments)]
-    fn moe_matmul(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, idx: &wgpu::Buffer, groups: &Groups, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize, with_single: bool) {
+    fn moe_matmul(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, idx: &wgpu::Buffer, groups: &Groups, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize, with_single: bool) -> Result<()> {
         // Expert stacks are indexed across the whole matrix: one part (checked at upload).
         debug_assert_eq!(m.parts.len(), 1, "expert stack split across bindings");
         let part = &m.parts[0];
@@ -1362,13 +1404,27 @@ impl<'a> Builder<'a> {
         let p = MoeMatmulParams { group_stride: groups.stride as u32, n_groups: groups.n as u32, ..p };
         // Chunks: qmm's tile per expert where it applies, else the 8-pair grouped kernel.
         if qmm_applies(m.format, m.cols, x_tok_stride) && x_slot_stride.is_multiple_of(4) {
-            let (kernel, rows_per_wg, tok) = qmm_moe_shape(self.tensor_cores());
+            // The tensor-core form reads x's group sums per row of x: per token (every slot reads
+            // its token's x) or per pair (a row per slot); other layouts take the SIMT qmm_moe.
+            let rows_of_x = match x_slot_stride {
+                0 => Some(1),
+                s if x_tok_stride == top_k * s => Some(top_k),
+                _ => None,
+            };
+            let coop = self.tensor_cores() && rows_of_x.is_some();
+            let (kernel, rows_per_wg, tok) = qmm_moe_shape(coop);
+            let mut res = res(&groups.buf);
+            if let Some(mult) = rows_of_x.filter(|_| coop) {
+                let stride = if mult == 1 { x_tok_stride } else { x_slot_stride };
+                res.push(Res::Buf(self.group_sum(x, m.cols, m.gs, stride, mult, false)?));
+            }
             let x = groups.n as u32 * (rows as u32).div_ceil(rows_per_wg);
-            self.spec(kernel, res(&groups.buf), &p, x, GridY::TokenTiles(tok));
+            self.spec(kernel, res, &p, x, GridY::TokenTiles(tok));
         } else {
             self.spec(Kernel::MoeMatmulGrouped(m.format), res(&groups.buf), &p, x_groups, GridY::Fixed(groups.n as u32));
         }
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
+        Ok(())
     }
 
     /// Decode/verify form of a fused gate_up expert stack with the GeGLU as epilogue:
@@ -1985,17 +2041,17 @@ impl<'a> Builder<'a> {
                 let (gm, gstride, goff) = &moe.gate;
                 // Fused gate_up: decode/verify run one GeGLU mat-vec; chunks the grouped kernels.
                 let glu = moe.up.is_none() && self.moe_glu(gm, *gstride, *goff, moe.up_off, iw, sel, &xn2, h, 0, eg, tk);
-                self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, &xn2, h, 0, eg, tk, !glu);
+                self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, &xn2, h, 0, eg, tk, !glu)?;
                 let (um, ustride, uoff) = match &moe.up {
                     Some(u) => (u, iw, 0),
                     None => (gm, *gstride, moe.up_off),
                 };
-                self.moe_matmul(um, ustride, uoff, iw, sel, groups, &xn2, h, 0, eu, tk, !glu);
+                self.moe_matmul(um, ustride, uoff, iw, sel, groups, &xn2, h, 0, eu, tk, !glu)?;
                 self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0, ..Default::default() });
                 if glu {
                     self.specs.last_mut().expect("just pushed").only = Only::Multi;
                 }
-                self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk, true);
+                self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk, true)?;
                 if streaming {
                     let route_end = route_end.expect("recorded above for MoE layers");
                     self.marks.push(Mark { layer: li, route_end, experts_begin, experts_end: self.specs.len() });
