@@ -19,7 +19,7 @@
 // half is as far from f16's subnormals as the high half (the H200 loses subnormal f16 halves: an
 // unscaled low half left 2^-12 of x, session 9). The weights need no split: MLX's w = s·q + b is
 // written as s·(q − 8) + b' with b' = b + 8s, and s·(q − 8), a bf16 scale (8 significant bits)
-// times an integer in [−8, 7] (3), is exact in f16. So each product is two tensor-core
+// times an integer in [−8, 7] (≤ 3), has ≤ 11 and is exact in f16. So each product is two tensor-core
 // products, x_hi·w into one f32 accumulator (c) and x_lo·w into a second (d, scaled by 2^-11 at
 // the end). The bias part Σ_g b'_g · Σ_{k ∈ g} x_k runs on the tensor cores after the k loop,
 // 8 groups per 16-deep step: A rows are a token's [Σx_hi of the 8 groups | Σx_lo of them]
