@@ -25,7 +25,7 @@
 
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
-    attention_chunk, attention_chunk_coop, attention_split, fold_grid, rmsnorm, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
+    attention_chunk, attention_chunk_coop, attention_split, fold_grid, group_sum_groups_x, rmsnorm, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
     RouterParams, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
@@ -204,7 +204,7 @@ fn main() {
             let mut us = h.time(kernel, &bufs, bytemuck::bytes_of(&ps), step, grid, 10);
             if coop {
                 let gp = GroupSumParams { cols: cols as u32, gs: 64, stride: cols as u32, mult: 1, ..Default::default() };
-                let sums = h.time(Kernel::GroupSum, &[x.clone(), xsum.clone()], bytemuck::bytes_of(&gp), step, ((cols as u32 / 64).div_ceil(64), tokens as u32, 1), 10);
+                let sums = h.time(Kernel::GroupSum { wide: false }, &[x.clone(), xsum.clone()], bytemuck::bytes_of(&gp), step, (group_sum_groups_x(cols / 64, 64, false), tokens as u32, 1), 10);
                 us = us.and_then(|a| sums.map(|b| a + b));
             }
             if splits > 1 {
@@ -219,6 +219,28 @@ fn main() {
                     println!("| {} | {rows} × {cols} × {tokens} | {label}{mark} | {splits} | {us:.1} | {:.2} | {:.0} |", sh.name, flops / us / 1e6, (w.len() + 2 * sb.len()) as f64 / us / 1e3);
                 }
                 Err(e) => println!("| {} | {rows} × {cols} × {tokens} | {label} | {splits} | error: {e} | | |", sh.name),
+            }
+        }
+    }
+
+    // x's group sums for the tensor-core mat-mats (group_sum.wgsl), one 512-token chunk: a thread
+    // per group (the default) and gs / 4 threads per group (KESTREL_GROUP_SUM=wide).
+    println!("\n| x of a 512-token chunk | cols | kernel | µs | GB/s |");
+    println!("|---|---|---|---|---|");
+    for cols in [1536usize, 2560, 6144, 10240] {
+        let x: Vec<u8> = (0..tokens * cols).flat_map(|i| ((i % 7) as f32 * 0.25).to_le_bytes()).collect();
+        let xsum = vec![0u8; 4 * tokens * cols / 64];
+        let gp = GroupSumParams { cols: cols as u32, gs: 64, stride: cols as u32, mult: 1, ..Default::default() };
+        let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        for wide in [false, true] {
+            let kernel = Kernel::GroupSum { wide };
+            let label = kernel.label();
+            if !label.contains(&filter) {
+                continue;
+            }
+            match h.time(kernel, &[x.clone(), xsum.clone()], bytemuck::bytes_of(&gp), step, (group_sum_groups_x(cols / 64, 64, wide), tokens as u32, 1), 10) {
+                Ok(us) => println!("| {tokens} × {cols} | {cols} | {label} | {us:.1} | {:.0} |", (x.len() + xsum.len()) as f64 / us / 1e3),
+                Err(e) => println!("| {tokens} × {cols} | {cols} | {label} | error: {e} | |"),
             }
         }
     }

@@ -922,6 +922,9 @@ struct Builder<'a> {
     /// x's group sums for the tensor-core mat-mats (shared as `split_scratch`: each mat-mat reads
     /// its sums before the next group_sum writes), and its size in floats.
     xsum_scratch: Option<(wgpu::Buffer, usize)>,
+    /// `KESTREL_GROUP_SUM=wide` (an A/B knob, built in session 15 after its device time was
+    /// spent): group_sum with gs / 4 threads per group instead of one.
+    group_sum_wide: bool,
 }
 
 /// The bindings of a weight-reading kernel: the part's weights, scales and biases, then `bufs`
@@ -978,6 +981,7 @@ impl<'a> Builder<'a> {
             marks: Vec::new(),
             split_scratch: None,
             xsum_scratch: None,
+            group_sum_wide: std::env::var("KESTREL_GROUP_SUM").as_deref() == Ok("wide"),
         };
         b.record(w)
     }
@@ -1213,7 +1217,8 @@ impl<'a> Builder<'a> {
         let p = GroupSumParams { cols: cols as u32, gs: gs as u32, stride: stride as u32, mult: mult as u32, count_sel: on_out as u32, _pad: [0; 3] };
         let res = vec![Res::Buf(x.clone()), Res::Buf(xsum.clone()), Res::Params, Res::Step];
         let gy = if on_out { GridY::Out } else { GridY::Tokens };
-        self.spec(Kernel::GroupSum, res, &p, ((mult * groups) as u32).div_ceil(64), gy);
+        let wide = self.group_sum_wide && 1024 % gs == 0;
+        self.spec(Kernel::GroupSum { wide }, res, &p, group_sum_groups_x(mult * groups, gs, wide), gy);
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
         Ok(xsum)
     }
