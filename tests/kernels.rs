@@ -106,9 +106,14 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 /// x's group sums as group_sum.wgsl leaves them for the tensor-core mat-mats: per row r of
-/// `rows` (at r · stride in x), the sum of each `gs` values of its first `cols`, f32[rows, cols / gs].
+/// `rows` (at r · stride in x), the sum of each `gs` values of its first `cols`, [rows, cols / gs]
+/// (in f64; [`group_sums`] rounds them to f32 for the mat-mats' inputs).
+fn group_sums_f64(x: &[f32], rows: usize, stride: usize, cols: usize, gs: usize) -> Vec<f64> {
+    (0..rows).flat_map(|r| (0..cols / gs).map(move |g| x[r * stride + g * gs..][..gs].iter().map(|&v| v as f64).sum())).collect()
+}
+
 fn group_sums(x: &[f32], rows: usize, stride: usize, cols: usize, gs: usize) -> Vec<f32> {
-    (0..rows).flat_map(|r| (0..cols / gs).map(move |g| x[r * stride + g * gs..][..gs].iter().map(|&v| v as f64).sum::<f64>() as f32)).collect()
+    group_sums_f64(x, rows, stride, cols, gs).into_iter().map(|v| v as f32).collect()
 }
 
 fn words(b: &[u8]) -> Vec<u32> {
@@ -2525,7 +2530,8 @@ impl Case for GroupSumCase {
         for r in 0..count * mult {
             x[r * stride..r * stride + cols].copy_from_slice(&bits(&vals[r * cols..(r + 1) * cols]));
         }
-        let want: Vec<Option<f64>> = (0..tokens * mult * groups).map(|i| (i < count * mult * groups).then(|| vals[(i / groups) * cols + (i % groups) * gs..][..gs].iter().map(|&v| v as f64).sum())).collect();
+        let mut want: Vec<Option<f64>> = group_sums_f64(&vals, count * mult, cols, cols, gs).into_iter().map(Some).collect();
+        want.resize(tokens * mult * groups, None);
         // f32 sums of gs ≤ 128 terms (in order, or in vec4s then in order: tol::DOT's argument).
         let bufs = vec![input_words("x", &x), output_f32("xsum", vec![POISON; tokens * mult * groups], want, tol::DOT)];
         let p = GroupSumParams { cols: cols as u32, gs: gs as u32, stride: stride as u32, mult: mult as u32, count_sel: n_out.is_some() as u32, ..Default::default() };

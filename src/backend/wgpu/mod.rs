@@ -916,15 +916,21 @@ struct Builder<'a> {
     state_bytes: u64,
     slot_layers: BTreeMap<usize, SlotLayer>,
     marks: Vec<Mark>,
-    /// Partial sums of split-k qmm dispatches (shared: each is summed before the next writes),
-    /// and its size in floats.
-    split_scratch: Option<(wgpu::Buffer, usize)>,
-    /// x's group sums for the tensor-core mat-mats (shared as `split_scratch`: each mat-mat reads
-    /// its sums before the next group_sum writes), and its size in floats.
-    xsum_scratch: Option<(wgpu::Buffer, usize)>,
+    /// The [`Scratch`] buffers and their sizes in floats.
+    scratch: [Option<(wgpu::Buffer, usize)>; 2],
     /// `KESTREL_GROUP_SUM=wide` (an A/B knob, built in session 15 after its device time was
     /// spent): group_sum with gs / 4 threads per group instead of one.
     group_sum_wide: bool,
+}
+
+/// Buffers shared by the chunk dispatches that use them in turn (each reads what it needs before
+/// the next one writes).
+#[derive(Clone, Copy)]
+enum Scratch {
+    /// Partial sums of split-k qmm dispatches, summed by qmm_sum before the next split writes.
+    SplitK = 0,
+    /// x's group sums (group_sum), read by the tensor-core mat-mat recorded right after.
+    GroupSums = 1,
 }
 
 /// The bindings of a weight-reading kernel: the part's weights, scales and biases, then `bufs`
@@ -979,8 +985,7 @@ impl<'a> Builder<'a> {
             state_bytes: 0,
             slot_layers: BTreeMap::new(),
             marks: Vec::new(),
-            split_scratch: None,
-            xsum_scratch: None,
+            scratch: [None, None],
             group_sum_wide: std::env::var("KESTREL_GROUP_SUM").as_deref() == Ok("wide"),
         };
         b.record(w)
@@ -1189,31 +1194,28 @@ impl<'a> Builder<'a> {
         self.specs.push(Spec { only: Only::Always, kernel, single: None, verify: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y });
     }
 
-    /// The split-k scratch buffer, at least `elems` floats.
-    fn split_scratch(&mut self, elems: usize) -> Result<wgpu::Buffer> {
-        match &self.split_scratch {
-            Some((b, n)) if *n >= elems => Ok(b.clone()),
-            _ => {
-                let b = self.act("qmm split-k partials", elems)?;
-                self.split_scratch = Some((b.clone(), elems));
-                Ok(b)
+    /// The `which` scratch buffer, at least `elems` floats (a larger one replaces it; the
+    /// dispatches recorded with the old one keep it).
+    fn scratch(&mut self, which: Scratch, elems: usize) -> Result<wgpu::Buffer> {
+        if let Some((b, n)) = &self.scratch[which as usize] {
+            if *n >= elems {
+                return Ok(b.clone());
             }
         }
+        let label = match which {
+            Scratch::SplitK => "qmm split-k partials",
+            Scratch::GroupSums => "qmm_coop group sums",
+        };
+        let b = self.act(label, elems)?;
+        self.scratch[which as usize] = Some((b.clone(), elems));
+        Ok(b)
     }
 
     /// Records group_sum over the `count · mult` rows of x (chunk steps only: the tensor-core
     /// mat-mats' bias part) and returns the buffer of the sums, f32[count · mult, cols / gs].
     fn group_sum(&mut self, x: &wgpu::Buffer, cols: usize, gs: usize, stride: usize, mult: usize, on_out: bool) -> Result<wgpu::Buffer> {
         let groups = cols / gs;
-        let elems = self.opts.max_chunk * mult * groups;
-        let xsum = match &self.xsum_scratch {
-            Some((b, n)) if *n >= elems => b.clone(),
-            _ => {
-                let b = self.act("qmm_coop group sums", elems)?;
-                self.xsum_scratch = Some((b.clone(), elems));
-                b
-            }
-        };
+        let xsum = self.scratch(Scratch::GroupSums, self.opts.max_chunk * mult * groups)?;
         let p = GroupSumParams { cols: cols as u32, gs: gs as u32, stride: stride as u32, mult: mult as u32, count_sel: on_out as u32, _pad: [0; 3] };
         let res = vec![Res::Buf(x.clone()), Res::Buf(xsum.clone()), Res::Params, Res::Step];
         let gy = if on_out { GridY::Out } else { GridY::Tokens };
@@ -1273,7 +1275,7 @@ impl<'a> Builder<'a> {
             };
             if splits > 1 {
                 // Split k: partials into the scratch, then their sum into y.
-                let scratch = self.split_scratch(splits as usize * self.opts.max_chunk * part.rows)?;
+                let scratch = self.scratch(Scratch::SplitK, splits as usize * self.opts.max_chunk * part.rows)?;
                 let ps = MatmulParams { y_stride: part.rows as u32, y_off: 0, k_splits: splits, ..p };
                 self.spec(kernel, chunk_res(&[x, &scratch]), &ps, gx, GridY::SplitTokenTiles(tile, splits));
                 self.specs.last_mut().expect("just pushed").only = Only::Multi;
