@@ -204,7 +204,7 @@ fn main() {
             let mut us = h.time(kernel, &bufs, bytemuck::bytes_of(&ps), step, grid, 10);
             if coop {
                 let gp = GroupSumParams { cols: cols as u32, gs: 64, stride: cols as u32, mult: 1, ..Default::default() };
-                let sums = h.time(Kernel::GroupSum { wide: false }, &[x.clone(), xsum.clone()], bytemuck::bytes_of(&gp), step, (group_sum_groups_x(cols / 64, 64, false), tokens as u32, 1), 10);
+                let sums = h.time(Kernel::GroupSum, &[x.clone(), xsum.clone()], bytemuck::bytes_of(&gp), step, (group_sum_groups_x(cols / 64), tokens as u32, 1), 10);
                 us = us.and_then(|a| sums.map(|b| a + b));
             }
             if splits > 1 {
@@ -223,8 +223,7 @@ fn main() {
         }
     }
 
-    // x's group sums for the tensor-core mat-mats (group_sum.wgsl), one 512-token chunk: a thread
-    // per group (the default) and gs / 4 threads per group (KESTREL_GROUP_SUM=wide).
+    // x's group sums for the tensor-core mat-mats (group_sum.wgsl), one 512-token chunk.
     println!("\n| x of a 512-token chunk | cols | kernel | µs | GB/s |");
     println!("|---|---|---|---|---|");
     for cols in [1536usize, 2560, 6144, 10240] {
@@ -232,16 +231,14 @@ fn main() {
         let xsum = vec![0u8; 4 * tokens * cols / 64];
         let gp = GroupSumParams { cols: cols as u32, gs: 64, stride: cols as u32, mult: 1, ..Default::default() };
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        for wide in [false, true] {
-            let kernel = Kernel::GroupSum { wide };
-            let label = kernel.label();
-            if !label.contains(&filter) {
-                continue;
-            }
-            match h.time(kernel, &[x.clone(), xsum.clone()], bytemuck::bytes_of(&gp), step, (group_sum_groups_x(cols / 64, 64, wide), tokens as u32, 1), 10) {
-                Ok(us) => println!("| {tokens} × {cols} | {cols} | {label} | {us:.1} | {:.0} |", (x.len() + xsum.len()) as f64 / us / 1e3),
-                Err(e) => println!("| {tokens} × {cols} | {cols} | {label} | error: {e} | |"),
-            }
+        let kernel = Kernel::GroupSum;
+        let label = kernel.label();
+        if !label.contains(&filter) {
+            continue;
+        }
+        match h.time(kernel, &[x.clone(), xsum.clone()], bytemuck::bytes_of(&gp), step, (group_sum_groups_x(cols / 64), tokens as u32, 1), 10) {
+            Ok(us) => println!("| {tokens} × {cols} | {cols} | {label} | {us:.1} | {:.0} |", (x.len() + xsum.len()) as f64 / us / 1e3),
+            Err(e) => println!("| {tokens} × {cols} | {cols} | {label} | error: {e} | |"),
         }
     }
 

@@ -2506,15 +2506,12 @@ struct GroupSumCase {
     mult: usize,
     /// count_sel = 1 with this many rows.
     n_out: Option<usize>,
-    /// gs / 4 threads per group (`KESTREL_GROUP_SUM=wide`) instead of one.
-    wide: bool,
 }
 
 impl Case for GroupSumCase {
     fn name(&self) -> String {
         let c = self;
-        let form = if c.wide { "group_sum_wide" } else { "group_sum" };
-        let mut s = format!("{form}(tokens={},cols={},gs={},stride={},mult={}", c.tokens, c.cols, c.gs, c.cols + c.pad, c.mult);
+        let mut s = format!("group_sum(tokens={},cols={},gs={},stride={},mult={}", c.tokens, c.cols, c.gs, c.cols + c.pad, c.mult);
         if let Some(n) = c.n_out {
             s += &format!(",count_sel=1,n_out={n}");
         }
@@ -2522,7 +2519,7 @@ impl Case for GroupSumCase {
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &GroupSumCase { tokens, cols, gs, pad, mult, n_out, wide } = self;
+        let &GroupSumCase { tokens, cols, gs, pad, mult, n_out } = self;
         let (count, stride, groups) = (n_out.unwrap_or(tokens), cols + pad, cols / gs);
         let vals = rng.vec(count * mult * cols);
         // Rows past count · mult and each row's padding are poison.
@@ -2532,17 +2529,17 @@ impl Case for GroupSumCase {
         }
         let mut want: Vec<Option<f64>> = group_sums_f64(&vals, count * mult, cols, cols, gs).into_iter().map(Some).collect();
         want.resize(tokens * mult * groups, None);
-        // f32 sums of gs ≤ 128 terms (in order, or in vec4s then in order: tol::DOT's argument).
+        // f32 sums of gs ≤ 128 terms in order (tol::DOT's argument).
         let bufs = vec![input_words("x", &x), output_f32("xsum", vec![POISON; tokens * mult * groups], want, tol::DOT)];
         let p = GroupSumParams { cols: cols as u32, gs: gs as u32, stride: stride as u32, mult: mult as u32, count_sel: n_out.is_some() as u32, ..Default::default() };
         let n_out_step = n_out.unwrap_or(1);
         let step = Step { n_tokens: tokens as u32, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32, ..Default::default() };
-        launch(Kernel::GroupSum { wide }, bufs, &p, step, (group_sum_groups_x(mult * groups, gs, wide) as usize, count))
+        launch(Kernel::GroupSum, bufs, &p, step, (group_sum_groups_x(mult * groups) as usize, count))
     }
 }
 
 fn group_sum_cases() -> Vec<Box<dyn Case>> {
-    let c = |tokens, cols, gs, pad, mult| GroupSumCase { tokens, cols, gs, pad, mult, n_out: None, wide: false };
+    let c = |tokens, cols, gs, pad, mult| GroupSumCase { tokens, cols, gs, pad, mult, n_out: None };
     let v: Vec<GroupSumCase> = vec![
         c(1, 64, 64, 0, 1),
         c(9, 2560, 64, 0, 1),
@@ -2553,7 +2550,7 @@ fn group_sum_cases() -> Vec<Box<dyn Case>> {
         c(7, 704, 64, 0, 8),
         GroupSumCase { n_out: Some(2), ..c(9, 320, 64, 4, 1) },
     ];
-    v.into_iter().flat_map(|c| [c, GroupSumCase { wide: true, ..c }]).map(|c| Box::new(c) as Box<dyn Case>).collect()
+    v.into_iter().map(|c| Box::new(c) as Box<dyn Case>).collect()
 }
 
 /// The case's seed: from its name (so a filtered re-run gets the same inputs), or KESTREL_SEED.

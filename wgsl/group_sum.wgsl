@@ -5,11 +5,10 @@
 // expert's x holds top_k rows per token). The sum runs in f32 in order of j.
 //
 // Bindings: x: f32 as vec4; xsum: f32[count · mult, G]; p: GroupSumParams; step: Step.
-// Launch (NARROW = 1): 64 threads, one (row, group) each; grid = (ceil(mult · G / 64), count).
-// Launch (WIDE = 1): 256 threads, gs / 4 per (row, group), each loading one vec4 (neighbours
-//   load neighbouring vec4s, where a thread per group reads 256 bytes apart from its
-//   neighbour), summed through workgroup memory; grid = (ceil(mult · G / (1024 / gs)), count).
-// Host guarantees: stride % 4 == 0, gs % 4 == 0, cols % gs == 0; WIDE: 1024 % gs == 0.
+// Launch: 64 threads, one (row, group) each; grid = (ceil(mult · G / 64), count).
+// Host guarantees: stride % 4 == 0, gs % 4 == 0, cols % gs == 0.
+// (A form with gs / 4 threads per group, each loading one vec4 beside its neighbours', lost on
+// the H200: tools/experiments/group-sum-wide.patch, PERF_NOTES.md session 16.)
 
 struct GroupSumParams {
     cols: u32,
@@ -27,7 +26,6 @@ struct GroupSumParams {
 @group(0) @binding(2) var<uniform> p: GroupSumParams;
 @group(0) @binding(3) var<uniform> step: Step;
 
-// @unroll n NARROW
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let count = select(step.n_tokens, step.n_out, p.count_sel == 1u);
@@ -47,33 +45,3 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     }
     xsum[r * groups + g] = acc;
 }
-// @end n
-
-// @unroll w WIDE
-var<workgroup> part: array<f32, 256>;
-
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let count = select(step.n_tokens, step.n_out, p.count_sel == 1u);
-    let groups = p.cols / p.gs;
-    let lanes = p.gs / 4u;
-    let i = wid.x * (256u / lanes) + lid / lanes;
-    let j = lid % lanes;
-    // Uniform per workgroup up to i: no return before the barrier.
-    let live = wid.y < count && i < p.mult * groups;
-    let r = wid.y * p.mult + i / groups;
-    let g = i % groups;
-    var v = 0.0;
-    if (live) {
-        let x4 = x[(r * p.stride + g * p.gs) / 4u + j];
-        v = (x4.x + x4.y) + (x4.z + x4.w);
-    }
-    part[lid] = v;
-    workgroupBarrier();
-    if (live && j == 0u) {
-        var acc = 0.0;
-        for (var k = 0u; k < lanes; k++) { acc += part[lid + k]; }
-        xsum[r * groups + g] = acc;
-    }
-}
-// @end w

@@ -72,7 +72,7 @@ pub enum Kernel {
     QmmSum,
     /// The sums of x over each quantisation group of its rows, for the tensor-core mat-mats: a
     /// thread per group, or with `wide` gs / 4 threads per group (neighbouring loads).
-    GroupSum { wide: bool },
+    GroupSum,
     /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
     QmvMoe { lanes: u32, rpt: u32 },
     /// `QmvMoe` over a fused gate_up stack with the GeGLU as epilogue (qmv_moe.wgsl's GeGLU form).
@@ -132,7 +132,7 @@ impl Kernel {
             Kernel::QmmCoopMoe { tb, rb } => format!("qmm_coop_moe_q4_{}x{}", 32 * rb, 64 * tb),
             Kernel::QmmCoopGlu { tb } => format!("qmm_coop_glu_q4_64x{}", 64 * tb),
             Kernel::QmmSum => "qmm_sum".into(),
-            Kernel::GroupSum { wide } => format!("group_sum{}", if wide { "_wide" } else { "" }),
+            Kernel::GroupSum => "group_sum".into(),
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
@@ -200,7 +200,7 @@ impl Kernel {
                 format!("{matmul_params}\n{gelu}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_glu.wgsl"), tb, 4, true))
             }
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
-            Kernel::GroupSum { wide } => unroll(include_str!("../../../wgsl/group_sum.wgsl"), &[("NARROW", u32::from(!wide)), ("WIDE", u32::from(wide))]),
+            Kernel::GroupSum => include_str!("../../../wgsl/group_sum.wgsl").to_string(),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm { v, wg } => {
                 let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
@@ -426,7 +426,7 @@ impl Kernel {
             Kernel::QmmCoop { .. } | Kernel::QmmCoopGlu { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
-            Kernel::QmmSum | Kernel::GroupSum { .. } => &[Read, ReadWrite, Uniform, Uniform],
+            Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
             Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionCoop { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
@@ -827,10 +827,9 @@ pub struct MatmulParams {
     pub k_splits: u32,
 }
 
-/// group_sum's grid x for `n` = mult · G (row, group) pairs of group size `gs`: 64 pairs per
-/// workgroup, or with `wide` 1024 / gs (gs / 4 threads each).
-pub fn group_sum_groups_x(n: usize, gs: usize, wide: bool) -> u32 {
-    (if wide { n.div_ceil(1024 / gs) } else { n.div_ceil(64) }) as u32
+/// group_sum's grid x for `n` = mult · G (row, group) pairs: 64 pairs per workgroup.
+pub fn group_sum_groups_x(n: usize) -> u32 {
+    n.div_ceil(64) as u32
 }
 
 /// group_sum.wgsl's params: `xsum[r · G + g] = Σ x[r · stride + g · gs ..][..gs]` for rows

@@ -918,9 +918,6 @@ struct Builder<'a> {
     marks: Vec<Mark>,
     /// The [`Scratch`] buffers and their sizes in floats.
     scratch: [Option<(wgpu::Buffer, usize)>; 2],
-    /// `KESTREL_GROUP_SUM=wide` (an A/B knob, built in session 15 after its device time was
-    /// spent): group_sum with gs / 4 threads per group instead of one.
-    group_sum_wide: bool,
 }
 
 /// Buffers shared by the chunk dispatches that use them in turn (each reads what it needs before
@@ -986,7 +983,6 @@ impl<'a> Builder<'a> {
             slot_layers: BTreeMap::new(),
             marks: Vec::new(),
             scratch: [None, None],
-            group_sum_wide: std::env::var("KESTREL_GROUP_SUM").as_deref() == Ok("wide"),
         };
         b.record(w)
     }
@@ -1219,8 +1215,7 @@ impl<'a> Builder<'a> {
         let p = GroupSumParams { cols: cols as u32, gs: gs as u32, stride: stride as u32, mult: mult as u32, count_sel: on_out as u32, _pad: [0; 3] };
         let res = vec![Res::Buf(x.clone()), Res::Buf(xsum.clone()), Res::Params, Res::Step];
         let gy = if on_out { GridY::Out } else { GridY::Tokens };
-        let wide = self.group_sum_wide && 1024 % gs == 0;
-        self.spec(Kernel::GroupSum { wide }, res, &p, group_sum_groups_x(mult * groups, gs, wide), gy);
+        self.spec(Kernel::GroupSum, res, &p, group_sum_groups_x(mult * groups), gy);
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
         Ok(xsum)
     }
