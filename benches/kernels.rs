@@ -242,6 +242,39 @@ fn main() {
         }
     }
 
+    // The chunk's residual norms, one 512-token chunk (E2B / E4B / 26B widths, mode 2 with its
+    // chained input norm; the 26B's with its three): the decode form, and the chunk form that
+    // also writes the chained outputs' group sums (what group_sum's dispatch per mat-mat input
+    // costs above).
+    println!("\n| residual norm of a 512-token chunk | chained | kernel | µs | GB/s |");
+    println!("|---|---|---|---|---|");
+    for (n, chain) in [(1536usize, 1u32), (2560, 1), (2816, 3)] {
+        let f32s = |len: usize, v: f32| -> Vec<u8> { (0..len).flat_map(|i| (v + (i % 5) as f32 * 0.1).to_le_bytes()).collect() };
+        let groups = n / 64;
+        let p = NormParams {
+            n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: 0, mode: 2, pre: 1.0, post: 1.0, eps: 1e-6,
+            chain, w2_off: n as u32, w3_off: 2 * n as u32, w4_off: 3 * n as u32, out2_stride: n as u32, post2: 1.0, post3: 1.0, post4: 1.0,
+            gs: 64, sums: ((1u32 << (chain + 1)) - 1) & !1, sum_off: [0, 0, (tokens * groups) as u32, (2 * tokens * groups) as u32],
+            ..Default::default()
+        };
+        let out = || f32s(tokens * n, 0.0);
+        let bufs = vec![f32s(tokens * n, 0.5), f32s(4 * n, 1.0), out(), out(), out(), out(), f32s(tokens * n, 0.2), vec![0u8; 4 * 3 * tokens * groups]];
+        let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let moved = (4 * tokens * n * (3 + chain as usize)) as f64;
+        for sums in [false, true] {
+            let Kernel::RmsNorm { v, wg, .. } = rmsnorm(n) else { unreachable!("rmsnorm() is a norm") };
+            let kernel = Kernel::RmsNorm { v, wg, sums };
+            let label = kernel.label();
+            if !label.contains(&filter) {
+                continue;
+            }
+            match h.time(kernel, &bufs, bytemuck::bytes_of(&p), step, (1, tokens as u32, 1), 10) {
+                Ok(us) => println!("| {tokens} × {n} | {chain} | {label} | {us:.1} | {:.0} |", moved / us / 1e3),
+                Err(e) => println!("| {tokens} × {n} | {chain} | {label} | error: {e} | |"),
+            }
+        }
+    }
+
     // Routed experts, one decode token (26B-A4B: 128 experts, top 8): the fused gate_up half
     // (704 rows of a 1408-row expert, 2816 cols) and down (2816 rows × 704), through the 4-bit
     // decode kernel the backend picks (qmv_moe) and the per-pair kernel it replaced.
@@ -396,7 +429,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     // (mode 0), then with its weight.
     for (n, w_off) in [(256usize, u32::MAX), (1536, u32::MAX), (1536, 0)] {
         let p = NormParams { n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off, mode: 0, pre: 1.0, post: 1.0, eps: 1e-6, ..Default::default() };
-        let bufs = vec![f32s(n, 0.5), f32s(n, 1.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0)];
+        let bufs = vec![f32s(n, 0.5), f32s(n, 1.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(4, 0.0)];
         let what = if w_off == u32::MAX { "no weight" } else { "weight" };
         row(h, rmsnorm(n), format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
     }
@@ -408,7 +441,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
                 chain, w2_off: n as u32, w3_off: 2 * n as u32, w4_off: 3 * n as u32, out2_stride: n as u32, post2: 1.0, post3: 1.0, post4: 1.0,
                 ..Default::default()
             };
-            let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2)];
+            let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2), f32s(4, 0.0)];
             row(h, rmsnorm(n), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
         }
     }

@@ -596,7 +596,7 @@ fn qmm_coop_matches_the_cpu_reference() {
         v
     });
     // The GeGLU form: partial row and token tiles, E2B/E4B widths.
-    let glu = [(1, 320, 9), (65, 320, 130), (70, 1536, 257), (130, 2560, 20)].map(|(rows, cols, tokens)| Box::new(GluCase { rows, cols, tokens, tile: 0, coop: true }) as Box<dyn Case>);
+    let glu = [(1, 320, 9), (65, 320, 130), (70, 1536, 257), (130, 2560, 20), (192, 256, 200)].map(|(rows, cols, tokens)| Box::new(GluCase { rows, cols, tokens, tile: 0, coop: true }) as Box<dyn Case>);
     let failures = run_all(&mut h, dense.chain(moe).chain(glu));
     assert!(failures.is_empty(), "{} qmm_coop case(s) failed:\n{}", failures.len(), failures.join("\n"));
     for ((splits, c), t) in split_k_cases().into_iter().zip(tiles.into_iter().cycle()) {
@@ -770,6 +770,16 @@ impl Case for GluCase {
         ];
         if coop {
             bufs.push(input_words("xsum", &bits(&group_sums(&xs, tokens, cols, cols, 64))));
+            // Each token's sums of y over 64-row groups (the last one partial where rows is no
+            // multiple of 64): sums of ≤ 64 values carrying tol::DOT's error.
+            let groups = rows.div_ceil(64);
+            let mut want_s = vec![None; tokens * groups];
+            for t in 0..tokens {
+                for g in 0..groups {
+                    want_s[t * groups + g] = Some((g * 64..rows.min(g * 64 + 64)).map(|r| ops::gelu_tanh(y_ref[t * 2 * rows + r]) as f64 * y_ref[t * 2 * rows + rows + r] as f64).sum());
+                }
+            }
+            bufs.push(output_f32("ysum", vec![POISON; tokens * groups], want_s, tol::DOT));
         }
         let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: y_stride as u32, y_off: 0, count_sel: 0, k_splits: 0 };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
@@ -1135,13 +1145,28 @@ struct NormCase {
     chained: usize,
     /// Threads per workgroup (256: the backend's default; 512 and 1024: `KESTREL_RMSNORM_WG`).
     wg: u32,
+    /// Some(gs): the chunk form (`RmsNorm { sums: true }`), also writing every output's sums
+    /// over groups of gs values.
+    sums: Option<usize>,
 }
 
 impl NormCase {
     fn new(n: usize, tokens: usize, mode: u32) -> Self {
-        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256 }
+        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256, sums: None }
+    }
+
+    fn kernel(&self) -> Kernel {
+        Kernel::RmsNorm { v: rmsnorm_v(self.n, self.wg), wg: self.wg, sums: self.sums.is_some() }
     }
 }
+
+/// Where output j's group sums start in the norm case's xsum buffer (3 words of poison first:
+/// an offset that is no multiple of anything), and its length.
+fn norm_sums_layout(count: usize, groups: usize, outputs: usize) -> (impl Fn(usize) -> usize, usize) {
+    (move |j: usize| 3 + j * count * groups, 3 + outputs * count * groups)
+}
+
+
 
 impl Case for NormCase {
     fn name(&self) -> String {
@@ -1167,11 +1192,14 @@ impl Case for NormCase {
         if c.wg != 256 {
             s += &format!(",wg={}", c.wg);
         }
+        if let Some(gs) = c.sums {
+            s += &format!(",sums,gs={gs}");
+        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained, .. } = self;
+        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained, sums, .. } = self;
         let count = n_out.unwrap_or(tokens);
         let out_row0 = tokens - n_out.unwrap_or(1);
         let (x_stride, out_stride) = (segs * n + x_pad, segs * n + out_pad);
@@ -1241,6 +1269,35 @@ impl Case for NormCase {
             });
         }
         bufs.push(input_words("res", &res));
+        // The chunk form's group sums of every output it writes, from the expected rows rounded
+        // to f32 (each carries the rows' tol::NORM error, summed over ≤ 128 of them: the same
+        // bound); the post check below holds each to f32 summation's bound over the values the
+        // kernel wrote, in whatever order the subgroups add them.
+        let gs = sums.unwrap_or(0);
+        let outputs = 1 + n_chained;
+        let groups = if gs > 0 { n / gs } else { 0 };
+        let (sum_at, sums_len) = norm_sums_layout(count, groups, outputs);
+        if gs > 0 {
+            let mut want_s = vec![None; sums_len];
+            for j in 0..outputs {
+                let (b, stride) = (&bufs[2 + j], if j == 0 { out_stride } else { out2_stride });
+                let Check::F32 { want, .. } = &b.check else { unreachable!("outputs are f32") };
+                for t in 0..count {
+                    for g in 0..groups {
+                        let row = t * stride + g * gs;
+                        want_s[sum_at(j) + t * groups + g] = Some((0..gs).map(|i| want[row + i].expect("row written") as f32 as f64).sum());
+                    }
+                }
+            }
+            bufs.push(output_f32("xsum", vec![POISON; sums_len], want_s, tol::NORM));
+        } else {
+            // The decode form has no binding 9: whatever is bound there stays untouched.
+            bufs.push(output_f32("xsum", vec![POISON; 4], vec![None; 4], tol::NORM));
+        }
+        let mut sum_off = [0u32; 4];
+        for (j, o) in sum_off.iter_mut().enumerate().take(outputs) {
+            *o = sum_at(j) as u32;
+        }
         let p = NormParams {
             n: n as u32,
             segs: segs as u32,
@@ -1261,10 +1318,36 @@ impl Case for NormCase {
             post3: posts[1],
             post4: posts[2],
             out2_stride: out2_stride as u32,
+            gs: gs as u32,
+            sums: if gs > 0 { (1u32 << outputs) - 1 } else { 0 },
+            sum_off,
             ..Default::default()
         };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32, ..Default::default() };
-        launch(Kernel::RmsNorm { v: rmsnorm_v(n, self.wg), wg: self.wg }, bufs, &p, step, (segs, count))
+        let mut l = launch(self.kernel(), bufs, &p, step, (segs, count));
+        if gs > 0 {
+            l.post = Some(Box::new(move |out: &[Vec<u8>]| {
+                let f = |b: &[u8]| -> Vec<f32> { b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
+                let xsum = f(&out[7]);
+                for j in 0..outputs {
+                    let (o, stride) = (f(&out[2 + j]), if j == 0 { out_stride } else { out2_stride });
+                    for t in 0..count {
+                        for g in 0..groups {
+                            // |f32 sum − exact sum| ≤ (gs − 1) · 2^-24 · Σ|v| in any order.
+                            let vals = &o[t * stride + g * gs..t * stride + (g + 1) * gs];
+                            let exact: f64 = vals.iter().map(|&v| v as f64).sum();
+                            let bound = gs as f64 * f32::EPSILON as f64 / 2.0 * vals.iter().map(|&v| (v as f64).abs()).sum::<f64>();
+                            let got = xsum[sum_at(j) + t * groups + g] as f64;
+                            if (got - exact).abs() > bound {
+                                return Err(format!("xsum of output {j}, token {t}, group {g}: {got:e}, the written values sum to {exact:e} (f32 bound {bound:.1e})"));
+                            }
+                        }
+                    }
+                }
+                Ok(format!("xsum within f32 summation's bound of the written rows ({outputs} outputs)"))
+            }));
+        }
+        l
     }
 }
 
@@ -1322,7 +1405,44 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
         }
         v.push(Box::new(NormCase { wg, chain: Some(0), chained: 3, ..NormCase::new(2816, 3, 1) }));
     }
+    // The chunk form with group sums: an input norm (E2B), a residual norm chained into the
+    // next input norm (E4B, strided rows, the residual in its own buffer), a MoE layer's three
+    // chained outputs (26B), group size 128, one group per row, a row shorter than the
+    // workgroup, and a wider workgroup.
+    let s = |gs, c: NormCase| Box::new(NormCase { sums: Some(gs), ..c }) as Box<dyn Case>;
+    v.push(s(64, NormCase::new(1536, 9, 0)));
+    v.push(s(64, NormCase { chain: Some(3), out_pad: 5, ..NormCase::new(2560, 5, 2) }));
+    v.push(s(64, NormCase { chain: Some(0), chained: 3, post: 0.37, ..NormCase::new(2816, 3, 1) }));
+    v.push(s(128, NormCase { chain: Some(0), ..NormCase::new(2560, 2, 1) }));
+    v.push(s(64, NormCase::new(64, 3, 0)));
+    v.push(s(32, NormCase { chain: Some(0), chained: 2, ..NormCase::new(96, 4, 2) }));
+    v.push(s(64, NormCase { wg: 512, chain: Some(0), ..NormCase::new(2560, 3, 1) }));
     v
+}
+
+/// The chunk form of rmsnorm (group sums as well) writes bitwise the outputs of the decode
+/// form (checked against the CPU in `norm_cases`): chunks and decode steps must agree on every
+/// row a norm writes.
+#[test]
+fn rmsnorm_sums_form_writes_the_decode_forms_outputs() {
+    let Some(mut h) = harness() else { return };
+    let cases = [
+        NormCase { sums: Some(64), ..NormCase::new(1536, 9, 0) },
+        NormCase { sums: Some(64), chain: Some(3), out_pad: 5, ..NormCase::new(2560, 5, 2) },
+        NormCase { sums: Some(64), chain: Some(0), chained: 3, post: 0.37, ..NormCase::new(2816, 3, 1) },
+    ];
+    for c in cases {
+        let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&c.name()))));
+        let init: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+        let chunk = h.run(l.kernel, &init, &l.params, l.step, l.grid).unwrap();
+        let decode = h.run(NormCase { sums: None, ..c }.kernel(), &init, &l.params, l.step, l.grid).unwrap();
+        let outputs = if c.chain.is_some() { 1 + c.chained } else { 1 };
+        for j in 0..outputs {
+            assert!(chunk[2 + j] == decode[2 + j], "{}: output {j} differs between the two forms", c.name());
+        }
+        assert!(decode[7] == init[7], "{}: the decode form wrote xsum", c.name());
+        println!("{} [wgpu]: {outputs} outputs bitwise equal to the decode form OK", c.name());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1728,11 +1848,13 @@ struct GeluCase {
     range: f32,
     /// b_in_a 1: the up values sit in a's own rows at b_off (stacked gate/up); b is unused.
     in_a: bool,
+    /// The chunk form (`GeluMulSums`): also each token's sums of the output over groups of 64.
+    sums: bool,
 }
 
 impl GeluCase {
     fn new(n: usize, tokens: usize) -> Self {
-        GeluCase { n, tokens, a_pad: 0, b_stride: n, b_off: 0, range: 1.0, in_a: false }
+        GeluCase { n, tokens, a_pad: 0, b_stride: n, b_off: 0, range: 1.0, in_a: false, sums: false }
     }
 }
 
@@ -1752,11 +1874,14 @@ impl Case for GeluCase {
         if c.in_a {
             s += ",b_in_a";
         }
+        if c.sums {
+            s += ",sums";
+        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &GeluCase { n, tokens, a_pad, b_stride, b_off, range, in_a } = self;
+        let &GeluCase { n, tokens, a_pad, b_stride, b_off, range, in_a, sums } = self;
         let a_stride = n + a_pad;
         let mut a = vec![POISON; tokens * a_stride];
         let mut b = vec![POISON; tokens * b_stride];
@@ -1775,10 +1900,16 @@ impl Case for GeluCase {
                 want[t * a_stride + i] = Some(ops::gelu_tanh(x) as f64 * y as f64);
             }
         }
-        let bufs = vec![output_f32("a", a, want, tol::GELU), input_words("b", &b)];
+        // The sums of ≤ 64 outputs, each within tol::GELU: the same bound.
+        let groups = n.div_ceil(64);
+        let want_s: Vec<Option<f64>> = (0..tokens * groups).map(|i| Some((i % groups * 64..n.min(i % groups * 64 + 64)).map(|j| want[i / groups * a_stride + j].expect("written")).sum())).collect();
+        let mut bufs = vec![output_f32("a", a, want, tol::GELU), input_words("b", &b)];
+        if sums {
+            bufs.push(output_f32("asum", vec![POISON; tokens * groups], want_s, tol::GELU));
+        }
         let p = GeluParams { n: n as u32, a_stride: a_stride as u32, b_stride: b_stride as u32, b_off: b_off as u32, b_in_a: in_a as u32, ..Default::default() };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        launch(Kernel::GeluMul, bufs, &p, step, (n.div_ceil(64), tokens))
+        launch(if sums { Kernel::GeluMulSums } else { Kernel::GeluMul }, bufs, &p, step, (n.div_ceil(64), tokens))
     }
 }
 
@@ -1798,6 +1929,11 @@ fn gelu_cases() -> Vec<Box<dyn Case>> {
         v.push(Box::new(GeluCase { b_stride: 35 * 256, b_off: layer * 256, ..GeluCase::new(256, 3) }));
     }
     v.push(Box::new(GeluCase { a_pad: 5, b_stride: 80, b_off: 9, ..GeluCase::new(65, 3) }));
+    // The chunk form with its sums: the PLE gate (E4B: 42 layers × 256), a partial last group,
+    // a wide row.
+    v.push(Box::new(GeluCase { b_stride: 42 * 256, b_off: 41 * 256, sums: true, ..GeluCase::new(256, 9) }));
+    v.push(Box::new(GeluCase { a_pad: 5, sums: true, ..GeluCase::new(65, 3) }));
+    v.push(Box::new(GeluCase { sums: true, ..GeluCase::new(10240, 2) }));
     v.push(Box::new(GeluCase { range: 8.0, ..GeluCase::new(1000, 2) }));
     // Stacked gate/up chunks: a row is [gate (n) | up (n)], output over the gate half.
     for (n, tokens) in [(6144, 2), (65, 3)] {

@@ -4,7 +4,13 @@
 // GeGLU of the MLP (a = gate projection, b = up projection, or both in a) and the PLE gate
 // (a = gate projection, b = the layer's slice of the per-layer inputs). gelu_tanh: gelu.wgsl.
 //
-// Bindings: a: f32[n_tokens, a_stride] (in/out); b: f32[n_tokens, b_stride]; p: GeluParams; step.
+// SUMS = 1 (Kernel::GeluMulSums, chunks): also asum[t · ceil(n / 64) + j] = Σ of the written
+//   a[t, 64 j ..][..64] (the next mat-mat's group sums of x at group size 64: the PLE
+//   projection reads them instead of a group_sum pass); each subgroup's sum, then the
+//   workgroup's 64 / SG in order.
+//
+// Bindings: a: f32[n_tokens, a_stride] (in/out); b: f32[n_tokens, b_stride]; p: GeluParams; step;
+//   asum: f32[n_tokens, ceil(n / 64)] (SUMS = 1).
 // Launch: 64 threads, one element each; grid = (ceil(n / 64), n_tokens).
 
 struct GeluParams {
@@ -24,16 +30,44 @@ struct GeluParams {
 @group(0) @binding(2) var<uniform> p: GeluParams;
 @group(0) @binding(3) var<uniform> step: Step;
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x;
-    let t = gid.y;
-    if (i >= p.n || t >= step.n_tokens) { return; }
+fn gelu_mul_at(i: u32, t: u32) -> f32 {
     var up: f32;
     if (p.b_in_a == 1u) {
         up = a[t * p.a_stride + p.b_off + i];
     } else {
         up = b[t * p.b_stride + p.b_off + i];
     }
-    a[t * p.a_stride + i] = gelu_tanh(a[t * p.a_stride + i]) * up;
+    let v = gelu_tanh(a[t * p.a_stride + i]) * up;
+    a[t * p.a_stride + i] = v;
+    return v;
 }
+
+// @unroll n PLAIN
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    let t = gid.y;
+    if (i >= p.n || t >= step.n_tokens) { return; }
+    gelu_mul_at(i, t);
+}
+// @end n
+
+// @unroll s SUMS
+@group(0) @binding(4) var<storage, read_write> asum: array<f32>;
+const WG: u32 = 64u;
+const SG: u32 = {{SG}}u;
+var<workgroup> red: array<f32, WG>;
+// {{WORKGROUP_SUM}}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let i = gid.x;
+    let t = wid.y;
+    // t is the workgroup's: a return on it keeps the sums below in uniform control flow.
+    if (t >= step.n_tokens) { return; }
+    var v = 0.0;
+    if (i < p.n) { v = gelu_mul_at(i, t); }
+    let s = workgroup_sum(v, lid);
+    if (lid == 0u) { asum[t * ((p.n + 63u) / 64u) + wid.x] = s; }
+}
+// @end s

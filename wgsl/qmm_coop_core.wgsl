@@ -215,7 +215,18 @@ fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
     // layout is the driver's, and y_store keeps out what lies past the real rows and tokens.
     // The GeGLU form (GLU = 1): tile rows 0..63 are gate rows and 64..127 the up rows of the
     // same indices, so subgroup g < 4 and g + 4 hold a gate block and its up block:
-    // y_store(t, r, gelu_tanh(gate) · up) for the 64 gate rows.
+    // y_store(t, r, gelu_tanh(gate) · up) for the 64 gate rows. It also sums each token's 64
+    // GeGLU values (one quantisation group of the down projection's x, which reads the sums
+    // instead of a group_sum pass): lane l of a gate subgroup adds rows l % 16 of tokens
+    // l / 16 + 2k (k < 8) of each of its blocks, the 16 lanes of a token are added by butterfly
+    // at the end, ysum_store(t, Σ) writes them (rows past the real ones add nothing).
+    // @unroll g GLU
+    // @unroll i TB
+    // @unroll k 8
+    var ys{i}_{k} = 0.0;
+    // @end k
+    // @end i
+    // @end g
     // @unroll i TB
     // @unroll j RB
     coopStoreT(c{i}_{j} + d{i}_{j} * LO, &cst[sg * 256u], 16u);
@@ -227,12 +238,34 @@ fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
     // @end n
     // @unroll g GLU
     if (sg < 4u) {
-        for (var e = lane; e < 256u; e += 32u) {
-            y_store((tb + {i}u) * 16u + e / 16u, (rb + {j}u) * 16u + e % 16u, gelu_tanh(cst[sg * 256u + e]) * cst[(sg + 4u) * 256u + e]);
+        // @unroll k 8
+        {
+            let e = lane + {k}u * 32u;
+            let r = (rb + {j}u) * 16u + e % 16u;
+            let v = gelu_tanh(cst[sg * 256u + e]) * cst[(sg + 4u) * 256u + e];
+            y_store((tb + {i}u) * 16u + e / 16u, r, v);
+            ys{i}_{k} += select(0.0, v, row_real(r));
         }
+        // @end k
     }
     // @end g
     workgroupBarrier();
     // @end j
     // @end i
+    // @unroll g GLU
+    if (sg < 4u) {
+        // @unroll i TB
+        // @unroll k 8
+        {
+            var s = ys{i}_{k};
+            s += subgroupShuffleXor(s, 1u);
+            s += subgroupShuffleXor(s, 2u);
+            s += subgroupShuffleXor(s, 4u);
+            s += subgroupShuffleXor(s, 8u);
+            if (lane % 16u == 0u) { ysum_store((tb + {i}u) * 16u + lane / 16u + {k}u * 2u, s); }
+        }
+        // @end k
+        // @end i
+    }
+    // @end g
 }

@@ -17,3 +17,6 @@ fn workgroup_sum(ss: f32, lid: u32) -> f32 {
     workgroupBarrier();
     return total;
 }
+
+// subgroup_sum: the sum of `v` over the caller's subgroup of SG lanes (every lane must call it).
+fn subgroup_sum(v: f32) -> f32 { return subgroupAdd(v); }

@@ -13,3 +13,6 @@ fn workgroup_sum(ss: f32, lid: u32) -> f32 {
     workgroupBarrier();
     return total;
 }
+
+// subgroup_sum (no subgroups: SG = 1): a lane's own value, the sum over its subgroup of one.
+fn subgroup_sum(v: f32) -> f32 { return v; }

@@ -80,7 +80,8 @@ pub enum Kernel {
     Embed(Format),
     /// `v`: values of a row each thread holds in registers (`V` in rmsnorm.wgsl), `wg` threads
     /// per workgroup (256, 512 or 1024), [`rmsnorm`].
-    RmsNorm { v: u32, wg: u32 },
+    /// `sums`: the chunk form that also writes its outputs' group sums (rmsnorm.wgsl, SUMS).
+    RmsNorm { v: u32, wg: u32, sums: bool },
     HeadNormRope,
     /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
     QkvNormRope,
@@ -97,6 +98,8 @@ pub enum Kernel {
     AttentionSplit { dk: u32, qnorm: bool },
     AttentionCombine,
     GeluMul,
+    /// gelu_mul that also writes each token's sums of its output over groups of 64 (chunks).
+    GeluMulSums,
     /// Softcap and each chunk's first maximum (pass 1 of the argmax).
     SoftcapArgmax,
     /// Each row's first maximum among its chunks' (pass 2).
@@ -136,7 +139,7 @@ impl Kernel {
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
-            Kernel::RmsNorm { .. } => "rmsnorm".into(),
+            Kernel::RmsNorm { sums, .. } => if sums { "rmsnorm_sums".into() } else { "rmsnorm".into() },
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::QkvNormRope => "qkv_norm_rope".into(),
             Kernel::Attention { dv } => format!("attention_d{dv}"),
@@ -144,6 +147,7 @@ impl Kernel {
             Kernel::AttentionSplit { dk, qnorm } => format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" }),
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::GeluMul => "gelu_mul".into(),
+            Kernel::GeluMulSums => "gelu_mul_sums".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
             Kernel::ArgmaxMerge => "argmax_merge".into(),
             Kernel::RouterTopk => "router_topk".into(),
@@ -202,9 +206,9 @@ impl Kernel {
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::GroupSum => include_str!("../../../wgsl/group_sum.wgsl").to_string(),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
-            Kernel::RmsNorm { v, wg } => {
+            Kernel::RmsNorm { v, wg, sums } => {
                 let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
-                unroll(&src, &[("V", v)])
+                unroll(&src, &[("V", v), ("SUMS", u32::from(sums)), ("NOSUMS", u32::from(!sums))])
             }
             Kernel::HeadNormRope | Kernel::QkvNormRope => {
                 let kernel = if self == Kernel::HeadNormRope { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
@@ -244,7 +248,11 @@ impl Kernel {
                 let src = include_str!("../../../wgsl/attention_combine.wgsl").replace("{{U}}", &COMBINE_U.to_string());
                 format!("{params}\n{}", unroll(&src, &[("U", COMBINE_U)]))
             }
-            Kernel::GeluMul => format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), include_str!("../../../wgsl/gelu_mul.wgsl")),
+            Kernel::GeluMul | Kernel::GeluMulSums => {
+                let sums = self == Kernel::GeluMulSums;
+                let src = subgroup_text(include_str!("../../../wgsl/gelu_mul.wgsl"), sg);
+                format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), unroll(&src, &[("PLAIN", u32::from(!sums)), ("SUMS", u32::from(sums))]))
+            }
             Kernel::SoftcapArgmax => {
                 let src = include_str!("../../../wgsl/softcap_argmax.wgsl").replace("{{U}}", &ARGMAX_U.to_string());
                 format!("{argmax_params}\n{argmax_tree}\n{}", unroll(&src, &[("U", ARGMAX_U)]))
@@ -423,8 +431,11 @@ impl Kernel {
             Kernel::Qmv { pro: 1.., .. } | Kernel::QmvGlu { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, ReadWrite, Uniform],
             Kernel::QmvGeluB { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Read, ReadWrite, Uniform],
             Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
-            Kernel::QmmCoop { .. } | Kernel::QmmCoopGlu { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
-            Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read],
+            Kernel::QmmCoop { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
+            // ysum (8): the GeGLU's sums over 64-row groups, the down projection's x sums.
+            Kernel::QmmCoopGlu { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, ReadWrite],
+            // xsum (9): the chunk form's; the decode form declares no binding 9, one layout serves both.
+            Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
@@ -433,6 +444,7 @@ impl Kernel {
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GridBarrier => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
+            Kernel::GeluMulSums => &[ReadWrite, Read, Uniform, Uniform, ReadWrite],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmmMoe | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
@@ -596,7 +608,7 @@ pub const RMSNORM_V: u32 = 12;
 pub fn rmsnorm(n: usize) -> Kernel {
     let wg = std::env::var("KESTREL_RMSNORM_WG").ok().and_then(|v| v.parse().ok()).filter(|w| matches!(w, 256 | 512 | 1024)).unwrap_or(256);
     let knob = std::env::var("KESTREL_RMSNORM_V").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=RMSNORM_V).contains(v));
-    Kernel::RmsNorm { v: knob.unwrap_or_else(|| rmsnorm_v(n, wg)), wg }
+    Kernel::RmsNorm { v: knob.unwrap_or_else(|| rmsnorm_v(n, wg)), wg, sums: false }
 }
 
 /// Registers per thread of an rmsnorm of `wg` threads over rows of `n` values.
@@ -882,7 +894,13 @@ pub struct NormParams {
     pub post2: f32,
     pub post3: f32,
     pub post4: f32,
-    pub _pad: u32,
+    /// The chunk form (`RmsNorm { sums: true }`): group size of the sums, a bit per output
+    /// whose sums are written (0: out, 1..3: out2..out4) and where each output's sums start in
+    /// xsum (rows of n / gs floats per token).
+    pub gs: u32,
+    pub sums: u32,
+    pub sum_off: [u32; 4],
+    pub _pad: [u32; 2],
 }
 
 #[repr(C)]
@@ -1059,6 +1077,11 @@ pub struct Pipelines {
 }
 
 impl Pipelines {
+    /// The subgroup size the kernels were built for (0: none; see `subgroup`).
+    pub fn subgroup(&self) -> u32 {
+        self.subgroup
+    }
+
     pub fn new(gpu: &super::context::Gpu) -> Self {
         let checks = std::env::var("KESTREL_SHADER_CHECKS").is_ok_and(|v| v == "1");
         let fixed = gpu.info.subgroup_min_size == gpu.info.subgroup_max_size && gpu.info.subgroup_min_size.is_power_of_two();

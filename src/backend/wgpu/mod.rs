@@ -252,6 +252,9 @@ enum Res {
     /// A second params block (offset, length) in the params buffer: the fused-norm prologue's.
     ParamsAt(u64, u64),
     Step,
+    /// The chunk norms' group sums (made once every norm is recorded): the whole buffer (the
+    /// norms write it), or one region of [`Builder::norm_sums`] (a mat-mat reads it).
+    NormSums(Option<usize>),
 }
 
 /// Which steps run a dispatch.
@@ -917,7 +920,39 @@ struct Builder<'a> {
     slot_layers: BTreeMap<usize, SlotLayer>,
     marks: Vec<Mark>,
     /// The [`Scratch`] buffers and their sizes in floats.
-    scratch: [Option<(wgpu::Buffer, usize)>; 2],
+    scratch: [Option<(wgpu::Buffer, usize)>; 3],
+    /// Group sums written by chunk norms for the tensor-core mat-mats that read their outputs:
+    /// a region of one buffer per (norm, output), never shared, so no later dispatch can
+    /// overwrite sums before their readers run.
+    norm_sums: Vec<NormSums>,
+    /// The regions' total, in floats.
+    norm_sums_len: u64,
+}
+
+/// One output of a recorded rmsnorm: `slot` 0 is `out`, 1..=3 the chained outputs.
+#[derive(Clone, Copy)]
+struct NormOut {
+    spec: usize,
+    slot: u32,
+}
+
+/// Where a mat-mat's x comes from, for the group sums its tensor-core form reads.
+#[derive(Clone)]
+enum XFrom {
+    /// Not known here: a group_sum dispatch takes them.
+    Any,
+    /// A norm's output: the norm can write them ([`Builder::norm_sums`]).
+    Norm(NormOut),
+    /// Written by x's producer (the GeGLU mat-mat's ysum), over groups of this size.
+    Sums(Res, usize),
+}
+
+/// Where a chunk norm writes the group sums of one of its outputs.
+struct NormSums {
+    out: NormOut,
+    /// Offset and length in floats, in the norms' group-sum buffer.
+    off: u64,
+    len: u64,
 }
 
 /// Buffers shared by the chunk dispatches that use them in turn (each reads what it needs before
@@ -928,6 +963,8 @@ enum Scratch {
     SplitK = 0,
     /// x's group sums (group_sum), read by the tensor-core mat-mat recorded right after.
     GroupSums = 1,
+    /// The GeGLU mat-mat's output group sums, read by the down projection right after.
+    GluSums = 2,
 }
 
 /// The bindings of a weight-reading kernel: the part's weights, scales and biases, then `bufs`
@@ -982,7 +1019,9 @@ impl<'a> Builder<'a> {
             state_bytes: 0,
             slot_layers: BTreeMap::new(),
             marks: Vec::new(),
-            scratch: [None, None],
+            scratch: [None, None, None],
+            norm_sums: Vec::new(),
+            norm_sums_len: 0,
         };
         b.record(w)
     }
@@ -1201,10 +1240,87 @@ impl<'a> Builder<'a> {
         let label = match which {
             Scratch::SplitK => "qmm split-k partials",
             Scratch::GroupSums => "qmm_coop group sums",
+            Scratch::GluSums => "GeGLU output group sums",
         };
         let b = self.act(label, elems)?;
         self.scratch[which as usize] = Some((b.clone(), elems));
         Ok(b)
+    }
+
+    /// The group sums of x, f32[count · mult, cols / gs], that a tensor-core mat-mat reads for
+    /// the bias part (chunk steps only): those x's producer wrote, or has the norm that wrote x
+    /// write them where it can, else a group_sum dispatch of their own.
+    #[allow(clippy::too_many_arguments)]
+    fn x_sums(&mut self, x: &wgpu::Buffer, cols: usize, gs: usize, stride: usize, mult: usize, on_out: bool, from: XFrom) -> Result<Res> {
+        let rows_of_x = mult == 1 && !on_out;
+        match from {
+            XFrom::Sums(r, g) if rows_of_x && g == gs => return Ok(r),
+            XFrom::Norm(f) if rows_of_x => {
+                if let Some(r) = self.norm_sums(f, cols, gs, stride) {
+                    return Ok(r);
+                }
+            }
+            _ => {}
+        }
+        Ok(Res::Buf(self.group_sum(x, cols, gs, stride, mult, on_out)?))
+    }
+
+    /// Has the chunk form of the norm `from.spec` also write its output `from.slot`'s group
+    /// sums (rmsnorm.wgsl, SUMS) and returns where they land; decode and verify steps keep the
+    /// plain form. None where that form does not apply (then group_sum runs): a norm of
+    /// several segments or of the LM head rows, another row layout or group size than the
+    /// reader's, rows past the register block, groups that are no whole number of subgroups or
+    /// straddle the norm's register blocks, `KESTREL_NORM_SUMS=0` (an A/B knob).
+    fn norm_sums(&mut self, from: NormOut, cols: usize, gs: usize, stride: usize) -> Option<Res> {
+        if let Some(i) = self.norm_sums.iter().position(|r| r.out.spec == from.spec && r.out.slot == from.slot) {
+            let np = self.norm_params(from.spec);
+            return (np.gs as usize == gs && np.n as usize == cols).then_some(Res::NormSums(Some(i)));
+        }
+        let np = self.norm_params(from.spec);
+        let sp = &self.specs[from.spec];
+        let Kernel::RmsNorm { v, wg, .. } = sp.kernel else { return None };
+        let out_stride = if from.slot == 0 { np.out_stride } else { np.out2_stride };
+        let applies = switch("KESTREL_NORM_SUMS", true)
+            && np.segs == 1
+            && np.x_row_sel == 0
+            && np.count_sel == 0
+            && from.slot <= np.chain
+            && np.n as usize == cols
+            && out_stride as usize == stride
+            && (v * wg) as usize >= cols
+            && gs > 0
+            && cols.is_multiple_of(gs)
+            && (wg as usize).is_multiple_of(gs)
+            && gs.is_multiple_of(self.pipelines.subgroup().max(1) as usize)
+            && (np.gs == 0 || np.gs as usize == gs);
+        if !applies {
+            return None;
+        }
+        // Regions start at the adapter's storage offset alignment; the norms bind the whole
+        // buffer, so it must fit one binding.
+        let align = (self.gpu.limits.min_storage_buffer_offset_alignment as u64 / 4).max(1);
+        let off = self.norm_sums_len.next_multiple_of(align);
+        let len = (self.opts.max_chunk * cols / gs) as u64;
+        if 4 * (off + len) > self.gpu.adapter_max_binding {
+            return None;
+        }
+        self.norm_sums_len = off + len;
+        self.norm_sums.push(NormSums { out: from, off, len });
+        self.edit_params(from.spec, |p: &mut NormParams| {
+            p.gs = gs as u32;
+            p.sums |= 1 << from.slot;
+            p.sum_off[from.slot as usize] = off as u32;
+        });
+        let sp = &mut self.specs[from.spec];
+        let plain = Kernel::RmsNorm { v, wg, sums: false };
+        if sp.single.is_none() {
+            // Decode and verify steps: the plain form, on the norm's grid.
+            sp.single = Some((plain, sp.x, 1));
+            sp.verify = Some((plain, sp.x, 1));
+        }
+        sp.kernel = Kernel::RmsNorm { v, wg, sums: true };
+        sp.res[9] = Res::NormSums(None);
+        Some(Res::NormSums(Some(self.norm_sums.len() - 1)))
     }
 
     /// Records group_sum over the `count · mult` rows of x (chunk steps only: the tensor-core
@@ -1228,12 +1344,18 @@ impl<'a> Builder<'a> {
 
     /// `y[t, r] = W x[t]` over all parts of `m`.
     fn matmul(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, on_out: bool) -> Result<()> {
-        self.matmul_steps(m, x, x_stride, y, y_stride, on_out, true)
+        self.matmul_steps(m, x, x_stride, y, y_stride, on_out, true, XFrom::Any)
     }
 
-    /// `matmul`, with its decode and verify forms only when `decode` (else chunks only).
+    /// `matmul` of an x whose producer is known (`from`: where x's group sums can come from).
+    fn matmul_from(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, from: XFrom) -> Result<()> {
+        self.matmul_steps(m, x, x_stride, y, y_stride, false, true, from)
+    }
+
+    /// `matmul`, with its decode and verify forms only when `decode` (else chunks only); x
+    /// produced as `from` says.
     #[allow(clippy::too_many_arguments)]
-    fn matmul_steps(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, on_out: bool, decode: bool) -> Result<()> {
+    fn matmul_steps(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, on_out: bool, decode: bool, from: XFrom) -> Result<()> {
         for part in &m.parts {
             let p = MatmulParams {
                 rows: part.rows as u32,
@@ -1260,12 +1382,12 @@ impl<'a> Builder<'a> {
             // The tensor-core mat-mat reads x's group sums (one more binding, so its decode and
             // verify forms get a spec of their own).
             let xsum = match kernel {
-                Kernel::QmmCoop { .. } => Some(self.group_sum(x, m.cols, m.gs, x_stride, 1, on_out)?),
+                Kernel::QmmCoop { .. } => Some(self.x_sums(x, m.cols, m.gs, x_stride, 1, on_out, from.clone())?),
                 _ => None,
             };
             let chunk_res = |bufs: &[&wgpu::Buffer]| {
                 let mut res = weight_res(part, bufs);
-                res.extend(xsum.iter().map(|b| Res::Buf(b.clone())));
+                res.extend(xsum.clone());
                 res
             };
             if splits > 1 {
@@ -1313,7 +1435,8 @@ impl<'a> Builder<'a> {
     /// `y[t, r] = gelu_tanh(G x[t]) · (U x[t])` for a stacked [G; U] 4-bit matrix `m` of
     /// `2 · rows` rows, into the first `rows` of each `2 · rows`-wide row of `y`. Chunks run the
     /// stacked mat-mat and gelu_mul over the two halves; decode and verify steps one qmv_glu.
-    fn matmul_glu(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer) -> Result<()> {
+    /// Returns where the output's group sums are (the tensor-core form writes them).
+    fn matmul_glu(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, from: NormOut) -> Result<XFrom> {
         let part = &m.parts[0];
         debug_assert_eq!((m.parts.len(), part.rows), (1, 2 * rows), "a stacked matrix is one part");
         let p = MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
@@ -1322,14 +1445,20 @@ impl<'a> Builder<'a> {
         let (glu, per_wg, tok) = qmm_coop_glu_shape();
         // KESTREL_QMM_COOP_GLU=0: the mat-mat and gelu_mul apart (an A/B knob).
         let glu_coop = self.tensor_cores() && switch("KESTREL_QMM_COOP_GLU", true) && qmm_applies(m.format, m.cols, x_stride) && qmm_splits(true, rows, m.cols, self.opts.max_chunk, per_wg, tok) == 1;
+        let mut sums = XFrom::Any;
         if glu_coop {
-            let xsum = self.group_sum(x, m.cols, m.gs, x_stride, 1, false)?;
+            let xsum = self.x_sums(x, m.cols, m.gs, x_stride, 1, false, XFrom::Norm(from))?;
+            let ysum = self.scratch(Scratch::GluSums, self.opts.max_chunk * rows.div_ceil(64))?;
             let mut res = weight_res(part, &[x, y]);
-            res.push(Res::Buf(xsum));
+            res.extend([xsum, Res::Buf(ysum.clone())]);
             self.spec(glu, res, &p, (rows as u32).div_ceil(per_wg), GridY::TokenTiles(tok));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
+            // KESTREL_NORM_SUMS=0: the down projection takes group_sum's instead (an A/B).
+            if switch("KESTREL_NORM_SUMS", true) {
+                sums = XFrom::Sums(Res::Buf(ysum), 64);
+            }
         } else {
-            self.matmul_steps(m, x, x_stride, y, 2 * rows, false, false)?;
+            self.matmul_steps(m, x, x_stride, y, 2 * rows, false, false, XFrom::Norm(from))?;
             let dummy = self.dummy.clone();
             self.gelu_mul(y, &dummy, GeluParams { n: rows as u32, a_stride: 2 * rows as u32, b_off: rows as u32, b_in_a: 1, ..Default::default() });
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
@@ -1346,21 +1475,34 @@ impl<'a> Builder<'a> {
         sp.only = Only::Single;
         sp.single = Some(shape(1));
         sp.verify = Some((vk, vx, vt));
-        Ok(())
+        Ok(sums)
     }
 
     /// `y[t, r] = gelu_tanh(G x[t])[r] · b[t · b_stride + b_off + r]` for the `rows`-row gate `m`
     /// (the per-layer input gate): chunks run the mat-mat and gelu_mul, decode and verify steps
-    /// one gated qmv where it applies.
+    /// one gated qmv where it applies. Returns where y's group sums are, if written.
     #[allow(clippy::too_many_arguments)]
-    fn ple_gate(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, b: &wgpu::Buffer, rows: usize, b_stride: usize, b_off: usize) -> Result<()> {
+    fn ple_gate(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, b: &wgpu::Buffer, rows: usize, b_stride: usize, b_off: usize, from: NormOut) -> Result<XFrom> {
         let gelu = GeluParams { n: rows as u32, a_stride: rows as u32, b_stride: b_stride as u32, b_off: b_off as u32, ..Default::default() };
         let shape = |tok| if m.format == Format::Q4 && m.parts.len() == 1 { qmv_gelu_b_shape(rows, m.cols, x_stride, tok) } else { None };
         let fused = shape(MATMUL_VERIFY_TOK).zip(shape(1));
         // Chunks (and every step where the gated qmv does not apply): the mat-mat, then gelu_mul.
-        self.matmul_steps(m, x, x_stride, y, rows, false, fused.is_none())?;
-        self.gelu_mul(y, b, gelu);
-        let Some(((vk, vper), (sk, sper))) = fused else { return Ok(()) };
+        self.matmul_steps(m, x, x_stride, y, rows, false, fused.is_none(), XFrom::Norm(from))?;
+        let Some(((vk, vper), (sk, sper))) = fused else {
+            self.gelu_mul(y, b, gelu);
+            return Ok(XFrom::Any);
+        };
+        // gelu_mul runs in chunks only: where the tensor-core projection reads its output, it
+        // also writes that output's group sums (KESTREL_NORM_SUMS=0: group_sum, as an A/B).
+        let mut sums = XFrom::Any;
+        if self.tensor_cores() && switch("KESTREL_NORM_SUMS", true) {
+            let asum = self.scratch(Scratch::GluSums, self.opts.max_chunk * rows.div_ceil(64))?;
+            let res = vec![Res::Buf(y.clone()), Res::Buf(b.clone()), Res::Params, Res::Step, Res::Buf(asum.clone())];
+            self.spec(Kernel::GeluMulSums, res, &gelu, gelu.n.div_ceil(64), GridY::Tokens);
+            sums = XFrom::Sums(Res::Buf(asum), 64);
+        } else {
+            self.gelu_mul(y, b, gelu);
+        }
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
         let part = &m.parts[0];
         let p = QmvGeluParams {
@@ -1378,14 +1520,15 @@ impl<'a> Builder<'a> {
         sp.only = Only::Single;
         sp.single = Some((sk, (rows as u32).div_ceil(sper), 1));
         sp.verify = Some((vk, vx, vt));
-        Ok(())
+        Ok(sums)
     }
 
     /// Routed-expert mat-vec: `y[t, j, r] = W[idx[t,j] · stride + off + r] · x[t, j]`; decode
     /// steps run it per (token, expert) pair, chunks per expert over `groups` (see moe_group).
-    /// `with_single`: also record the decode/verify form (false where `moe_glu` recorded it).
+    /// `with_single`: also record the decode/verify form (false where `moe_glu` recorded it);
+    /// `from`: the norm output that wrote x, if any.
     #[allow(clippy::too_many_arguments)]
-    fn moe_matmul(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, idx: &wgpu::Buffer, groups: &Groups, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize, with_single: bool) -> Result<()> {
+    fn moe_matmul(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, idx: &wgpu::Buffer, groups: &Groups, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize, with_single: bool, from: XFrom) -> Result<()> {
         // Expert stacks are indexed across the whole matrix: one part (checked at upload).
         debug_assert_eq!(m.parts.len(), 1, "expert stack split across bindings");
         let part = &m.parts[0];
@@ -1418,7 +1561,7 @@ impl<'a> Builder<'a> {
             let mut res = res(&groups.buf);
             if let Some(mult) = rows_of_x.filter(|_| coop) {
                 let stride = if mult == 1 { x_tok_stride } else { x_slot_stride };
-                res.push(Res::Buf(self.group_sum(x, m.cols, m.gs, stride, mult, false)?));
+                res.push(self.x_sums(x, m.cols, m.gs, stride, mult, false, from)?);
             }
             let x = groups.n as u32 * (rows as u32).div_ceil(rows_per_wg);
             self.spec(kernel, res, &p, x, GridY::TokenTiles(tok));
@@ -1467,7 +1610,8 @@ impl<'a> Builder<'a> {
         let d = || Res::Buf(self.dummy.clone());
         // `res` (binding 8, read by mode 2 only): the weights stand in (read-only there too; the
         // dummy is bound writable at 3..5, and one buffer may not be both in a dispatch).
-        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone())];
+        // `xsum` (binding 9, the chunk form's: Builder::norm_sums): the dummy until asked for.
+        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone()), d()];
         self.spec(rmsnorm(p.n as usize), res, &p, p.segs, y);
         self.specs.len() - 1
     }
@@ -1567,8 +1711,8 @@ impl<'a> Builder<'a> {
 
     /// Folds a later norm of the rows the residual norm `spec` wrote (weight at `w_off`, scaled
     /// by `post`, into `dst`, rows `stride` apart) into that norm: one dispatch fewer, the same
-    /// arithmetic. Up to three per norm, all with one stride.
-    fn chain_norm(&mut self, spec: usize, w_off: u32, post: f32, dst: &wgpu::Buffer, stride: usize) {
+    /// arithmetic. Up to three per norm, all with one stride. Returns the output it added.
+    fn chain_norm(&mut self, spec: usize, w_off: u32, post: f32, dst: &wgpu::Buffer, stride: usize) -> NormOut {
         let chain = self.norm_params(spec).chain;
         self.specs[spec].res[3 + chain as usize] = Res::Buf(dst.clone());
         self.edit_params(spec, |p: &mut NormParams| {
@@ -1582,6 +1726,7 @@ impl<'a> Builder<'a> {
             p.chain += 1;
             p.out2_stride = stride as u32;
         });
+        NormOut { spec, slot: chain + 1 }
     }
 
     fn head_norm_rope(&mut self, src: &wgpu::Buffer, wt: &wgpu::Buffer, rope: &wgpu::Buffer, dst: &wgpu::Buffer, p: HeadParams) {
@@ -1883,12 +2028,11 @@ impl<'a> Builder<'a> {
 
             // attention block; the input norm rides on the last layer's final residual norm
             let input_norm = residual.take();
-            match input_norm {
+            // Where xn comes from: chunk norms can also write its group sums for the mat-mats.
+            let xn_from = match input_norm {
                 Some(prev) => self.chain_norm(prev, ln.input, 1.0, &xn, h),
-                None => {
-                    self.norm(&xs[cur], &norm_buf, &xn, plain(h, ln.input, 0, 1.0));
-                }
-            }
+                None => NormOut { spec: self.norm(&xs[cur], &norm_buf, &xn, plain(h, ln.input, 0, 1.0)), slot: 0 },
+            };
             // Where q, k and v land: (buffer, offset in a row, row stride) each.
             let first = self.specs.len();
             // A KV-sharing layer's raw q and where its heads lie, when attention_split norms it.
@@ -1896,19 +2040,19 @@ impl<'a> Builder<'a> {
             let (qs, ks, vs) = match &gl.proj {
                 Proj::Stacked(m) => {
                     let rows = m.parts[0].rows;
-                    self.matmul(m, &xn, h, &qkv, rows, false)?;
+                    self.matmul_from(m, &xn, h, &qkv, rows, XFrom::Norm(xn_from))?;
                     let k_off = l.q_dim();
                     // attention_k_eq_v: V = raw K projection
                     let v_off = if rows > l.q_dim() + l.kv_dim() { k_off + l.kv_dim() } else { k_off };
                     ((&qkv, 0, rows), (&qkv, k_off, rows), (&qkv, v_off, rows))
                 }
                 Proj::Separate { q: qm, k, v } => {
-                    self.matmul(qm, &xn, h, &att, l.q_dim(), false)?;
+                    self.matmul_from(qm, &xn, h, &att, l.q_dim(), XFrom::Norm(xn_from))?;
                     if let Some(k) = k {
-                        self.matmul(k, &xn, h, &ktmp, l.kv_dim(), false)?;
+                        self.matmul_from(k, &xn, h, &ktmp, l.kv_dim(), XFrom::Norm(xn_from))?;
                     }
                     if let Some(v) = v {
-                        self.matmul(v, &xn, h, &vtmp, l.kv_dim(), false)?;
+                        self.matmul_from(v, &xn, h, &vtmp, l.kv_dim(), XFrom::Norm(xn_from))?;
                     }
                     let vsrc = if v.is_some() { &vtmp } else { &ktmp };
                     ((&att, 0, l.q_dim()), (&ktmp, 0, l.kv_dim()), (vsrc, 0, l.kv_dim()))
@@ -1993,17 +2137,18 @@ impl<'a> Builder<'a> {
             cur ^= 1;
 
             // feed-forward block
-            self.chain_norm(post_attn, ln.pre_ff, 1.0, &xn, h);
+            let ff_from = self.chain_norm(post_attn, ln.pre_ff, 1.0, &xn, h);
             // MoE layers route first, so that a streamed step can hand the top-k to the host and
             // run the dense branch while the host reads the missing experts.
             let mut route_end = None;
+            let mut xn2_from = None;
             if let (Some(moe), Some((_, logits_r, idx, wts, xr, ..)), Some([rs, ..])) = (&gl.moe, &moe_bufs, ln.moe) {
                 // router on norm(h) · scale · H^-½, and the experts' input pre_norm_2(h): both norms
                 // of the rows the post-attention norm just wrote, chained onto it.
-                self.chain_norm(post_attn, rs, (h as f64).powf(-0.5) as f32, xr, h);
+                let xr_from = self.chain_norm(post_attn, rs, (h as f64).powf(-0.5) as f32, xr, h);
                 let pre2 = ln.moe.expect("MoE layers have their norms")[1];
-                self.chain_norm(post_attn, pre2, 1.0, &xn2, h);
-                self.matmul(&moe.router, xr, h, logits_r, ne, false)?;
+                xn2_from = Some(self.chain_norm(post_attn, pre2, 1.0, &xn2, h));
+                self.matmul_from(&moe.router, xr, h, logits_r, ne, XFrom::Norm(xr_from))?;
                 let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
                 self.spec(Kernel::RouterTopk, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
                 // The router spec's grid is (n_tokens, 1): x follows the tokens.
@@ -2014,23 +2159,23 @@ impl<'a> Builder<'a> {
                 }
                 route_end = Some(self.specs.len());
             }
-            let down_x_stride = match &gl.mlp {
+            let (down_x_stride, down_from) = match &gl.mlp {
                 Mlp::Split { gate, up } => {
-                    self.matmul(gate, &xn, h, &g, l.mlp_width, false)?;
-                    self.matmul(up, &xn, h, &u, l.mlp_width, false)?;
+                    self.matmul_from(gate, &xn, h, &g, l.mlp_width, XFrom::Norm(ff_from))?;
+                    self.matmul_from(up, &xn, h, &u, l.mlp_width, XFrom::Norm(ff_from))?;
                     self.gelu_mul(&g, &u, GeluParams { n: l.mlp_width as u32, a_stride: l.mlp_width as u32, b_stride: l.mlp_width as u32, b_off: 0, ..Default::default() });
-                    l.mlp_width
+                    (l.mlp_width, XFrom::Any)
                 }
                 Mlp::Stacked(gu) => {
                     let first = self.specs.len();
-                    self.matmul_glu(gu, l.mlp_width, &xn, h, &g)?;
+                    let sums = self.matmul_glu(gu, l.mlp_width, &xn, h, &g, ff_from)?;
                     if gl.moe.is_none() {
                         self.fuse_norm(post_attn, first, h);
                     }
-                    2 * l.mlp_width
+                    (2 * l.mlp_width, sums)
                 }
             };
-            self.matmul(&gl.down, &g, down_x_stride, &o, h, false)?;
+            self.matmul_from(&gl.down, &g, down_x_stride, &o, h, down_from)?;
             let mut ff_out = &o;
             if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, _, post1, post2])) = (&gl.moe, &moe_bufs, ln.moe) {
                 // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h))), the
@@ -2043,17 +2188,17 @@ impl<'a> Builder<'a> {
                 let (gm, gstride, goff) = &moe.gate;
                 // Fused gate_up: decode/verify run one GeGLU mat-vec; chunks the grouped kernels.
                 let glu = moe.up.is_none() && self.moe_glu(gm, *gstride, *goff, moe.up_off, iw, sel, &xn2, h, 0, eg, tk);
-                self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, &xn2, h, 0, eg, tk, !glu)?;
+                self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, &xn2, h, 0, eg, tk, !glu, xn2_from.map_or(XFrom::Any, XFrom::Norm))?;
                 let (um, ustride, uoff) = match &moe.up {
                     Some(u) => (u, iw, 0),
                     None => (gm, *gstride, moe.up_off),
                 };
-                self.moe_matmul(um, ustride, uoff, iw, sel, groups, &xn2, h, 0, eu, tk, !glu)?;
+                self.moe_matmul(um, ustride, uoff, iw, sel, groups, &xn2, h, 0, eu, tk, !glu, xn2_from.map_or(XFrom::Any, XFrom::Norm))?;
                 self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0, ..Default::default() });
                 if glu {
                     self.specs.last_mut().expect("just pushed").only = Only::Multi;
                 }
-                self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk, true)?;
+                self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk, true, XFrom::Any)?;
                 if streaming {
                     let route_end = route_end.expect("recorded above for MoE layers");
                     self.marks.push(Mark { layer: li, route_end, experts_begin, experts_end: self.specs.len() });
@@ -2071,9 +2216,9 @@ impl<'a> Builder<'a> {
             // per-layer input, then the layer scalar
             if let (Some((gate, proj)), Some((ple_all, _, ple_g))) = (&gl.ple, &ple_bufs) {
                 let first = self.specs.len();
-                self.ple_gate(gate, &xs[cur], h, ple_g, ple_all, pd, nl * pd, li * pd)?;
+                let sums = self.ple_gate(gate, &xs[cur], h, ple_g, ple_all, pd, nl * pd, li * pd, NormOut { spec: post_ff, slot: 0 })?;
                 self.fuse_norm(post_ff, first, h);
-                self.matmul(proj, ple_g, pd, &o, h, false)?;
+                self.matmul_from(proj, ple_g, pd, &o, h, sums)?;
                 residual = Some(self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.ple_post, 2, lw.layer_scalar)));
                 cur ^= 1;
             }
@@ -2111,6 +2256,11 @@ impl<'a> Builder<'a> {
                 usage: wgpu::BufferUsages::UNIFORM,
             })
         };
+        // The chunk norms' group sums, one region per (norm, output) that a mat-mat reads.
+        let norm_sums_buf = match self.norm_sums_len {
+            0 => None,
+            n => Some(self.act("chunk norms' group sums", n as usize)?),
+        };
         let mut program = Vec::with_capacity(self.specs.len());
         let specs = std::mem::take(&mut self.specs);
         for s in specs {
@@ -2142,6 +2292,16 @@ impl<'a> Builder<'a> {
                             size: std::num::NonZeroU64::new(*len),
                         }),
                         Res::Step => self.step_buf.as_entire_binding(),
+                        Res::NormSums(region) => {
+                            let buffer = norm_sums_buf.as_ref().expect("a region was asked for");
+                            match region {
+                                None => buffer.as_entire_binding(),
+                                Some(i) => {
+                                    let r = &self.norm_sums[*i];
+                                    wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset: 4 * r.off, size: std::num::NonZeroU64::new(4 * r.len) })
+                                }
+                            }
+                        }
                     },
                 })
                 .collect();
