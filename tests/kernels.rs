@@ -1145,20 +1145,18 @@ struct NormCase {
     chained: usize,
     /// Threads per workgroup (256: the backend's default; 512 and 1024: `KESTREL_RMSNORM_WG`).
     wg: u32,
-    /// Some(gs): the chunk form (`RmsNorm { chunk: true }`), also writing every output's sums
+    /// Some(gs): the chunk form (`RmsNorm { sums: true }`), also writing every output's sums
     /// over groups of gs values.
     sums: Option<usize>,
-    /// > 1: the chunk form reading x as that many split-k partials (x itself poison).
-    splits: usize,
 }
 
 impl NormCase {
     fn new(n: usize, tokens: usize, mode: u32) -> Self {
-        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256, sums: None, splits: 0 }
+        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256, sums: None }
     }
 
     fn kernel(&self) -> Kernel {
-        Kernel::RmsNorm { v: rmsnorm_v(self.n, self.wg), wg: self.wg, chunk: self.sums.is_some() || self.splits > 1 }
+        Kernel::RmsNorm { v: rmsnorm_v(self.n, self.wg), wg: self.wg, sums: self.sums.is_some() }
     }
 }
 
@@ -1197,37 +1195,17 @@ impl Case for NormCase {
         if let Some(gs) = c.sums {
             s += &format!(",sums,gs={gs}");
         }
-        if c.splits > 1 {
-            s += &format!(",splits={}", c.splits);
-        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained, sums, splits, .. } = self;
+        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained, sums, .. } = self;
         let count = n_out.unwrap_or(tokens);
         let out_row0 = tokens - n_out.unwrap_or(1);
         let (x_stride, out_stride) = (segs * n + x_pad, segs * n + out_pad);
         let mut x = vec![POISON; tokens * x_stride];
         for t in 0..tokens {
             x[t * x_stride..t * x_stride + segs * n].copy_from_slice(&bits(&rng.vec(segs * n)));
-        }
-        // Split-k partials: x is their f32 sum in qmm_sum's order (what the reference norms);
-        // the x binding holds poison, which must not be read.
-        let mut part = vec![0u32; 1];
-        if splits > 1 {
-            assert!(segs == 1 && x_pad == 0 && n_out.is_none(), "split partials are plain rows");
-            let vals = rng.vec(splits * tokens * n);
-            part = bits(&vals);
-            for t in 0..tokens {
-                for i in 0..n {
-                    let mut a = vals[t * n + i];
-                    for s in 1..splits {
-                        a += vals[(s * tokens + t) * n + i];
-                    }
-                    x[t * n + i] = a.to_bits();
-                }
-            }
         }
         // Norm weights sit at w_off inside a larger buffer (the chained norm's at w2_off, after
         // them); everything else in it is poison.
@@ -1273,8 +1251,7 @@ impl Case for NormCase {
         // The chained norms, from the expected out rows rounded to f32 (what the kernel holds).
         let out2_stride = n + chain.unwrap_or(0);
         let n_chained = if chain.is_some() { chained } else { 0 };
-        let x_bound = if splits > 1 { vec![POISON; x.len()] } else { x.clone() };
-        let mut bufs = vec![input_words("x", &x_bound), input_words("wt", &wt), output_f32("out", out, want.clone(), tol::NORM)];
+        let mut bufs = vec![input_words("x", &x), input_words("wt", &wt), output_f32("out", out, want.clone(), tol::NORM)];
         for (j, name) in ["out2", "out3", "out4"].into_iter().enumerate() {
             bufs.push(if j < n_chained {
                 let mut want2 = vec![None; count * out2_stride];
@@ -1317,7 +1294,6 @@ impl Case for NormCase {
             // The decode form has no binding 9: whatever is bound there stays untouched.
             bufs.push(output_f32("xsum", vec![POISON; 4], vec![None; 4], tol::NORM));
         }
-        bufs.push(input_words("part", &part));
         let mut sum_off = [0u32; 4];
         for (j, o) in sum_off.iter_mut().enumerate().take(outputs) {
             *o = sum_at(j) as u32;
@@ -1345,7 +1321,6 @@ impl Case for NormCase {
             gs: gs as u32,
             sums: if gs > 0 { (1u32 << outputs) - 1 } else { 0 },
             sum_off,
-            splits: splits as u32,
             ..Default::default()
         };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32, ..Default::default() };
@@ -1442,40 +1417,25 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
     v.push(s(64, NormCase::new(64, 3, 0)));
     v.push(s(32, NormCase { chain: Some(0), chained: 2, ..NormCase::new(96, 4, 2) }));
     v.push(s(64, NormCase { wg: 512, chain: Some(0), ..NormCase::new(2560, 3, 1) }));
-    // The chunk form reading x as split-k partials (a residual norm after the o or down
-    // projection: 2 / 4 / 8 splits), with and without group sums of its chained output.
-    for (n, tokens, splits) in [(1536, 9, 2), (2560, 5, 8), (2816, 3, 4)] {
-        v.push(Box::new(NormCase { splits, chain: Some(0), ..NormCase::new(n, tokens, 2) }));
-    }
-    v.push(Box::new(NormCase { splits: 4, sums: Some(64), chain: Some(0), ..NormCase::new(2560, 3, 2) }));
     v
 }
 
-/// The chunk form of rmsnorm (group sums as well; x from split-k partials) writes bitwise the
-/// outputs of the decode form (checked against the CPU in `norm_cases`) over the x that
-/// qmm_sum would have written: chunks and decode steps must agree on every row a norm writes.
+/// The chunk form of rmsnorm (group sums as well) writes bitwise the outputs of the decode
+/// form (checked against the CPU in `norm_cases`): chunks and decode steps must agree on every
+/// row a norm writes.
 #[test]
-fn rmsnorm_chunk_form_writes_the_decode_forms_outputs() {
+fn rmsnorm_sums_form_writes_the_decode_forms_outputs() {
     let Some(mut h) = harness() else { return };
     let cases = [
         NormCase { sums: Some(64), ..NormCase::new(1536, 9, 0) },
         NormCase { sums: Some(64), chain: Some(3), out_pad: 5, ..NormCase::new(2560, 5, 2) },
         NormCase { sums: Some(64), chain: Some(0), chained: 3, post: 0.37, ..NormCase::new(2816, 3, 1) },
-        NormCase { splits: 8, chain: Some(0), ..NormCase::new(2560, 5, 2) },
-        NormCase { splits: 2, sums: Some(64), chain: Some(0), ..NormCase::new(1536, 3, 2) },
     ];
     for c in cases {
         let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&c.name()))));
-        let mut init: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+        let init: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
         let chunk = h.run(l.kernel, &init, &l.params, l.step, l.grid).unwrap();
-        if c.splits > 1 {
-            // The decode form reads x: qmm_sum's sum of the same partials (storage buffer 8).
-            let p = MatmulParams { rows: c.n as u32, y_stride: c.n as u32, k_splits: c.splits as u32, ..Default::default() };
-            let grid = (c.n.div_ceil(256) as u32, c.tokens as u32, 1);
-            let summed = h.run(Kernel::QmmSum, &[init[8].clone(), init[0].clone()], bytemuck::bytes_of(&p), l.step, grid).unwrap();
-            init[0] = summed[1].clone();
-        }
-        let decode = h.run(NormCase { sums: None, splits: 0, ..c }.kernel(), &init, &l.params, l.step, l.grid).unwrap();
+        let decode = h.run(NormCase { sums: None, ..c }.kernel(), &init, &l.params, l.step, l.grid).unwrap();
         let outputs = if c.chain.is_some() { 1 + c.chained } else { 1 };
         for j in 0..outputs {
             assert!(chunk[2 + j] == decode[2 + j], "{}: output {j} differs between the two forms", c.name());

@@ -13,12 +13,7 @@
 // projection norm (segs = n_layers, pre = hidden^-½, post = 2^-½ over the token term in out),
 // and the final norm.
 //
-// CHUNK = 1 (chunks only; kernels::Kernel::RmsNorm { chunk: true }), where chunks need more
-// than the plain norm, which decode and verify steps keep:
-// - x from a split-k mat-mat's partials (p.splits > 1): x[t, i] = Σ_s part[(s · count + t) · n
-//   + i] added in qmm_sum.wgsl's order, so the value is bitwise what qmm_sum would have written
-//   to x, and that dispatch is saved (host guarantees: segs = 1, x_row_sel = count_sel = 0).
-// - group sums: the sums of each
+// SUMS = 1 (chunks only; kernels::Kernel::RmsNorm { sums: true }): also the sums of each
 //   output j whose bit is set in p.sums (0: out, 1..3: out2..out4) over each group of p.gs
 //   values, xsum[p.sum_off{j} + t · G + g] with G = n / gs: the group sums x that the tensor-core
 //   mat-mats read for the bias part of MLX's affine weights (qmm_coop_core.wgsl), which
@@ -31,7 +26,7 @@
 //   w_off (NO_WEIGHT: scale-free norm), the chained ones at w2_off, w3_off, w4_off; out:
 //   f32[count, out_stride]; out2, out3, out4: f32[count, out2_stride] (those past `chain`: any
 //   buffer); p: NormParams; step: Step; res: f32[count, out_stride] (mode 2; else any buffer);
-//   xsum: f32[..], part: f32[splits · count, n] (CHUNK = 1; else absent).
+//   xsum: f32[..] (SUMS = 1; else absent).
 // Launch: WG threads per (segment, token); grid = (segs, count).
 // Why a fixed-order reduction (reduce_tree.wgsl, or reduce_subgroup.wgsl where the device has
 // subgroups): results must not depend on the chunk a token was run in.
@@ -73,7 +68,7 @@ struct NormParams {
     sum_off1: u32,
     sum_off2: u32,
     sum_off3: u32,
-    splits: u32,
+    _pad0: u32,
     _pad1: u32,
 }
 
@@ -90,36 +85,28 @@ struct NormParams {
 
 var<workgroup> red: array<f32, WG>;
 
-// @unroll s CHUNK
+// @unroll s SUMS
 @group(0) @binding(9) var<storage, read_write> xsum: array<f32>;
-@group(0) @binding(10) var<storage, read> part: array<f32>;
-
-// x[t, i] of a split-k mat-mat: its partials added in qmm_sum.wgsl's order.
-fn split_x(t: u32, count: u32, i: u32) -> f32 {
-    var a = part[t * p.n + i];
-    for (var s = 1u; s < p.splits; s++) { a += part[(s * count + t) * p.n + i]; }
-    return a;
-}
 // The subgroup sums of one output's register block: value i of the row lies in subgroup i / SG.
-var<workgroup> sgsum: array<f32, V * WG / SG>;
+var<workgroup> part: array<f32, V * WG / SG>;
 
-// Register k's subgroup sum into `sgsum` (every thread calls it, uniformly).
+// Register k's subgroup sum into `part` (every thread calls it, uniformly).
 fn part_sum(v: f32, k: u32, lid: u32) {
     let s = subgroup_sum(v);
-    if (lid % SG == 0u) { sgsum[(k * WG + lid) / SG] = s; }
+    if (lid % SG == 0u) { part[(k * WG + lid) / SG] = s; }
 }
 
-// xsum[off + t · G + g] = Σ of group g's gs / SG subgroup sums in `sgsum`, in order.
+// xsum[off + t · G + g] = Σ of group g's gs / SG subgroup sums in `part`, in order.
 fn group_sums(off: u32, t: u32, lid: u32) {
     workgroupBarrier();
     let groups = p.n / p.gs;
     let per = p.gs / SG;
     for (var g = lid; g < groups; g += WG) {
         var a = 0.0;
-        for (var i = 0u; i < per; i++) { a += sgsum[g * per + i]; }
+        for (var i = 0u; i < per; i++) { a += part[g * per + i]; }
         xsum[off + t * groups + g] = a;
     }
-    // `sgsum` is written again for the next output.
+    // `part` is written again for the next output.
     workgroupBarrier();
 }
 // @end s
@@ -165,12 +152,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     var d{k} = 0.0;
     var e{k} = 0.0;
     if (lid + {k}u * WG < p.n) {
-        // @unroll n PLAIN
         v{k} = x[xb + lid + {k}u * WG];
-        // @end n
-        // @unroll s CHUNK
-        if (p.splits > 1u) { v{k} = split_x(t, count, lid + {k}u * WG); } else { v{k} = x[xb + lid + {k}u * WG]; }
-        // @end s
         if (has_w) { w{k} = wt[p.w_off + lid + {k}u * WG]; }
         if (in_place) { o{k} = out[ob + lid + {k}u * WG]; } else if (resid) { o{k} = res[ob + lid + {k}u * WG]; }
         if (chain) { c{k} = wt[p.w2_off + lid + {k}u * WG]; }
@@ -205,7 +187,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     for (var i = lid + V * WG; i < p.n; i += WG) {
         finish(x[xb + i] * p.pre * r, i, ob);
     }
-    // @unroll s CHUNK
+    // @unroll s SUMS
     // (v{k} is 0 past the row: x was not loaded there.)
     if ((p.sums & 1u) != 0u) {
         // @unroll k V
@@ -226,7 +208,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     }
     let r2 = 1.0 / sqrt(workgroup_sum(ss2, lid) / f32(p.n) + p.eps);
     let ob2 = t * p.out2_stride;
-    // @unroll n PLAIN
+    // @unroll n NOSUMS
     // @unroll k V
     if (lid + {k}u * WG < p.n) {
         let i = lid + {k}u * WG;
@@ -236,7 +218,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     }
     // @end k
     // @end n
-    // @unroll s CHUNK
+    // @unroll s SUMS
     // The same values, one output at a time, each followed by its sums where asked (rows here
     // are at most V · WG values: the loop below runs no iteration; past the row the chained
     // weights c, d, e are 0, and so are the values summed).

@@ -3,7 +3,8 @@
 # (rmsnorm.wgsl's chunk form, Builder::split_partials_of) instead of a qmm_sum dispatch writing
 # x first; KESTREL_NORM_SPLITS=0 keeps qmm_sum. The fixtures end to end with both settings, then
 # pp512 with KESTREL_NORM_SPLITS 0 / 1 / 0 / 1 on E4B and E2B. ≈ 3.5 min. Carry target/carry
-# (tools/device/pack.sh --tests) and .gl.
+# (tools/device/pack.sh --tests) and .gl. The change lost on E4B and was reverted: apply
+# tools/experiments/norm-split-partials.patch (it applies to c96c30a's kernels) to run this again.
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/norm-splits.txt"

@@ -80,9 +80,8 @@ pub enum Kernel {
     Embed(Format),
     /// `v`: values of a row each thread holds in registers (`V` in rmsnorm.wgsl), `wg` threads
     /// per workgroup (256, 512 or 1024), [`rmsnorm`].
-    /// `chunk`: the form chunks run where they need more than the plain norm (rmsnorm.wgsl,
-    /// CHUNK): the outputs' group sums, x from a split-k mat-mat's partials.
-    RmsNorm { v: u32, wg: u32, chunk: bool },
+    /// `sums`: the chunk form that also writes its outputs' group sums (rmsnorm.wgsl, SUMS).
+    RmsNorm { v: u32, wg: u32, sums: bool },
     HeadNormRope,
     /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
     QkvNormRope,
@@ -140,7 +139,7 @@ impl Kernel {
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
-            Kernel::RmsNorm { chunk, .. } => if chunk { "rmsnorm_chunk".into() } else { "rmsnorm".into() },
+            Kernel::RmsNorm { sums, .. } => if sums { "rmsnorm_sums".into() } else { "rmsnorm".into() },
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::QkvNormRope => "qkv_norm_rope".into(),
             Kernel::Attention { dv } => format!("attention_d{dv}"),
@@ -207,9 +206,9 @@ impl Kernel {
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::GroupSum => include_str!("../../../wgsl/group_sum.wgsl").to_string(),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
-            Kernel::RmsNorm { v, wg, chunk } => {
+            Kernel::RmsNorm { v, wg, sums } => {
                 let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
-                unroll(&src, &[("V", v), ("CHUNK", u32::from(chunk)), ("PLAIN", u32::from(!chunk))])
+                unroll(&src, &[("V", v), ("SUMS", u32::from(sums)), ("NOSUMS", u32::from(!sums))])
             }
             Kernel::HeadNormRope | Kernel::QkvNormRope => {
                 let kernel = if self == Kernel::HeadNormRope { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
@@ -435,9 +434,8 @@ impl Kernel {
             Kernel::QmmCoop { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             // ysum (8): the GeGLU's sums over 64-row groups, the down projection's x sums.
             Kernel::QmmCoopGlu { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, ReadWrite],
-            // xsum (9) and part (10): the chunk form's; the plain form declares neither, one layout
-            // serves both.
-            Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite, Read],
+            // xsum (9): the chunk form's; the decode form declares no binding 9, one layout serves both.
+            Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
@@ -610,7 +608,7 @@ pub const RMSNORM_V: u32 = 12;
 pub fn rmsnorm(n: usize) -> Kernel {
     let wg = std::env::var("KESTREL_RMSNORM_WG").ok().and_then(|v| v.parse().ok()).filter(|w| matches!(w, 256 | 512 | 1024)).unwrap_or(256);
     let knob = std::env::var("KESTREL_RMSNORM_V").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=RMSNORM_V).contains(v));
-    Kernel::RmsNorm { v: knob.unwrap_or_else(|| rmsnorm_v(n, wg)), wg, chunk: false }
+    Kernel::RmsNorm { v: knob.unwrap_or_else(|| rmsnorm_v(n, wg)), wg, sums: false }
 }
 
 /// Registers per thread of an rmsnorm of `wg` threads over rows of `n` values.
@@ -896,16 +894,13 @@ pub struct NormParams {
     pub post2: f32,
     pub post3: f32,
     pub post4: f32,
-    /// The chunk form (`RmsNorm { chunk: true }`): group size of the sums, a bit per output
+    /// The chunk form (`RmsNorm { sums: true }`): group size of the sums, a bit per output
     /// whose sums are written (0: out, 1..3: out2..out4) and where each output's sums start in
     /// xsum (rows of n / gs floats per token).
     pub gs: u32,
     pub sums: u32,
     pub sum_off: [u32; 4],
-    /// The chunk form: x is the sum of this many split-k partials, `part[s · count + t]` rows
-    /// of n (qmm_sum's order), when > 1.
-    pub splits: u32,
-    pub _pad: u32,
+    pub _pad: [u32; 2],
 }
 
 #[repr(C)]

@@ -1312,13 +1312,13 @@ impl<'a> Builder<'a> {
             p.sum_off[from.slot as usize] = off as u32;
         });
         let sp = &mut self.specs[from.spec];
-        let plain = Kernel::RmsNorm { v, wg, chunk: false };
+        let plain = Kernel::RmsNorm { v, wg, sums: false };
         if sp.single.is_none() {
             // Decode and verify steps: the plain form, on the norm's grid.
             sp.single = Some((plain, sp.x, 1));
             sp.verify = Some((plain, sp.x, 1));
         }
-        sp.kernel = Kernel::RmsNorm { v, wg, chunk: true };
+        sp.kernel = Kernel::RmsNorm { v, wg, sums: true };
         sp.res[9] = Res::NormSums(None);
         Some(Res::NormSums(Some(self.norm_sums.len() - 1)))
     }
@@ -1604,55 +1604,16 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Records an rmsnorm; returns its spec index (for [`Builder::chain_norm`]). Where x was
-    /// just written by a split-k mat-mat's qmm_sum, chunks run the norm's chunk form over the
-    /// partials instead, and that qmm_sum goes ([`Builder::split_partials_of`]).
+    /// Records an rmsnorm; returns its spec index (for [`Builder::chain_norm`]).
     fn norm(&mut self, x: &wgpu::Buffer, wt: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams) -> usize {
         let y = if p.count_sel == 1 { GridY::Out } else { GridY::Tokens };
-        let plain = rmsnorm(p.n as usize);
-        let split = self.split_partials_of(x, &p, plain);
         let d = || Res::Buf(self.dummy.clone());
-        // `res` (binding 8, read by mode 2 only) and `part` (10, the chunk form's): the weights
-        // stand in (read-only there too; the dummy is bound writable at 3..5, and one buffer may
-        // not be both in a dispatch). `xsum` (9, the chunk form's: Builder::norm_sums): the
-        // dummy until asked for.
-        let part = split.as_ref().map_or_else(|| Res::Buf(wt.clone()), |(b, _)| Res::Buf(b.clone()));
-        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone()), d(), part];
-        let splits = split.as_ref().map_or(0, |(_, s)| *s);
-        self.spec(plain, res, &NormParams { splits, ..p }, p.segs, y);
-        let sp = self.specs.last_mut().expect("just pushed");
-        if let (Some(_), Kernel::RmsNorm { v, wg, .. }) = (split, plain) {
-            // Decode and verify steps: the plain form over x, which their mat-vec wrote.
-            sp.single = Some((plain, sp.x, 1));
-            sp.verify = Some((plain, sp.x, 1));
-            sp.kernel = Kernel::RmsNorm { v, wg, chunk: true };
-        }
+        // `res` (binding 8, read by mode 2 only): the weights stand in (read-only there too; the
+        // dummy is bound writable at 3..5, and one buffer may not be both in a dispatch).
+        // `xsum` (binding 9, the chunk form's: Builder::norm_sums): the dummy until asked for.
+        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone()), d()];
+        self.spec(rmsnorm(p.n as usize), res, &p, p.segs, y);
         self.specs.len() - 1
-    }
-
-    /// When the chunk step's last dispatch is the qmm_sum that writes x (a split-k mat-mat's
-    /// partials added into it; dispatches only decode steps run may follow it), and the norm
-    /// about to be recorded with `p` can read those partials itself (one segment of plain
-    /// rows, within the register block): removes that qmm_sum and returns the partials'
-    /// buffer and split count. `KESTREL_NORM_SPLITS=0` keeps qmm_sum (an A/B knob).
-    fn split_partials_of(&mut self, x: &wgpu::Buffer, p: &NormParams, plain: Kernel) -> Option<(wgpu::Buffer, u32)> {
-        let Kernel::RmsNorm { v, wg, .. } = plain else { return None };
-        let rows_fit = p.segs == 1 && p.x_row_sel == 0 && p.count_sel == 0 && p.x_stride == p.n && (v * wg) >= p.n;
-        if !rows_fit || !switch("KESTREL_NORM_SPLITS", true) {
-            return None;
-        }
-        let i = self.specs.iter().rposition(|sp| sp.only != Only::Single)?;
-        let sp = &self.specs[i];
-        let (Kernel::QmmSum, [Res::Buf(part), Res::Buf(y), ..]) = (sp.kernel, sp.res.as_slice()) else { return None };
-        let mp: MatmulParams = bytemuck::pod_read_unaligned(&self.params[sp.param_off as usize..(sp.param_off + sp.param_len) as usize]);
-        if y != x || (mp.rows, mp.y_stride, mp.y_off, mp.count_sel) != (p.n, p.n, 0, 0) {
-            return None;
-        }
-        let found = (part.clone(), mp.k_splits);
-        // Only later specs (decode forms) shift; no recorded index points past this one.
-        debug_assert!(self.marks.iter().all(|m| m.experts_end <= i), "a streaming mark past the removed qmm_sum");
-        self.specs.remove(i);
-        Some(found)
     }
 
     /// A sandwich post-norm folded into the residual add: `out = (res + norm(a) · w) · post`
