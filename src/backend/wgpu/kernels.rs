@@ -70,8 +70,8 @@ pub enum Kernel {
     QmmCoopGlu { tb: u32 },
     /// The in-order sum of a split-k `Qmm`'s partials.
     QmmSum,
-    /// The sums of x over each quantisation group of its rows, for the tensor-core mat-mats: a
-    /// thread per group, or with `wide` gs / 4 threads per group (neighbouring loads).
+    /// The sums of x over each quantisation group of its rows, for the tensor-core mat-mats
+    /// whose x's producer does not write them: a thread per group.
     GroupSum,
     /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
     QmvMoe { lanes: u32, rpt: u32 },

@@ -253,7 +253,7 @@ enum Res {
     ParamsAt(u64, u64),
     Step,
     /// The chunk norms' group sums (made once every norm is recorded): the whole buffer (the
-    /// norms write it), or one region of [`Builder::norm_sums`] (a mat-mat reads it).
+    /// norms write it), or one region of [`Builder::sum_regions`] (a mat-mat reads it).
     NormSums(Option<usize>),
 }
 
@@ -924,7 +924,7 @@ struct Builder<'a> {
     /// Group sums written by chunk norms for the tensor-core mat-mats that read their outputs:
     /// a region of one buffer per (norm, output), never shared, so no later dispatch can
     /// overwrite sums before their readers run.
-    norm_sums: Vec<NormSums>,
+    sum_regions: Vec<NormSums>,
     /// The regions' total, in floats.
     norm_sums_len: u64,
 }
@@ -943,8 +943,9 @@ enum XFrom {
     Any,
     /// A norm's output: the norm can write them ([`Builder::norm_sums`]).
     Norm(NormOut),
-    /// Written by x's producer (the GeGLU mat-mat's ysum), over groups of this size.
-    Sums(Res, usize),
+    /// Written by x's producer (the GeGLU mat-mat, the PLE gate's gelu_mul): rows of `cols`
+    /// values in groups of `gs`.
+    Sums { sums: Res, cols: usize, gs: usize },
 }
 
 /// Where a chunk norm writes the group sums of one of its outputs.
@@ -963,7 +964,8 @@ enum Scratch {
     SplitK = 0,
     /// x's group sums (group_sum), read by the tensor-core mat-mat recorded right after.
     GroupSums = 1,
-    /// The GeGLU mat-mat's output group sums, read by the down projection right after.
+    /// The group sums of a GeGLU mat-mat's (or the PLE gate's gelu_mul's) output, read by the
+    /// projection recorded right after.
     GluSums = 2,
 }
 
@@ -1020,7 +1022,7 @@ impl<'a> Builder<'a> {
             slot_layers: BTreeMap::new(),
             marks: Vec::new(),
             scratch: [None, None, None],
-            norm_sums: Vec::new(),
+            sum_regions: Vec::new(),
             norm_sums_len: 0,
         };
         b.record(w)
@@ -1240,7 +1242,7 @@ impl<'a> Builder<'a> {
         let label = match which {
             Scratch::SplitK => "qmm split-k partials",
             Scratch::GroupSums => "qmm_coop group sums",
-            Scratch::GluSums => "GeGLU output group sums",
+            Scratch::GluSums => "GeGLU / PLE gate output group sums",
         };
         let b = self.act(label, elems)?;
         self.scratch[which as usize] = Some((b.clone(), elems));
@@ -1254,7 +1256,7 @@ impl<'a> Builder<'a> {
     fn x_sums(&mut self, x: &wgpu::Buffer, cols: usize, gs: usize, stride: usize, mult: usize, on_out: bool, from: XFrom) -> Result<Res> {
         let rows_of_x = mult == 1 && !on_out;
         match from {
-            XFrom::Sums(r, g) if rows_of_x && g == gs => return Ok(r),
+            XFrom::Sums { sums, cols: c, gs: g } if rows_of_x && (c, g) == (cols, gs) => return Ok(sums),
             XFrom::Norm(f) if rows_of_x => {
                 if let Some(r) = self.norm_sums(f, cols, gs, stride) {
                     return Ok(r);
@@ -1272,7 +1274,7 @@ impl<'a> Builder<'a> {
     /// reader's, rows past the register block, groups that are no whole number of subgroups or
     /// straddle the norm's register blocks, `KESTREL_NORM_SUMS=0` (an A/B knob).
     fn norm_sums(&mut self, from: NormOut, cols: usize, gs: usize, stride: usize) -> Option<Res> {
-        if let Some(i) = self.norm_sums.iter().position(|r| r.out.spec == from.spec && r.out.slot == from.slot) {
+        if let Some(i) = self.sum_regions.iter().position(|r| r.out.spec == from.spec && r.out.slot == from.slot) {
             let np = self.norm_params(from.spec);
             return (np.gs as usize == gs && np.n as usize == cols).then_some(Res::NormSums(Some(i)));
         }
@@ -1305,7 +1307,7 @@ impl<'a> Builder<'a> {
             return None;
         }
         self.norm_sums_len = off + len;
-        self.norm_sums.push(NormSums { out: from, off, len });
+        self.sum_regions.push(NormSums { out: from, off, len });
         self.edit_params(from.spec, |p: &mut NormParams| {
             p.gs = gs as u32;
             p.sums |= 1 << from.slot;
@@ -1320,7 +1322,7 @@ impl<'a> Builder<'a> {
         }
         sp.kernel = Kernel::RmsNorm { v, wg, sums: true };
         sp.res[9] = Res::NormSums(None);
-        Some(Res::NormSums(Some(self.norm_sums.len() - 1)))
+        Some(Res::NormSums(Some(self.sum_regions.len() - 1)))
     }
 
     /// Records group_sum over the `count · mult` rows of x (chunk steps only: the tensor-core
@@ -1455,7 +1457,7 @@ impl<'a> Builder<'a> {
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
             // KESTREL_NORM_SUMS=0: the down projection takes group_sum's instead (an A/B).
             if switch("KESTREL_NORM_SUMS", true) {
-                sums = XFrom::Sums(Res::Buf(ysum), 64);
+                sums = XFrom::Sums { sums: Res::Buf(ysum), cols: rows, gs: 64 };
             }
         } else {
             self.matmul_steps(m, x, x_stride, y, 2 * rows, false, false, XFrom::Norm(from))?;
@@ -1499,7 +1501,7 @@ impl<'a> Builder<'a> {
             let asum = self.scratch(Scratch::GluSums, self.opts.max_chunk * rows.div_ceil(64))?;
             let res = vec![Res::Buf(y.clone()), Res::Buf(b.clone()), Res::Params, Res::Step, Res::Buf(asum.clone())];
             self.spec(Kernel::GeluMulSums, res, &gelu, gelu.n.div_ceil(64), GridY::Tokens);
-            sums = XFrom::Sums(Res::Buf(asum), 64);
+            sums = XFrom::Sums { sums: Res::Buf(asum), cols: rows, gs: 64 };
         } else {
             self.gelu_mul(y, b, gelu);
         }
@@ -2297,7 +2299,7 @@ impl<'a> Builder<'a> {
                             match region {
                                 None => buffer.as_entire_binding(),
                                 Some(i) => {
-                                    let r = &self.norm_sums[*i];
+                                    let r = &self.sum_regions[*i];
                                     wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset: 4 * r.off, size: std::num::NonZeroU64::new(4 * r.len) })
                                 }
                             }
