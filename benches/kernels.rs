@@ -347,7 +347,9 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
     let coop = h.gpu().coop_f16();
     let kernels = shapes.into_iter().flat_map(|s| {
         let tc = attention_chunk_coop(s.3).filter(|_| coop).map(|k| (s, k, ATTN_COOP_BQ));
-        [Some((s, attention_chunk(s.3), ATTN_BQ)), tc].into_iter().flatten()
+        // And the tensor-core form that also writes its output's group sums (KESTREL_ATTN_SUMS).
+        let tc_sums = tc.map(|(s, _, bq)| (s, Kernel::AttentionCoop { d: s.3 as u32, sums: true }, bq));
+        [Some((s, attention_chunk(s.3), ATTN_BQ)), tc, tc_sums].into_iter().flatten()
     });
     for ((name, n_q, n_kv, d, window), kernel, bq) in kernels {
         let label = kernel.label();
@@ -357,7 +359,11 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
         let slots = 1024usize;
         let p = AttnParams { d: d as u32, n_heads: n_q as u32, n_kv_heads: n_kv as u32, slots: slots as u32, window: window as u32, n_splits: ATTN_SPLITS, _pad: [0; 2] };
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, pos0: 0, ..Default::default() };
-        let bufs = vec![f32s(tokens * n_q * d, 0.05), f32s(slots * n_kv * d, 0.05), f32s(slots * n_kv * d, 0.3), f32s(tokens * n_q * d, 0.0)];
+        let mut bufs = vec![f32s(tokens * n_q * d, 0.05), f32s(slots * n_kv * d, 0.05), f32s(slots * n_kv * d, 0.3), f32s(tokens * n_q * d, 0.0)];
+        if matches!(kernel, Kernel::AttentionCoop { sums: true, .. }) {
+            // Its output's sums over each 64-dim value stage.
+            bufs.push(f32s(tokens * n_q * d / 64, 0.0));
+        }
         let pairs: usize = (0..tokens).map(|t| if window > 0 { (t + 1).min(window) } else { t + 1 }).sum();
         let flops = (4 * d * pairs * n_q) as f64;
         match h.time(kernel, &bufs, bytemuck::bytes_of(&p), step, (n_q as u32, (tokens as u32).div_ceil(bq), 1), 20) {

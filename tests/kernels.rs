@@ -637,7 +637,8 @@ fn attention_coop_matches_the_cpu_reference() {
     for q_range in [0.01, 4.0, 16.0] {
         cases.extend([a(256, 4, 1, 100, 50, 0, 150), a(64, 4, 2, 70, 30, 16, 85)].map(|c| AttnCase { q_range, ..c }));
     }
-    let cases = cases.into_iter().map(|c| Box::new(AttnCase { coop: true, ..c }) as Box<dyn Case>);
+    // Each case in both forms: the plain one, and the one that also writes the output's sums.
+    let cases = cases.into_iter().flat_map(|c| [false, true].map(|sums| Box::new(AttnCase { coop: true, sums, ..c }) as Box<dyn Case>));
     let failures = run_all(&mut h, cases);
     assert!(failures.is_empty(), "{} attention_coop case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
@@ -1642,11 +1643,13 @@ struct AttnCase {
     q_range: f32,
     /// Run attention_coop.wgsl (tensor cores) instead of attention.wgsl.
     coop: bool,
+    /// attention_coop's form that also writes its output's sums over each 64-dim value stage.
+    sums: bool,
 }
 
 impl AttnCase {
     fn new(d: usize, heads: usize, kv_heads: usize, tokens: usize, pos0: usize, window: usize, slots: usize) -> Self {
-        AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, q_range: 1.0, coop: false }
+        AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, q_range: 1.0, coop: false, sums: false }
     }
 
     /// The CPU's attention output for queries `q` ([token][head · d]) over the ring caches.
@@ -1681,7 +1684,7 @@ impl Case for AttnCase {
         let c = self;
         let mut s = format!(
             "{}(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={}",
-            if c.coop { "attention_coop" } else { "attention" },
+            if c.sums { "attention_coop_sums" } else if c.coop { "attention_coop" } else { "attention" },
             c.d, c.heads, c.kv_heads, c.tokens, c.pos0, c.window, c.slots
         );
         if c.q_range != 1.0 {
@@ -1691,7 +1694,7 @@ impl Case for AttnCase {
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, q_range, coop } = self;
+        let &AttnCase { d, heads, kv_heads, tokens, pos0, window, slots, q_range, coop, sums } = self;
         let lo = |p: usize| if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
         // Every position the step reads must have its own slot.
         assert!(pos0 + tokens - lo(pos0) <= slots, "{}: the ring is too small for this step", self.name());
@@ -1700,12 +1703,19 @@ impl Case for AttnCase {
         let kc = rng.vec(slots * kvrow);
         let vc = rng.vec(slots * kvrow);
         let want = self.reference(&q, &kc, &vc);
-        let bufs = vec![
+        // The tensor-core form's sums of each 64 values of o (one value stage): sums of 64
+        // outputs within tol::ATTN, the same bound.
+        let groups = qrow / 64;
+        let want_s: Vec<Option<f64>> = (0..tokens * groups).map(|i| Some((0..64).map(|j| want[i * 64 + j].expect("every output is compared")).sum())).collect();
+        let mut bufs = vec![
             input_words("q", &bits(&q)),
             input_words("k cache", &bits(&kc)),
             input_words("v cache", &bits(&vc)),
             output_f32("o", vec![POISON; tokens * qrow], want, tol::ATTN),
         ];
+        if sums {
+            bufs.push(output_f32("osum", vec![POISON; tokens * groups], want_s, tol::ATTN));
+        }
         let p = AttnParams {
             d: d as u32,
             n_heads: heads as u32,
@@ -1717,7 +1727,8 @@ impl Case for AttnCase {
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let (kernel, bq) = if coop {
-            (attention_chunk_coop(d).expect("a head dim attention_coop takes"), ATTN_COOP_BQ)
+            assert!(attention_chunk_coop(d).is_some(), "{}: a head dim attention_coop does not take", self.name());
+            (Kernel::AttentionCoop { d: d as u32, sums }, ATTN_COOP_BQ)
         } else {
             (attention_chunk(d), ATTN_BQ)
         };

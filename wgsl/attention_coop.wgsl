@@ -6,7 +6,9 @@
 // common.wgsl and attention_params.wgsl, and substitutes D).
 //
 // Bindings: q: f32[n_tokens, n_heads * D]; kc, vc: f32[slots, n_kv_heads * D] (all read as vec4);
-//   o: f32[n_tokens, n_heads * D]; p: AttnParams (p.d = D); step: Step.
+//   o: f32[n_tokens, n_heads * D]; p: AttnParams (p.d = D); step: Step; osum (SUMS = 1 only):
+//   f32[n_tokens, n_heads * D / 64], the sums of each 64 values of o (a value stage: one
+//   quantisation group of the o projection's x, which reads them instead of a group_sum pass).
 // Launch: WG = 256 threads = 8 subgroups of exactly 32 (host guarantees it) per (head, tile of
 //   BQ = 32 tokens); grid = (n_heads, ceil(n_tokens / BQ)).
 // Host guarantees: D % 64 == 0, D ≤ 512; |q|, |k|, |v| < 2^15 (f16's range for the halves).
@@ -66,12 +68,18 @@ const TAU: f32 = 2.0;           // P ≤ e^2: 2^11 P_hi stays far inside f16's r
 @group(0) @binding(3) var<storage, read_write> o: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> p: AttnParams;
 @group(0) @binding(5) var<uniform> step: Step;
+// @unroll s SUMS
+@group(0) @binding(6) var<storage, read_write> osum: array<f32>;
+// @end s
 
 var<workgroup> stg: array<vec4<f16>, 2u * (BQ + BK) * SV>; // q and key rows, or value rows, × 2 halves
 var<workgroup> ssc: array<f32, BQ * SS>;      // scores [query][key]; O blocks [sg][16 × 16]
 var<workgroup> pst: array<vec4<f16>, 2u * BQ * PV>;
 var<workgroup> krow: array<u32, BK>;          // vec4 offset of each key of the tile in the cache
 var<workgroup> rowc: array<f32, BQ>;          // per query: the tile's rescale factor, then its sum
+// @unroll s SUMS
+var<workgroup> osg: array<f32, BQ * 4u>;      // per query: one value stage's 4 dim blocks' sums
+// @end s
 var<workgroup> sgneed: array<u32, 8>;
 // The rescale flag, in .x. 16 bytes, not 4, as every workgroup variable here is a multiple of
 // 16 bytes: on the H200 a 4-byte flag among them made the tensor-core score loads read wrong
@@ -248,12 +256,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sg: u32,
         // @end c
     }
 
-    // o = (2^11 · O) / (2^11 · l), each block through the subgroup's slot of `ssc`.
+    // o = (2^11 · O) / (2^11 · l), each block through the subgroup's slot of `ssc`. SUMS = 1:
+    // a value stage's 64 dims of a query are one group of the o projection's x: the 4 lanes
+    // that hold a row's 16 dims of a block add them by butterfly, the stage's 4 blocks (kb)
+    // meet in `osg`, and thread r < BQ adds them in order into osum.
     if (c == 0u) { rowc[r] = l * 2048.0; }
     workgroupBarrier();
     // @unroll c NC
     coopStoreT(o{c}, &ssc[sg * 256u], 16u);
     workgroupBarrier();
+    // @unroll n PLAIN
     for (var e = lane; e < 64u; e += 32u) {
         let row = sb * 16u + e / 4u;
         if (t0 + row < n) {
@@ -262,6 +274,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sg: u32,
             o[((t0 + row) * p.n_heads + h) * D4 + 16u * {c}u + 4u * kb + e % 4u] = v / rowc[row];
         }
     }
+    // @end n
+    // @unroll s SUMS
+    for (var e = lane; e < 64u; e += 32u) {
+        let row = sb * 16u + e / 4u;
+        let f = sg * 256u + 4u * e;
+        let v = vec4<f32>(ssc[f], ssc[f + 1u], ssc[f + 2u], ssc[f + 3u]) / rowc[row];
+        if (t0 + row < n) {
+            o[((t0 + row) * p.n_heads + h) * D4 + 16u * {c}u + 4u * kb + e % 4u] = v;
+        }
+        var s = (v.x + v.y) + (v.z + v.w);
+        s += subgroupShuffleXor(s, 1u);
+        s += subgroupShuffleXor(s, 2u);
+        if (e % 4u == 0u) { osg[row * 4u + kb] = s; }
+    }
+    workgroupBarrier();
+    if (lid < BQ && t0 + lid < n) {
+        osum[((t0 + lid) * p.n_heads + h) * NC + {c}u] = ((osg[lid * 4u] + osg[lid * 4u + 1u]) + osg[lid * 4u + 2u]) + osg[lid * 4u + 3u];
+    }
+    // @end s
+    // (SUMS: `osg` is written again after the next stage's barrier.) `ssc` after this one.
     workgroupBarrier();
     // @end c
 }

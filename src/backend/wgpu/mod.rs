@@ -943,8 +943,8 @@ enum XFrom {
     Any,
     /// A norm's output: the norm can write them ([`Builder::norm_sums`]).
     Norm(NormOut),
-    /// Written by x's producer (the GeGLU mat-mat, the PLE gate's gelu_mul): rows of `cols`
-    /// values in groups of `gs`.
+    /// Written by x's producer (the GeGLU mat-mat, the PLE gate's gelu_mul, the tensor-core
+    /// attention): rows of `cols` values in groups of `gs`.
     Sums { sums: Res, cols: usize, gs: usize },
 }
 
@@ -964,9 +964,9 @@ enum Scratch {
     SplitK = 0,
     /// x's group sums (group_sum), read by the tensor-core mat-mat recorded right after.
     GroupSums = 1,
-    /// The group sums of a GeGLU mat-mat's (or the PLE gate's gelu_mul's) output, read by the
-    /// projection recorded right after.
-    GluSums = 2,
+    /// The group sums of x written by its producer (the GeGLU mat-mat, the PLE gate's gelu_mul,
+    /// the tensor-core attention), read by the projection recorded right after.
+    ProducerSums = 2,
 }
 
 /// The bindings of a weight-reading kernel: the part's weights, scales and biases, then `bufs`
@@ -1242,7 +1242,7 @@ impl<'a> Builder<'a> {
         let label = match which {
             Scratch::SplitK => "qmm split-k partials",
             Scratch::GroupSums => "qmm_coop group sums",
-            Scratch::GluSums => "GeGLU / PLE gate output group sums",
+            Scratch::ProducerSums => "producer-written group sums",
         };
         let b = self.act(label, elems)?;
         self.scratch[which as usize] = Some((b.clone(), elems));
@@ -1450,7 +1450,7 @@ impl<'a> Builder<'a> {
         let mut sums = XFrom::Any;
         if glu_coop {
             let xsum = self.x_sums(x, m.cols, m.gs, x_stride, 1, false, XFrom::Norm(from))?;
-            let ysum = self.scratch(Scratch::GluSums, self.opts.max_chunk * rows.div_ceil(64))?;
+            let ysum = self.scratch(Scratch::ProducerSums, self.opts.max_chunk * rows.div_ceil(64))?;
             let mut res = weight_res(part, &[x, y]);
             res.extend([xsum, Res::Buf(ysum.clone())]);
             self.spec(glu, res, &p, (rows as u32).div_ceil(per_wg), GridY::TokenTiles(tok));
@@ -1498,7 +1498,7 @@ impl<'a> Builder<'a> {
         // also writes that output's group sums (KESTREL_NORM_SUMS=0: group_sum, as an A/B).
         let mut sums = XFrom::Any;
         if self.tensor_cores() && switch("KESTREL_NORM_SUMS", true) {
-            let asum = self.scratch(Scratch::GluSums, self.opts.max_chunk * rows.div_ceil(64))?;
+            let asum = self.scratch(Scratch::ProducerSums, self.opts.max_chunk * rows.div_ceil(64))?;
             let res = vec![Res::Buf(y.clone()), Res::Buf(b.clone()), Res::Params, Res::Step, Res::Buf(asum.clone())];
             self.spec(Kernel::GeluMulSums, res, &gelu, gelu.n.div_ceil(64), GridY::Tokens);
             sums = XFrom::Sums { sums: Res::Buf(asum), cols: rows, gs: 64 };
@@ -1752,6 +1752,7 @@ impl<'a> Builder<'a> {
         // Chunk attention on tensor cores (where the mat-mats run there): A/B knob
         // KESTREL_ATTN_COOP=0.
         let attn_coop = self.tensor_cores() && switch("KESTREL_ATTN_COOP", true);
+        let attn_sums = switch("KESTREL_ATTN_SUMS", false) && switch("KESTREL_NORM_SUMS", true);
         let q_max = cfg.layers.iter().map(|l| l.q_dim()).max().unwrap_or(0);
         let kv_max = cfg.layers.iter().map(|l| l.kv_dim()).max().unwrap_or(0);
         let mlp_max = cfg.layers.iter().map(|l| l.mlp_width).max().unwrap_or(0);
@@ -2110,8 +2111,18 @@ impl<'a> Builder<'a> {
                 n_splits: attn_splits(), _pad: [0; 2],
             };
             // Chunks (prefill): 16 queries per workgroup share each key tile, or 32 on tensor cores.
-            let res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
+            let mut res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
+            // KESTREL_ATTN_SUMS=1: the tensor-core form also writes its output's sums over each
+            // 64-dim value stage, the o projection's group sums of x, instead of a group_sum pass
+            // (built in session 16 after its device time was spent: off until measured).
+            let mut o_from = XFrom::Any;
             let (chunk_attn, bq) = match attention_chunk_coop(d) {
+                Some(Kernel::AttentionCoop { d, .. }) if attn_coop && attn_sums => {
+                    let osum = self.scratch(Scratch::ProducerSums, c * l.q_dim() / 64)?;
+                    res.push(Res::Buf(osum.clone()));
+                    o_from = XFrom::Sums { sums: Res::Buf(osum), cols: l.q_dim(), gs: 64 };
+                    (Kernel::AttentionCoop { d, sums: true }, ATTN_COOP_BQ)
+                }
                 Some(k) if attn_coop => (k, ATTN_COOP_BQ),
                 _ => (attention_chunk(d), ATTN_BQ),
             };
@@ -2134,7 +2145,7 @@ impl<'a> Builder<'a> {
             let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
             self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
             self.specs.last_mut().expect("just pushed").only = Only::Single;
-            self.matmul(&gl.o, &att, l.q_dim(), &o, h, false)?;
+            self.matmul_from(&gl.o, &att, l.q_dim(), &o, h, o_from)?;
             let post_attn = self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_attn, 2, 1.0));
             cur ^= 1;
 
