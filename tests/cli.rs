@@ -810,3 +810,31 @@ fn interrupted_install_resumes_to_an_identical_manifest() {
     );
     succeeds(&["verify", dst.to_str().unwrap()]).unwrap();
 }
+
+/// `kestrel bench --json` on the tiny E2B-shaped 4-bit fixture: the contract's fields are there
+/// and consistent (pp's median between its slowest and fastest repetition, the tg figures and
+/// the roofline it measured, per-kernel profiles where the device has timestamps). What the
+/// numbers are is the benchmark's business, never a test's.
+#[test]
+fn bench_json_reports_pp_tg_and_the_roofline() {
+    let model = common::fixtures().join("tiny-e2b/mlx-4bit");
+    let Some(o) = succeeds(&["bench", "--model", model.to_str().unwrap(), "-p", "8", "-n", "4", "-r", "3", "--json"]) else { return };
+    let v = json_of(&o);
+    let pp = &v["pp"];
+    assert_eq!((pp["tokens"].as_u64(), pp["repetitions"].as_u64()), (Some(8), Some(3)), "{pp}");
+    let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap_or_else(|| panic!("{k} is not a number: {x}"));
+    let (t, lo, hi) = (f(pp, "tok_s"), f(pp, "tok_s_min"), f(pp, "tok_s_max"));
+    assert!(0.0 < lo && lo <= t && t <= hi, "pp's median {t} must lie in [{lo}, {hi}]");
+    let tg = &v["tg"];
+    assert_eq!(tg["tokens"].as_u64(), Some(4), "{tg}");
+    for k in ["tok_s", "ms_per_token", "bytes_per_token", "gb_s", "roofline_gb_s", "roofline_fraction"] {
+        assert!(f(tg, k) > 0.0, "tg.{k} must be positive: {tg}");
+    }
+    // GB/s is the bytes per token over the measured time per token.
+    let gbs = f(tg, "bytes_per_token") / (f(tg, "ms_per_token") / 1e3) / 1e9;
+    assert!((gbs / f(tg, "gb_s") - 1.0).abs() < 1e-6, "tg.gb_s {} is not bytes_per_token / ms_per_token ({gbs})", f(tg, "gb_s"));
+    assert!((f(tg, "roofline_fraction") - f(tg, "gb_s") / f(tg, "roofline_gb_s")).abs() < 1e-9, "{tg}");
+    if let Some(kernels) = v["prefill_kernels"].as_array().filter(|k| !k.is_empty()) {
+        assert!(kernels.iter().all(|k| k["dispatches"].as_u64().is_some_and(|d| d > 0) && k["kernel"].is_string()), "{kernels:?}");
+    }
+}

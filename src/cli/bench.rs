@@ -28,6 +28,13 @@ fn prefill_prompt(b: &mut WgpuBackend, prompt: &[u32], chunk: usize) -> anyhow::
     Ok(())
 }
 
+
+/// Prefill warm-up before the timed passes: at least this many passes of the prompt and this
+/// much wall time (the GPU's clocks ramp over tens to hundreds of milliseconds of load), at
+/// most `WARMUP_MAX_PASSES` passes.
+const WARMUP_MIN_PASSES: usize = 3;
+const WARMUP_MIN_TIME: std::time::Duration = std::time::Duration::from_millis(500);
+const WARMUP_MAX_PASSES: usize = 50;
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.model.backend != BackendKind::Wgpu {
         bail!("kestrel bench measures the wgpu backend (--backend wgpu)");
@@ -43,13 +50,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut b = WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?;
     let vocab = model.cfg.text.vocab_size;
 
-    // Warm-up: compile pipelines, touch every buffer once, and run the whole prompt once so that
-    // the first timed pass does not pay for the GPU's clock ramp (a first pass on a fresh
-    // machine ran 20–30 % below the next ones, PERF_NOTES.md, session 9).
+    // Warm-up: compile pipelines, touch every buffer once, and run the whole prompt until the
+    // GPU has been busy for a while, so that the timed passes do not pay for its clock ramp (a
+    // first pass on a fresh machine ran 20–30 % below the next ones, PERF_NOTES.md, session 9;
+    // with one warm-up pass, the first process of a device call sometimes timed all its passes
+    // at 1.4–2.7× the GPU time of a chunk, sessions 15–16).
     b.prefill(&ids(2, vocab), 0, Readback::Argmax)?;
     if args.n_prompt > 0 {
-        b.reset();
-        prefill_prompt(&mut b, &ids(args.n_prompt, vocab), args.model.chunk)?;
+        let prompt = ids(args.n_prompt, vocab);
+        let t0 = Instant::now();
+        for pass in 0..WARMUP_MAX_PASSES {
+            b.reset();
+            prefill_prompt(&mut b, &prompt, args.model.chunk)?;
+            if pass + 1 >= WARMUP_MIN_PASSES && t0.elapsed() >= WARMUP_MIN_TIME {
+                break;
+            }
+        }
     }
 
     // pp: the prompt in chunks, as `generate` runs it.
@@ -65,7 +81,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             rates.push(args.n_prompt as f64 / t0.elapsed().as_secs_f64());
         }
         rates.sort_by(f64::total_cmp);
-        pp = Some(rates[rates.len() / 2]);
+        pp = Some((rates[rates.len() / 2], rates[0], rates[rates.len() - 1]));
         // One profiled chunk (the first), when the whole step runs in one pass.
         if b.gpu().can_profile() && b.stream_stats().is_none() {
             b.reset();
@@ -173,7 +189,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "model": model.source,
             "device": b.device_info(),
             "backend": "wgpu",
-            "pp": pp.map(|t| json!({"tokens": args.n_prompt, "tok_s": t, "repetitions": args.reps})),
+            "pp": pp.map(|(t, lo, hi)| json!({"tokens": args.n_prompt, "tok_s": t, "repetitions": args.reps, "tok_s_min": lo, "tok_s_max": hi})),
             "tg": tg.map(|(t, s)| json!({
                 "tokens": args.n_gen, "tok_s": t, "ms_per_token": s * 1e3,
                 "bytes_per_token": bytes, "gb_s": bytes / s / 1e9,
@@ -197,7 +213,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         println!("model: {}   device: {}", model.source, b.device_info());
         println!("| test | tok/s | ms/token | GB/token | GB/s | roofline (copy) GB/s | % of roofline |");
         println!("|---|---|---|---|---|---|---|");
-        if let Some(t) = pp {
+        if let Some((t, _, _)) = pp {
             println!("| pp{} | {t:.1} | {:.3} | | | | |", args.n_prompt, 1e3 / t);
         }
         if let (Some((t, s)), Some(g)) = (tg, gbs) {
