@@ -5,9 +5,9 @@
 # the o projection's group sums of x, instead of a group_sum pass) and the key-split form
 # (KESTREL_ATTN_COOP_SPLITS=2: each tile's keys over 2 workgroups, merged by
 # attention_combine). attention_coop's kernel test (all three forms), the fixtures end to end
-# with each on, kbench's prefill attention rows, then pp512 with KESTREL_ATTN_SUMS 0 / 1 / 0 / 1
-# and KESTREL_ATTN_COOP_SPLITS 1 / 2 / 1 / 2 (1: unsplit) on E2B, E4B and 26B. ≈ 9 min. Carry
-# target/carry (tools/device/pack.sh --tests) and .gl.
+# with each on, kbench's prefill attention rows, then pp512 on E2B, E4B and 26B with the
+# default, the sums form and 2 splits, twice over. ≈ 8 min. Carry target/carry
+# (tools/device/pack.sh --tests) and .gl.
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/attention-sums.txt"
@@ -19,6 +19,14 @@ for v in KESTREL_ATTN_SUMS=1 KESTREL_ATTN_COOP_SPLITS=2 KESTREL_ATTN_COOP_SPLITS
 done
 echo "== kbench prefill attention" | tee -a "$F"
 timeout 120 ./target/release/kbench attention_coop 2>&1 | grep -E "^\| (E2B|E4B) " | tee -a "$F"
-pp_ab "$F" KESTREL_ATTN_SUMS "^\| pp512 |GPU time of one 512|^\| (group_sum|attention_coop)"
-AB_VALUES="1 2 1 2" pp_ab "$F" KESTREL_ATTN_COOP_SPLITS "^\| pp512 |GPU time of one 512|^\| (attention_coop|attention_combine)"
+# Per arch, one synthetic model: default, sums, 2 splits, twice over (one process each).
+for a in e2b e4b 26b-a4b; do
+  ./target/release/kestrel synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
+  for rep in 1 2; do
+    for v in KESTREL_ATTN_SUMS=0 KESTREL_ATTN_SUMS=1 KESTREL_ATTN_COOP_SPLITS=2; do
+      ab_bench "$F" $a "-p 512 -n 8" "^\| pp512 |GPU time of one 512|^\| (group_sum|attention_coop|attention_combine)" $v
+    done
+  done
+  rm -rf /tmp/$a
+done
 date -u | tee -a "$F"
