@@ -1887,11 +1887,13 @@ struct GeluCase {
     in_a: bool,
     /// The chunk form (`GeluMulSums`): also each token's sums of the output over groups of 64.
     sums: bool,
+    /// > 1 (chunk form, plain rows of b): a is read as that many split-k partials' sum.
+    splits: usize,
 }
 
 impl GeluCase {
     fn new(n: usize, tokens: usize) -> Self {
-        GeluCase { n, tokens, a_pad: 0, b_stride: n, b_off: 0, range: 1.0, in_a: false, sums: false }
+        GeluCase { n, tokens, a_pad: 0, b_stride: n, b_off: 0, range: 1.0, in_a: false, sums: false, splits: 0 }
     }
 }
 
@@ -1914,19 +1916,34 @@ impl Case for GeluCase {
         if c.sums {
             s += ",sums";
         }
+        if c.splits > 1 {
+            s += &format!(",splits={}", c.splits);
+        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &GeluCase { n, tokens, a_pad, b_stride, b_off, range, in_a, sums } = self;
+        let &GeluCase { n, tokens, a_pad, b_stride, b_off, range, in_a, sums, splits } = self;
         let a_stride = n + a_pad;
         let mut a = vec![POISON; tokens * a_stride];
         let mut b = vec![POISON; tokens * b_stride];
         let mut want = vec![None; tokens * a_stride];
+        // Split-k partials: the gate value is their f32 sum in qmm_sum's order; a starts as
+        // poison, which must not be read.
+        assert!(splits <= 1 || (sums && !in_a && a_pad == 0), "split partials: the chunk form over plain rows");
+        let part: Vec<f32> = if splits > 1 { rng.vec(splits * tokens * n).into_iter().map(|v| v * range).collect() } else { vec![0.0] };
         for t in 0..tokens {
             for i in 0..n {
-                let (x, y) = (rng.uniform() * range, rng.uniform());
-                a[t * a_stride + i] = x.to_bits();
+                let (mut x, y) = (rng.uniform() * range, rng.uniform());
+                if splits > 1 {
+                    x = part[t * n + i];
+                    for s in 1..splits {
+                        x += part[(s * tokens + t) * n + i];
+                    }
+                }
+                if splits <= 1 {
+                    a[t * a_stride + i] = x.to_bits();
+                }
                 if in_a {
                     // The up half is read, never written: it must keep its value.
                     a[t * a_stride + b_off + i] = y.to_bits();
@@ -1943,8 +1960,9 @@ impl Case for GeluCase {
         let mut bufs = vec![output_f32("a", a, want, tol::GELU), input_words("b", &b)];
         if sums {
             bufs.push(output_f32("asum", vec![POISON; tokens * groups], want_s, tol::GELU));
+            bufs.push(input_words("part", &bits(&part)));
         }
-        let p = GeluParams { n: n as u32, a_stride: a_stride as u32, b_stride: b_stride as u32, b_off: b_off as u32, b_in_a: in_a as u32, ..Default::default() };
+        let p = GeluParams { n: n as u32, a_stride: a_stride as u32, b_stride: b_stride as u32, b_off: b_off as u32, b_in_a: in_a as u32, splits: splits as u32, ..Default::default() };
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(if sums { Kernel::GeluMulSums } else { Kernel::GeluMul }, bufs, &p, step, (n.div_ceil(64), tokens))
     }
@@ -1971,6 +1989,9 @@ fn gelu_cases() -> Vec<Box<dyn Case>> {
     v.push(Box::new(GeluCase { b_stride: 42 * 256, b_off: 41 * 256, sums: true, ..GeluCase::new(256, 9) }));
     v.push(Box::new(GeluCase { a_pad: 5, sums: true, ..GeluCase::new(65, 3) }));
     v.push(Box::new(GeluCase { sums: true, ..GeluCase::new(10240, 2) }));
+    // The chunk form over a split-k gate's partials (the PLE gate: 256 rows, 8 splits on E4B).
+    v.push(Box::new(GeluCase { b_stride: 42 * 256, b_off: 5 * 256, sums: true, splits: 8, ..GeluCase::new(256, 9) }));
+    v.push(Box::new(GeluCase { sums: true, splits: 3, ..GeluCase::new(65, 4) }));
     v.push(Box::new(GeluCase { range: 8.0, ..GeluCase::new(1000, 2) }));
     // Stacked gate/up chunks: a row is [gate (n) | up (n)], output over the gate half.
     for (n, tokens) in [(6144, 2), (65, 3)] {
@@ -2939,5 +2960,28 @@ fn moe_glu_matches_the_cpu_reference() {
             Ok(nmse) => println!("{case} [wgpu]: y NMSE {nmse:.1e} OK"),
             Err(e) => panic!("{case}: {e}"),
         }
+    }
+}
+
+/// gelu_mul's chunk form over a split-k gate's partials (`splits` > 1) writes bitwise what
+/// qmm_sum followed by the same form over the summed gate writes (each checked against the CPU
+/// in `gelu_cases`): the PLE gate's 256 rows in 8 splits, and 3 splits of a partial group.
+#[test]
+fn gelu_mul_over_split_partials_is_bitwise_qmm_sum_then_gelu_mul() {
+    let Some(mut h) = harness() else { return };
+    for c in [GeluCase { b_stride: 42 * 256, b_off: 5 * 256, sums: true, splits: 8, ..GeluCase::new(256, 9) }, GeluCase { sums: true, splits: 3, ..GeluCase::new(65, 4) }] {
+        let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&c.name()))));
+        let mut init: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+        let fused = h.run(l.kernel, &init, &l.params, l.step, l.grid).unwrap();
+        // qmm_sum writes the gate (storage buffer 0, a) from the partials (3), then gelu_mul.
+        let mp = MatmulParams { rows: c.n as u32, y_stride: c.n as u32, k_splits: c.splits as u32, ..Default::default() };
+        let summed = h.run(Kernel::QmmSum, &[init[3].clone(), init[0].clone()], bytemuck::bytes_of(&mp), l.step, (c.n.div_ceil(256) as u32, c.tokens as u32, 1)).unwrap();
+        init[0] = summed[1].clone();
+        let mut p: GeluParams = *bytemuck::from_bytes(&l.params[..std::mem::size_of::<GeluParams>()]);
+        p.splits = 0;
+        let apart = h.run(Kernel::GeluMulSums, &init, bytemuck::bytes_of(&p), l.step, l.grid).unwrap();
+        assert!(fused[0] == apart[0], "{}: a differs from qmm_sum then gelu_mul", c.name());
+        assert!(fused[2] == apart[2], "{}: asum differs from qmm_sum then gelu_mul", c.name());
+        println!("{} [wgpu]: a and asum bitwise qmm_sum then gelu_mul OK", c.name());
     }
 }

@@ -7,10 +7,12 @@
 // SUMS = 1 (Kernel::GeluMulSums, chunks): also asum[t · ceil(n / 64) + j] = Σ of the written
 //   a[t, 64 j ..][..64] (the next mat-mat's group sums of x at group size 64: the PLE
 //   projection reads them instead of a group_sum pass); each subgroup's sum, then the
-//   workgroup's 64 / SG in order.
+//   workgroup's 64 / SG in order. And with p.splits > 1 (b_in_a 0, a_stride = n), a[t, i] is
+//   read as the sum of a split-k mat-mat's partials part[(s · n_tokens + t) · n + i], added in
+//   qmm_sum.wgsl's order: bitwise the value qmm_sum would have written, and its dispatch saved.
 //
 // Bindings: a: f32[n_tokens, a_stride] (in/out); b: f32[n_tokens, b_stride]; p: GeluParams; step;
-//   asum: f32[n_tokens, ceil(n / 64)] (SUMS = 1).
+//   asum: f32[n_tokens, ceil(n / 64)], part: f32[splits · n_tokens, n] (SUMS = 1).
 // Launch: 64 threads, one element each; grid = (ceil(n / 64), n_tokens).
 
 struct GeluParams {
@@ -19,7 +21,7 @@ struct GeluParams {
     b_stride: u32,
     b_off: u32,
     b_in_a: u32,
-    _pad0: u32,
+    splits: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -30,14 +32,13 @@ struct GeluParams {
 @group(0) @binding(2) var<uniform> p: GeluParams;
 @group(0) @binding(3) var<uniform> step: Step;
 
+fn up_at(i: u32, t: u32) -> f32 {
+    if (p.b_in_a == 1u) { return a[t * p.a_stride + p.b_off + i]; }
+    return b[t * p.b_stride + p.b_off + i];
+}
+
 fn gelu_mul_at(i: u32, t: u32) -> f32 {
-    var up: f32;
-    if (p.b_in_a == 1u) {
-        up = a[t * p.a_stride + p.b_off + i];
-    } else {
-        up = b[t * p.b_stride + p.b_off + i];
-    }
-    let v = gelu_tanh(a[t * p.a_stride + i]) * up;
+    let v = gelu_tanh(a[t * p.a_stride + i]) * up_at(i, t);
     a[t * p.a_stride + i] = v;
     return v;
 }
@@ -54,6 +55,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 // @unroll s SUMS
 @group(0) @binding(4) var<storage, read_write> asum: array<f32>;
+@group(0) @binding(5) var<storage, read> part: array<f32>;
+
+// gelu_mul_at over a split-k mat-mat's partials instead of a (p.splits > 1).
+fn gelu_mul_split_at(i: u32, t: u32) -> f32 {
+    var g = part[t * p.n + i];
+    for (var s = 1u; s < p.splits; s++) { g += part[(s * step.n_tokens + t) * p.n + i]; }
+    let v = gelu_tanh(g) * up_at(i, t);
+    a[t * p.a_stride + i] = v;
+    return v;
+}
 const WG: u32 = 64u;
 const SG: u32 = {{SG}}u;
 var<workgroup> red: array<f32, WG>;
@@ -66,7 +77,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     // t is the workgroup's: a return on it keeps the sums below in uniform control flow.
     if (t >= step.n_tokens) { return; }
     var v = 0.0;
-    if (i < p.n) { v = gelu_mul_at(i, t); }
+    if (i < p.n) {
+        if (p.splits > 1u) { v = gelu_mul_split_at(i, t); } else { v = gelu_mul_at(i, t); }
+    }
     let s = workgroup_sum(v, lid);
     if (lid == 0u) { asum[t * ((p.n + 63u) / 64u) + wid.x] = s; }
 }

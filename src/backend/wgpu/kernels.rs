@@ -451,7 +451,7 @@ impl Kernel {
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GridBarrier => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
-            Kernel::GeluMulSums => &[ReadWrite, Read, Uniform, Uniform, ReadWrite],
+            Kernel::GeluMulSums => &[ReadWrite, Read, Uniform, Uniform, ReadWrite, Read],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmmMoe | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
@@ -979,7 +979,9 @@ pub struct GeluParams {
     pub b_off: u32,
     /// 1: the up values are in `a` itself, at `b_off` within each row (stacked gate/up).
     pub b_in_a: u32,
-    pub _pad: [u32; 3],
+    /// `GeluMulSums` only: > 1, a is read as the sum of this many split-k partials (binding 5).
+    pub splits: u32,
+    pub _pad: [u32; 2],
 }
 
 #[repr(C)]

@@ -1338,6 +1338,22 @@ impl<'a> Builder<'a> {
         Ok(xsum)
     }
 
+    /// When the last recorded dispatch is a qmm_sum adding a split-k mat-mat's partials into
+    /// `y` (rows of `rows` values, nothing else in them), removes it and returns the partials and
+    /// their count, for a reader that adds them itself (gelu_mul's chunk form). Only chunks run
+    /// qmm_sum, and it is the last spec where the mat-mat recorded no decode form after it.
+    fn take_split_sum(&mut self, y: &wgpu::Buffer, rows: usize) -> Option<(wgpu::Buffer, u32)> {
+        let sp = self.specs.last()?;
+        let (Kernel::QmmSum, [Res::Buf(part), Res::Buf(dst), ..]) = (sp.kernel, sp.res.as_slice()) else { return None };
+        let mp: MatmulParams = bytemuck::pod_read_unaligned(&self.params[sp.param_off as usize..(sp.param_off + sp.param_len) as usize]);
+        if dst != y || (mp.rows as usize, mp.y_stride as usize, mp.y_off, mp.count_sel) != (rows, rows, 0, 0) {
+            return None;
+        }
+        let found = (part.clone(), mp.k_splits);
+        self.specs.pop();
+        Some(found)
+    }
+
     /// Whether prefill chunks run on tensor cores — the mat-mats, and the attention unless
     /// `KESTREL_ATTN_COOP=0` (the option, the device, the A/B knob).
     fn tensor_cores(&self) -> bool {
@@ -1499,8 +1515,15 @@ impl<'a> Builder<'a> {
         let mut sums = XFrom::Any;
         if self.tensor_cores() && switch("KESTREL_NORM_SUMS", true) {
             let asum = self.scratch(Scratch::ProducerSums, self.opts.max_chunk * rows.div_ceil(64))?;
-            let res = vec![Res::Buf(y.clone()), Res::Buf(b.clone()), Res::Params, Res::Step, Res::Buf(asum.clone())];
-            self.spec(Kernel::GeluMulSums, res, &gelu, gelu.n.div_ceil(64), GridY::Tokens);
+            // KESTREL_GELU_SPLITS=1: where the gate's mat-mat was split in k, gelu_mul adds its
+            // partials itself and the qmm_sum that would write y goes (built in session 16 after
+            // its device time was spent: off until measured).
+            let (part, splits) = match self.take_split_sum(y, rows).filter(|_| switch("KESTREL_GELU_SPLITS", false)) {
+                Some((part, splits)) => (part, splits),
+                None => (b.clone(), 0),
+            };
+            let res = vec![Res::Buf(y.clone()), Res::Buf(b.clone()), Res::Params, Res::Step, Res::Buf(asum.clone()), Res::Buf(part)];
+            self.spec(Kernel::GeluMulSums, res, &GeluParams { splits, ..gelu }, gelu.n.div_ceil(64), GridY::Tokens);
             sums = XFrom::Sums { sums: Res::Buf(asum), cols: rows, gs: 64 };
         } else {
             self.gelu_mul(y, b, gelu);
