@@ -22,10 +22,10 @@ ab_bench() {
 }
 # A prefill A/B of one switch on E2B, E4B and 26B (synthetic 4-bit models, made and removed here):
 # `pp_ab FILE VAR "GREP PATTERN" [VAR2=value …]` benches -p 512 -n 8 with VAR=0, 1, 0, 1 per model
-# (AB_VALUES="32 16 32 16" for other values).
+# (AB_VALUES="32 16 32 16" for other values; PP_ARCHS="e4b e2b" for other models).
 pp_ab() {
   local file=$1 var=$2 pattern=$3; shift 3
-  for a in e2b e4b 26b-a4b; do
+  for a in ${PP_ARCHS:-e2b e4b 26b-a4b}; do
     ./target/release/kestrel synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
     for s in ${AB_VALUES:-0 1 0 1}; do
       ab_bench "$file" $a "-p 512 -n 8" "$pattern" $var=$s "$@"

@@ -11,11 +11,5 @@ F="$OUT/gelu-splits.txt"
 date -u | tee "$F"
 echo "== tests/fixtures.rs wgpu, KESTREL_GELU_SPLITS=1" | tee -a "$F"
 KESTREL_GELU_SPLITS=1 KESTREL_REQUIRE_GPU=1 timeout 120 ./target/release/kfixtures wgpu 2>&1 | grep -E "test result|FAIL|differ|panicked" | tee -a "$F"
-for a in e4b e2b; do
-  ./target/release/kestrel synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
-  for s in 0 1 0 1; do
-    ab_bench "$F" $a "-p 512 -n 8" "^\| pp512 |GPU time of one 512|^\| (qmm_sum|gelu_mul)" KESTREL_GELU_SPLITS=$s
-  done
-  rm -rf /tmp/$a
-done
+PP_ARCHS="e4b e2b" pp_ab "$F" KESTREL_GELU_SPLITS "^\| pp512 |GPU time of one 512|^\| (qmm_sum|gelu_mul)"
 date -u | tee -a "$F"
