@@ -1518,7 +1518,8 @@ impl<'a> Builder<'a> {
             // KESTREL_GELU_SPLITS=1: where the gate's mat-mat was split in k, gelu_mul adds its
             // partials itself and the qmm_sum that would write y goes (built in session 16 after
             // its device time was spent: off until measured).
-            let (part, splits) = match self.take_split_sum(y, rows).filter(|_| switch("KESTREL_GELU_SPLITS", false)) {
+            let taken = if switch("KESTREL_GELU_SPLITS", false) { self.take_split_sum(y, rows) } else { None };
+            let (part, splits) = match taken {
                 Some((part, splits)) => (part, splits),
                 None => (b.clone(), 0),
             };
