@@ -927,6 +927,13 @@ struct Builder<'a> {
     sum_regions: Vec<NormSums>,
     /// The regions' total, in floats.
     norm_sums_len: u64,
+    /// x's group sums written by the kernels that write x (norms, the GeGLU mat-mat, the PLE
+    /// gate's gelu_mul; the attention with `KESTREL_ATTN_SUMS=1`) rather than by group_sum
+    /// passes. `KESTREL_NORM_SUMS=0` turns it off (A/B knob, read once here).
+    producer_sums: bool,
+    /// `KESTREL_GELU_SPLITS=1`: the PLE gate's gelu_mul adds its split-k partials itself
+    /// (session 16, off until measured).
+    gelu_splits: bool,
 }
 
 /// One output of a recorded rmsnorm: `slot` 0 is `out`, 1..=3 the chained outputs.
@@ -1024,6 +1031,8 @@ impl<'a> Builder<'a> {
             scratch: [None, None, None],
             sum_regions: Vec::new(),
             norm_sums_len: 0,
+            producer_sums: switch("KESTREL_NORM_SUMS", true),
+            gelu_splits: switch("KESTREL_GELU_SPLITS", false),
         };
         b.record(w)
     }
@@ -1282,7 +1291,7 @@ impl<'a> Builder<'a> {
         let sp = &self.specs[from.spec];
         let Kernel::RmsNorm { v, wg, .. } = sp.kernel else { return None };
         let out_stride = if from.slot == 0 { np.out_stride } else { np.out2_stride };
-        let applies = switch("KESTREL_NORM_SUMS", true)
+        let applies = self.producer_sums
             && np.segs == 1
             && np.x_row_sel == 0
             && np.count_sel == 0
@@ -1471,8 +1480,9 @@ impl<'a> Builder<'a> {
             res.extend([xsum, Res::Buf(ysum.clone())]);
             self.spec(glu, res, &p, (rows as u32).div_ceil(per_wg), GridY::TokenTiles(tok));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
-            // KESTREL_NORM_SUMS=0: the down projection takes group_sum's instead (an A/B).
-            if switch("KESTREL_NORM_SUMS", true) {
+            // Without producer sums the down projection takes group_sum's instead (an A/B; the
+            // epilogue still writes these).
+            if self.producer_sums {
                 sums = XFrom::Sums { sums: Res::Buf(ysum), cols: rows, gs: 64 };
             }
         } else {
@@ -1513,12 +1523,12 @@ impl<'a> Builder<'a> {
         // gelu_mul runs in chunks only: where the tensor-core projection reads its output, it
         // also writes that output's group sums (KESTREL_NORM_SUMS=0: group_sum, as an A/B).
         let mut sums = XFrom::Any;
-        if self.tensor_cores() && switch("KESTREL_NORM_SUMS", true) {
+        if self.tensor_cores() && self.producer_sums {
             let asum = self.scratch(Scratch::ProducerSums, self.opts.max_chunk * rows.div_ceil(64))?;
             // KESTREL_GELU_SPLITS=1: where the gate's mat-mat was split in k, gelu_mul adds its
             // partials itself and the qmm_sum that would write y goes (built in session 16 after
             // its device time was spent: off until measured).
-            let taken = if switch("KESTREL_GELU_SPLITS", false) { self.take_split_sum(y, rows) } else { None };
+            let taken = if self.gelu_splits { self.take_split_sum(y, rows) } else { None };
             let (part, splits) = match taken {
                 Some((part, splits)) => (part, splits),
                 None => (b.clone(), 0),
@@ -1776,7 +1786,7 @@ impl<'a> Builder<'a> {
         // Chunk attention on tensor cores (where the mat-mats run there): A/B knob
         // KESTREL_ATTN_COOP=0.
         let attn_coop = self.tensor_cores() && switch("KESTREL_ATTN_COOP", true);
-        let attn_sums = switch("KESTREL_ATTN_SUMS", false) && switch("KESTREL_NORM_SUMS", true);
+        let attn_sums = switch("KESTREL_ATTN_SUMS", false) && self.producer_sums;
         // KESTREL_ATTN_COOP_SPLITS=S (2..=64): the tensor-core chunk attention shares each
         // tile's keys out over S workgroups, merged by attention_combine (built in session 16
         // after its device time was spent: off until measured; not with KESTREL_ATTN_SUMS).
