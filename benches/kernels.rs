@@ -25,7 +25,7 @@
 
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
-    attention_chunk, attention_chunk_coop, attention_split, fold_grid, group_sum_groups_x, rmsnorm, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
+    attention_chunk, attention_chunk_coop, attention_split, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
     RouterParams, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
@@ -245,10 +245,11 @@ fn main() {
     // The chunk's residual norms, one 512-token chunk (E2B / E4B / 26B widths, mode 2 with its
     // chained input norm; the 26B's with its three): the decode form, and the chunk form that
     // also writes the chained outputs' group sums (what group_sum's dispatch per mat-mat input
-    // costs above).
+    // costs above), in rmsnorm.wgsl's form and in rmsnorm_rows.wgsl's on 64, 128 and 256
+    // threads per row.
     println!("\n| residual norm of a 512-token chunk | chained | kernel | µs | GB/s |");
     println!("|---|---|---|---|---|");
-    for (n, chain) in [(1536usize, 1u32), (2560, 1), (2816, 3)] {
+    for (n, chain) in [(1536usize, 1u32), (2560, 0), (2560, 1), (2816, 3)] {
         let f32s = |len: usize, v: f32| -> Vec<u8> { (0..len).flat_map(|i| (v + (i % 5) as f32 * 0.1).to_le_bytes()).collect() };
         let groups = n / 64;
         let p = NormParams {
@@ -261,9 +262,14 @@ fn main() {
         let bufs = vec![f32s(tokens * n, 0.5), f32s(4 * n, 1.0), out(), out(), out(), out(), f32s(tokens * n, 0.2), vec![0u8; 4 * 3 * tokens * groups]];
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let moved = (4 * tokens * n * (3 + chain as usize)) as f64;
-        for sums in [false, true] {
-            let Kernel::RmsNorm { v, wg, .. } = rmsnorm(n) else { unreachable!("rmsnorm() is a norm") };
-            let kernel = Kernel::RmsNorm { v, wg, sums };
+        let Kernel::RmsNorm { v, wg, .. } = rmsnorm(n) else { unreachable!("rmsnorm() is a norm") };
+        let rows = |wg| rmsnorm_rows(&p, wg).expect("the chunk's norms have vec4 rows");
+        let forms = [false, true].map(|sums| Kernel::RmsNorm { v, wg, sums });
+        let forms = forms.into_iter().chain([64, 128, 256].into_iter().flat_map(|wg| {
+            let Kernel::RmsNormRows { v4, .. } = rows(wg) else { unreachable!("rmsnorm_rows() is a rows norm") };
+            [false, true].map(|sums| Kernel::RmsNormRows { v4, wg, sums })
+        }));
+        for kernel in forms {
             let label = kernel.label();
             if !label.contains(&filter) {
                 continue;

@@ -1175,15 +1175,21 @@ struct NormCase {
     /// Some(gs): the chunk form (`RmsNorm { sums: true }`), also writing every output's sums
     /// over groups of gs values.
     sums: Option<usize>,
+    /// Some(wg): the chunk norms' rows form (`RmsNormRows`, rmsnorm_rows.wgsl) on wg threads per
+    /// row; its weights then start at multiples of 4 (rows of vec4).
+    rows: Option<u32>,
 }
 
 impl NormCase {
     fn new(n: usize, tokens: usize, mode: u32) -> Self {
-        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256, sums: None }
+        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256, sums: None, rows: None }
     }
 
     fn kernel(&self) -> Kernel {
-        Kernel::RmsNorm { v: rmsnorm_v(self.n, self.wg), wg: self.wg, sums: self.sums.is_some() }
+        match self.rows {
+            Some(wg) => Kernel::RmsNormRows { v4: (self.n as u32).div_ceil(4 * wg).max(1), wg, sums: self.sums.is_some() },
+            None => Kernel::RmsNorm { v: rmsnorm_v(self.n, self.wg), wg: self.wg, sums: self.sums.is_some() },
+        }
     }
 }
 
@@ -1222,11 +1228,14 @@ impl Case for NormCase {
         if let Some(gs) = c.sums {
             s += &format!(",sums,gs={gs}");
         }
+        if let Some(wg) = c.rows {
+            s += &format!(",rows,wg={wg}");
+        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained, sums, .. } = self;
+        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained, sums, rows, .. } = self;
         let count = n_out.unwrap_or(tokens);
         let out_row0 = tokens - n_out.unwrap_or(1);
         let (x_stride, out_stride) = (segs * n + x_pad, segs * n + out_pad);
@@ -1239,7 +1248,10 @@ impl Case for NormCase {
         let wv = rng.vec(n);
         // The chained norms' weights w2, w3, w4, each n + 3 after the previous.
         let wc: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(n)).collect();
-        let wc_off = |j: usize| w_off + (j + 1) * (n + 3);
+        let wc_off = |j: usize| {
+            let off = w_off + (j + 1) * (n + 3);
+            if rows.is_some() { off.next_multiple_of(4) } else { off }
+        };
         let mut wt = vec![POISON; wc_off(2) + n + 4];
         if weight {
             wt[w_off..w_off + n].copy_from_slice(&bits(&wv));
@@ -1444,7 +1456,38 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
     v.push(s(64, NormCase::new(64, 3, 0)));
     v.push(s(32, NormCase { chain: Some(0), chained: 2, ..NormCase::new(96, 4, 2) }));
     v.push(s(64, NormCase { wg: 512, chain: Some(0), ..NormCase::new(2560, 3, 1) }));
+    // The chunk norms' rows form (rmsnorm_rows.wgsl) on 64, 128 and 256 threads per row: input
+    // norms at real and awkward widths (one vec4, rows shorter than the workgroup, a partial last
+    // sweep), the residual modes with the layer scalar, strided rows and a weight at an offset,
+    // scale-free, a chained input norm and a MoE layer's three chained outputs, the PLE
+    // projection norm (35 segments), the LM head rows, and the group sums (gs 32 / 64 / 128,
+    // one group per row).
+    let r = |wg, c: NormCase| Box::new(NormCase { rows: Some(wg), ..c }) as Box<dyn Case>;
+    for wg in [64, 128, 256] {
+        for (n, tokens) in [(1536, 9), (2560, 3), (4, 3), (132, 2), (1028, 2)] {
+            v.push(r(wg, NormCase::new(n, tokens, 0)));
+        }
+        v.push(r(wg, NormCase { post: 0.37, ..NormCase::new(2560, 3, 1) }));
+        v.push(r(wg, NormCase { post: 0.37, chain: Some(4), out_pad: 8, ..NormCase::new(2560, 5, 2) }));
+        v.push(r(wg, NormCase { chain: Some(0), chained: 3, post: 0.37, ..NormCase::new(2816, 3, 1) }));
+        v.push(r(wg, NormCase { w_off: 8, x_pad: 4, out_pad: 12, ..NormCase::new(1536, 3, 2) }));
+        v.push(r(wg, NormCase { weight: false, ..NormCase::new(256, 3, 1) }));
+        v.push(r(wg, NormCase { n_out: Some(3), ..NormCase::new(2560, 9, 0) }));
+        v.push(r(wg, s_case(64, NormCase::new(1536, 9, 0))));
+        v.push(r(wg, s_case(64, NormCase { chain: Some(4), out_pad: 8, ..NormCase::new(2560, 5, 2) })));
+        v.push(r(wg, s_case(64, NormCase { chain: Some(0), chained: 3, post: 0.37, ..NormCase::new(2816, 3, 1) })));
+    }
+    v.push(r(64, ple));
+    v.push(r(128, NormCase { tokens: 1, ..ple }));
+    v.push(r(128, s_case(128, NormCase { chain: Some(0), ..NormCase::new(2560, 2, 1) })));
+    v.push(r(64, s_case(32, NormCase { chain: Some(0), chained: 2, ..NormCase::new(96, 4, 2) })));
+    v.push(r(128, s_case(64, NormCase::new(64, 3, 0))));
     v
+}
+
+/// `c` with group sums over groups of `gs`.
+fn s_case(gs: usize, c: NormCase) -> NormCase {
+    NormCase { sums: Some(gs), ..c }
 }
 
 /// The chunk form of rmsnorm (group sums as well) writes bitwise the outputs of the decode

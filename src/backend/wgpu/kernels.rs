@@ -82,6 +82,10 @@ pub enum Kernel {
     /// per workgroup (256, 512 or 1024), [`rmsnorm`].
     /// `sums`: the chunk form that also writes its outputs' group sums (rmsnorm.wgsl, SUMS).
     RmsNorm { v: u32, wg: u32, sums: bool },
+    /// The chunk form of rmsnorm shaped for many rows (rmsnorm_rows.wgsl): `wg` threads per
+    /// row (64, 128 or 256), each holding `v4` vec4s per array; `sums` as `RmsNorm`'s. The same
+    /// bindings and params; see [`rmsnorm_rows`].
+    RmsNormRows { v4: u32, wg: u32, sums: bool },
     HeadNormRope,
     /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
     QkvNormRope,
@@ -143,6 +147,7 @@ impl Kernel {
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm { sums, .. } => if sums { "rmsnorm_sums".into() } else { "rmsnorm".into() },
+            Kernel::RmsNormRows { wg, sums, .. } => format!("rmsnorm_rows{wg}{}", if sums { "_sums" } else { "" }),
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::QkvNormRope => "qkv_norm_rope".into(),
             Kernel::Attention { dv } => format!("attention_d{dv}"),
@@ -183,6 +188,7 @@ impl Kernel {
         let matmul_params = include_str!("../../../wgsl/matmul_params.wgsl");
         let groups = include_str!("../../../wgsl/formats/groups.wgsl");
         let argmax_params = include_str!("../../../wgsl/argmax_params.wgsl");
+        let norm_params = include_str!("../../../wgsl/norm_params.wgsl");
         let argmax_tree = include_str!("../../../wgsl/argmax_tree.wgsl");
         match self {
             Kernel::Matmul(f, tok) => {
@@ -211,7 +217,13 @@ impl Kernel {
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm { v, wg, sums } => {
                 let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
-                unroll(&src, &[("V", v), ("SUMS", u32::from(sums)), ("NOSUMS", u32::from(!sums))])
+                format!("{norm_params}\n{}", unroll(&src, &[("V", v), ("SUMS", u32::from(sums)), ("NOSUMS", u32::from(!sums))]))
+            }
+            Kernel::RmsNormRows { v4, wg, sums } => {
+                // Subgroup sums need subgroups no wider than the workgroup.
+                let sg = if sg > wg { 0 } else { sg };
+                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm_rows.wgsl"), sg).replace("{{V4}}", &v4.to_string()).replace("{{WG}}", &wg.to_string());
+                format!("{norm_params}\n{}", unroll(&src, &[("V4", v4), ("SUMS", u32::from(sums))]))
             }
             Kernel::HeadNormRope | Kernel::QkvNormRope => {
                 let kernel = if self == Kernel::HeadNormRope { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
@@ -439,7 +451,7 @@ impl Kernel {
             // ysum (8): the GeGLU's sums over 64-row groups, the down projection's x sums.
             Kernel::QmmCoopGlu { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, ReadWrite],
             // xsum (9): the chunk form's; the decode form declares no binding 9, one layout serves both.
-            Kernel::RmsNorm { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite],
+            Kernel::RmsNorm { .. } | Kernel::RmsNormRows { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
@@ -616,6 +628,36 @@ pub fn rmsnorm(n: usize) -> Kernel {
     let wg = std::env::var("KESTREL_RMSNORM_WG").ok().and_then(|v| v.parse().ok()).filter(|w| matches!(w, 256 | 512 | 1024)).unwrap_or(256);
     let knob = std::env::var("KESTREL_RMSNORM_V").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=RMSNORM_V).contains(v));
     Kernel::RmsNorm { v: knob.unwrap_or_else(|| rmsnorm_v(n, wg)), wg, sums: false }
+}
+
+/// The most vec4s of a row an rmsnorm_rows thread holds per array (`V4`).
+pub const RMSNORM_ROWS_V4: u32 = 16;
+
+/// Threads per row of the chunk norms' rows form by default (`KESTREL_NORM_ROWS` overrides:
+/// 64, 128 or 256, or 0 for rmsnorm.wgsl's form in chunks too).
+pub const RMSNORM_ROWS_WG: u32 = 256;
+
+/// The rows form of the chunk norm with params `p` on `wg` threads per row
+/// (rmsnorm_rows.wgsl), where it applies: rows of vec4 (n, the strides the norm uses and its
+/// weight offsets multiples of 4), at most [`RMSNORM_ROWS_V4`] vec4s per thread, and with
+/// group sums (`p.sums` ≠ 0) one segment and groups of whole vec4s that tile the row.
+pub fn rmsnorm_rows(p: &NormParams, wg: u32) -> Option<Kernel> {
+    let chained = |off: u32, j: u32| p.chain < j || off.is_multiple_of(4);
+    let vec4_rows = p.n.is_multiple_of(4)
+        && p.x_stride.is_multiple_of(4)
+        && p.out_stride.is_multiple_of(4)
+        && (p.chain == 0 || p.out2_stride.is_multiple_of(4))
+        && (p.w_off == NO_WEIGHT || p.w_off.is_multiple_of(4))
+        && chained(p.w2_off, 1)
+        && chained(p.w3_off, 2)
+        && chained(p.w4_off, 3);
+    let sums = p.sums != 0;
+    let sums_fit = !sums || (p.segs == 1 && p.gs > 0 && p.gs.is_multiple_of(4) && p.n.is_multiple_of(p.gs));
+    if !matches!(wg, 64 | 128 | 256) || !vec4_rows || !sums_fit {
+        return None;
+    }
+    let v4 = p.n.div_ceil(4 * wg).max(1);
+    (v4 <= RMSNORM_ROWS_V4).then_some(Kernel::RmsNormRows { v4, wg, sums })
 }
 
 /// Registers per thread of an rmsnorm of `wg` threads over rows of `n` values.

@@ -934,6 +934,9 @@ struct Builder<'a> {
     /// `KESTREL_GELU_SPLITS=1`: the PLE gate's gelu_mul adds its split-k partials itself
     /// (session 16, off until measured).
     gelu_splits: bool,
+    /// Threads per row of the chunk norms' rows form (rmsnorm_rows.wgsl; 0: the chunk norms
+    /// keep rmsnorm.wgsl's form). `KESTREL_NORM_ROWS=0|64|128|256` (A/B knob, read once here).
+    norm_rows: u32,
 }
 
 /// One output of a recorded rmsnorm: `slot` 0 is `out`, 1..=3 the chained outputs.
@@ -1004,7 +1007,8 @@ fn moe_params(m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, 
 
 impl<'a> Builder<'a> {
     fn new(gpu: Gpu, cfg: &'a Config, w: &'a Arc<ModelWeights>, opts: WgpuOptions) -> Result<WgpuBackend> {
-        let dummy = gpu.storage("unused", 4);
+        // One vec4: the largest array element a kernel binds (rmsnorm_rows.wgsl's rows).
+        let dummy = gpu.storage("unused", 16);
         let step_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("step"),
             size: std::mem::size_of::<Step>() as u64,
@@ -1033,6 +1037,7 @@ impl<'a> Builder<'a> {
             norm_sums_len: 0,
             producer_sums: switch("KESTREL_NORM_SUMS", true),
             gelu_splits: switch("KESTREL_GELU_SPLITS", false),
+            norm_rows: std::env::var("KESTREL_NORM_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(kernels::RMSNORM_ROWS_WG),
         };
         b.record(w)
     }
@@ -1049,7 +1054,8 @@ impl<'a> Builder<'a> {
     }
 
     fn act(&mut self, label: &str, elems: usize) -> Result<wgpu::Buffer> {
-        let bytes = (4 * elems) as u64;
+        // At least one vec4 (a placeholder may be bound where a kernel reads rows of vec4).
+        let bytes = (4 * elems.max(4)) as u64;
         self.check_binding(label, bytes)?;
         self.state_bytes += bytes;
         Ok(self.gpu.storage(label, bytes))
@@ -1332,6 +1338,28 @@ impl<'a> Builder<'a> {
         sp.kernel = Kernel::RmsNorm { v, wg, sums: true };
         sp.res[9] = Res::NormSums(None);
         Some(Res::NormSums(Some(self.sum_regions.len() - 1)))
+    }
+
+    /// Gives every chunk norm the rows form (rmsnorm_rows.wgsl) where it applies, and decode
+    /// and verify steps rmsnorm.wgsl's plain form (verify must equal decode bitwise; chunks need
+    /// not). Runs once the program is recorded: norm_sums and fuse_norm read the norms' specs
+    /// as rmsnorm.wgsl's until then.
+    fn rows_norms(&mut self) {
+        for i in 0..self.specs.len() {
+            let Kernel::RmsNorm { v, wg, sums } = self.specs[i].kernel else { continue };
+            if self.specs[i].only == Only::Single {
+                continue;
+            }
+            let Some(rows) = kernels::rmsnorm_rows(&self.norm_params(i), self.norm_rows) else { continue };
+            debug_assert!(matches!(rows, Kernel::RmsNormRows { sums: s, .. } if s == sums), "the rows form keeps the sums");
+            let sp = &mut self.specs[i];
+            let plain = Kernel::RmsNorm { v, wg, sums: false };
+            if sp.single.is_none() {
+                sp.single = Some((plain, sp.x, 1));
+                sp.verify = Some((plain, sp.x, 1));
+            }
+            sp.kernel = rows;
+        }
     }
 
     /// Records group_sum over the `count · mult` rows of x (chunk steps only: the tensor-core
@@ -2313,6 +2341,8 @@ impl<'a> Builder<'a> {
         };
         self.specs.push(pass(Kernel::SoftcapArgmax, chunks, false, GridY::Out));
         self.specs.push(pass(Kernel::ArgmaxMerge, 0, true, GridY::One));
+
+        self.rows_norms();
 
         // ---- bind groups
         let param_buf = {

@@ -1,0 +1,32 @@
+// norm_params: the params struct shared by rmsnorm.wgsl and rmsnorm_rows.wgsl (prepended by
+// the host; mirrors `NormParams` in kernels.rs, which documents the fields).
+
+struct NormParams {
+    n: u32,
+    segs: u32,
+    x_stride: u32,
+    x_row_sel: u32,
+    out_stride: u32,
+    w_off: u32,
+    mode: u32,
+    count_sel: u32,
+    pre: f32,
+    post: f32,
+    eps: f32,
+    chain: u32,
+    w2_off: u32,
+    out2_stride: u32,
+    w3_off: u32,
+    w4_off: u32,
+    post2: f32,
+    post3: f32,
+    post4: f32,
+    gs: u32,
+    sums: u32,
+    sum_off0: u32,
+    sum_off1: u32,
+    sum_off2: u32,
+    sum_off3: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
