@@ -928,11 +928,11 @@ struct Builder<'a> {
     /// The regions' total, in floats.
     norm_sums_len: u64,
     /// x's group sums written by the kernels that write x (norms, the GeGLU mat-mat, the PLE
-    /// gate's gelu_mul; the attention with `KESTREL_ATTN_SUMS=1`) rather than by group_sum
-    /// passes. `KESTREL_NORM_SUMS=0` turns it off (A/B knob, read once here).
+    /// gate's gelu_mul, the tensor-core attention) rather than by group_sum passes.
+    /// `KESTREL_NORM_SUMS=0` turns it off (A/B knob, read once here).
     producer_sums: bool,
-    /// `KESTREL_GELU_SPLITS=1`: the PLE gate's gelu_mul adds its split-k partials itself
-    /// (session 16, off until measured).
+    /// The PLE gate's gelu_mul adds its split-k partials itself (`KESTREL_GELU_SPLITS=0`: a
+    /// qmm_sum pass does; A/B knob, PERF_NOTES.md session 17).
     gelu_splits: bool,
     /// Threads per row of the chunk norms' rows form (rmsnorm_rows.wgsl; 0: the chunk norms
     /// keep rmsnorm.wgsl's form). `KESTREL_NORM_ROWS=0|64|128|256` (A/B knob, read once here).
@@ -1036,7 +1036,7 @@ impl<'a> Builder<'a> {
             sum_regions: Vec::new(),
             norm_sums_len: 0,
             producer_sums: switch("KESTREL_NORM_SUMS", true),
-            gelu_splits: switch("KESTREL_GELU_SPLITS", false),
+            gelu_splits: switch("KESTREL_GELU_SPLITS", true),
             norm_rows: std::env::var("KESTREL_NORM_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(kernels::RMSNORM_ROWS_WG),
         };
         b.record(w)
@@ -1553,9 +1553,8 @@ impl<'a> Builder<'a> {
         let mut sums = XFrom::Any;
         if self.tensor_cores() && self.producer_sums {
             let asum = self.scratch(Scratch::ProducerSums, self.opts.max_chunk * rows.div_ceil(64))?;
-            // KESTREL_GELU_SPLITS=1: where the gate's mat-mat was split in k, gelu_mul adds its
-            // partials itself and the qmm_sum that would write y goes (built in session 16 after
-            // its device time was spent: off until measured).
+            // Where the gate's mat-mat was split in k, gelu_mul adds its partials itself and the
+            // qmm_sum that would write y goes (KESTREL_GELU_SPLITS=0: not).
             let taken = if self.gelu_splits { self.take_split_sum(y, rows) } else { None };
             let (part, splits) = match taken {
                 Some((part, splits)) => (part, splits),
@@ -1814,7 +1813,7 @@ impl<'a> Builder<'a> {
         // Chunk attention on tensor cores (where the mat-mats run there): A/B knob
         // KESTREL_ATTN_COOP=0.
         let attn_coop = self.tensor_cores() && switch("KESTREL_ATTN_COOP", true);
-        let attn_sums = switch("KESTREL_ATTN_SUMS", false) && self.producer_sums;
+        let attn_sums = switch("KESTREL_ATTN_SUMS", true) && self.producer_sums;
         // KESTREL_ATTN_COOP_SPLITS=S (2..=64): the tensor-core chunk attention shares each
         // tile's keys out over S workgroups, merged by attention_combine (built in session 16
         // after its device time was spent: off until measured; not with KESTREL_ATTN_SUMS).
@@ -2182,9 +2181,9 @@ impl<'a> Builder<'a> {
             };
             // Chunks (prefill): 16 queries per workgroup share each key tile, or 32 on tensor cores.
             let mut res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
-            // KESTREL_ATTN_SUMS=1: the tensor-core form also writes its output's sums over each
-            // 64-dim value stage, the o projection's group sums of x, instead of a group_sum pass
-            // (built in session 16 after its device time was spent: off until measured).
+            // The tensor-core form also writes its output's sums over each 64-dim value stage,
+            // the o projection's group sums of x, instead of a group_sum pass
+            // (KESTREL_ATTN_SUMS=0: not).
             let mut o_from = XFrom::Any;
             let (chunk_attn, bq) = match attention_chunk_coop(d) {
                 Some(Kernel::AttentionCoop { d, .. }) if attn_coop && attn_sums => {
