@@ -354,7 +354,7 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
     let kernels = shapes.into_iter().flat_map(|s| {
         let tc = attention_chunk_coop(s.3).filter(|_| coop).map(|k| (s, k, ATTN_COOP_BQ));
         // And the tensor-core form that also writes its output's group sums (KESTREL_ATTN_SUMS).
-        let tc_sums = tc.map(|(s, _, bq)| (s, Kernel::AttentionCoop { d: s.3 as u32, sums: true, split: false }, bq));
+        let tc_sums = tc.map(|(s, _, bq)| (s, Kernel::AttentionCoop { d: s.3 as u32, sums: true }, bq));
         [Some((s, attention_chunk(s.3), ATTN_BQ)), tc, tc_sums].into_iter().flatten()
     });
     for ((name, n_q, n_kv, d, window), kernel, bq) in kernels {

@@ -638,34 +638,8 @@ fn attention_coop_matches_the_cpu_reference() {
         cases.extend([a(256, 4, 1, 100, 50, 0, 150), a(64, 4, 2, 70, 30, 16, 85)].map(|c| AttnCase { q_range, ..c }));
     }
     // Each case in both forms: the plain one, and the one that also writes the output's sums.
-    let split_cases: Vec<AttnCase> = cases.iter().copied().filter(|c| c.tokens >= 64 || c.pos0 >= 64).collect();
     let cases = cases.into_iter().flat_map(|c| [false, true].map(|sums| Box::new(AttnCase { coop: true, sums, ..c }) as Box<dyn Case>));
-    let mut failures = run_all(&mut h, cases);
-    // The key-split form (KESTREL_ATTN_COOP_SPLITS): each tile's keys over 2 or 3 workgroups
-    // (shares past a short range empty), partial softmaxes merged by attention_combine, against
-    // the same reference (cases whose tiles hold more than one 64-key tile).
-    for c in split_cases {
-        for splits in [2u32, 3] {
-            let c = AttnCase { coop: true, ..c };
-            let name = format!("{} split {splits}", c.name());
-            let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&name))));
-            let Check::F32 { want, tol } = &l.bufs[3].check else { unreachable!("attention's o is an f32 output") };
-            let mut p: AttnParams = *bytemuck::from_bytes(&l.params[..std::mem::size_of::<AttnParams>()]);
-            p.n_splits = splits;
-            let part = to_bytes(&vec![POISON; c.tokens * c.heads * splits as usize * (c.d + 2)]);
-            let bufs = [l.bufs[0].bytes.clone(), l.bufs[1].bytes.clone(), l.bufs[2].bytes.clone(), part];
-            let kernel = Kernel::AttentionCoop { d: c.d as u32, sums: false, split: true };
-            let grid = (c.heads as u32, c.tokens.div_ceil(ATTN_COOP_BQ as usize) as u32 * splits, 1);
-            let out = h.run(kernel, &bufs, bytemuck::bytes_of(&p), l.step, grid).unwrap();
-            let o = h.run(Kernel::AttentionCombine, &[out[3].clone(), l.bufs[3].bytes.clone()], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap();
-            let got: Vec<f32> = words(&o[1]).into_iter().map(f32::from_bits).collect();
-            let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
-            match compare(&g, &r, *tol) {
-                Ok(nmse) => println!("{name} [wgpu]: o NMSE {nmse:.1e} OK"),
-                Err(e) => failures.push(format!("{name}: {e}")),
-            }
-        }
-    }
+    let failures = run_all(&mut h, cases);
     assert!(failures.is_empty(), "{} attention_coop case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -1797,7 +1771,7 @@ impl Case for AttnCase {
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let (kernel, bq) = if coop {
             assert!(attention_chunk_coop(d).is_some(), "{}: a head dim attention_coop does not take", self.name());
-            (Kernel::AttentionCoop { d: d as u32, sums, split: false }, ATTN_COOP_BQ)
+            (Kernel::AttentionCoop { d: d as u32, sums }, ATTN_COOP_BQ)
         } else {
             (attention_chunk(d), ATTN_BQ)
         };

@@ -11,15 +11,6 @@
 //   quantisation group of the o projection's x, which reads them instead of a group_sum pass).
 // Launch: WG = 256 threads = 8 subgroups of exactly 32 (host guarantees it) per (head, tile of
 //   BQ = 32 tokens); grid = (n_heads, ceil(n_tokens / BQ)).
-// SPLIT = 1 (Kernel::AttentionCoop { split: true }): the tile's key tiles are shared out over
-//   p.n_splits workgroups (grid = (n_heads, ceil(n_tokens / BQ) · n_splits), y = share · tiles +
-//   token tile; a share past the range is empty), each writing its partial softmax as
-//   attention_split.wgsl does — binding 3 is then part: f32[n_tokens, n_heads, n_splits, D + 2],
-//   per row m, l and the unnormalised Σ e^(s − m) v (O / 2^11) — and attention_combine.wgsl
-//   merges them. Why (PERF_NOTES.md, session 15 #1): a tile's workgroup walks its whole key
-//   range as a latency chain, one per SM on E4B's 128 sliding-layer tiles; two workgroups per SM
-//   overlapped most of one's latency, and splitting the keys doubles the workgroups without
-//   staging anything twice.
 // Host guarantees: D % 64 == 0, D ≤ 512; |q|, |k|, |v| < 2^15 (f16's range for the halves).
 //
 // Flash attention in 64-key tiles: per tile, S = Q·Kᵀ (BQ × 64) on tensor cores, the online
@@ -74,12 +65,7 @@ const TAU: f32 = 2.0;           // P ≤ e^2: 2^11 P_hi stays far inside f16's r
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;
-// @unroll w UNSPLIT
 @group(0) @binding(3) var<storage, read_write> o: array<vec4<f32>>;
-// @end w
-// @unroll z SPLIT
-@group(0) @binding(3) var<storage, read_write> part: array<f32>;
-// @end z
 @group(0) @binding(4) var<uniform> p: AttnParams;
 @group(0) @binding(5) var<uniform> step: Step;
 // @unroll s SUMS
@@ -121,14 +107,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sg: u32,
         @builtin(subgroup_invocation_id) lane: u32) {
     let lid = sg * 32u + lane;
     let h = wid.x;
-    // @unroll w UNSPLIT
     let t0 = wid.y * BQ;
-    // @end w
-    // @unroll z SPLIT
-    let ntiles = (step.n_tokens + BQ - 1u) / BQ;
-    let share = wid.y / ntiles;
-    let t0 = (wid.y % ntiles) * BQ;
-    // @end z
     let n = step.n_tokens;
     if (t0 >= n) { return; }
     let kvh = h / (p.n_heads / p.n_kv_heads);
@@ -147,18 +126,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sg: u32,
     let sb = sg % 2u;
     let kb = sg / 2u;
     // Every key in [k_start, k_end) is attended by some query of the tile.
-    // @unroll w UNSPLIT
     let k_start = first_key(step.pos0 + t0, p.window);
     let k_end = step.pos0 + min(t0 + BQ, n);
-    // @end w
-    // @unroll z SPLIT
-    // This workgroup's share of the keys: `per` keys (whole 64-key tiles) from its first.
-    let k_first = first_key(step.pos0 + t0, p.window);
-    let k_last = step.pos0 + min(t0 + BQ, n);
-    let per = (((k_last - k_first + BK - 1u) / BK + p.n_splits - 1u) / p.n_splits) * BK;
-    let k_start = min(k_first + share * per, k_last);
-    let k_end = min(k_start + per, k_last);
-    // @end z
     var m = NEG;
     var l = 0.0;
     // O block c: query block sb, dims 64c + 16 kb .. (value stage c).
@@ -291,35 +260,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) sg: u32,
     // a value stage's 64 dims of a query are one group of the o projection's x: the 4 lanes
     // that hold a row's 16 dims of a block add them by butterfly, the stage's 4 blocks (kb)
     // meet in `osg`, and thread r < BQ adds them in order into osum.
-    // @unroll w UNSPLIT
     if (c == 0u) { rowc[r] = l * 2048.0; }
-    // @end w
-    // @unroll z SPLIT
-    // The partial softmax: m, l per row (the row's 8 softmax threads agree; one writes), then O
-    // / 2^11 below (an empty share leaves m = NEG, l = 0, O = 0: weightless in the merge).
-    let prow = (t0 + r) * p.n_heads + h;
-    if (c == 0u && t0 + r < n) {
-        part[(prow * p.n_splits + share) * (D + 2u)] = m;
-        part[(prow * p.n_splits + share) * (D + 2u) + 1u] = l;
-    }
-    // @end z
     workgroupBarrier();
     // @unroll c NC
     coopStoreT(o{c}, &ssc[sg * 256u], 16u);
     workgroupBarrier();
-    // @unroll z SPLIT
-    for (var e = lane; e < 64u; e += 32u) {
-        let row = sb * 16u + e / 4u;
-        if (t0 + row < n) {
-            let f = sg * 256u + 4u * e;
-            let at = (((t0 + row) * p.n_heads + h) * p.n_splits + share) * (D + 2u) + 2u + 64u * {c}u + 16u * kb + 4u * (e % 4u);
-            part[at] = ssc[f] * LO;
-            part[at + 1u] = ssc[f + 1u] * LO;
-            part[at + 2u] = ssc[f + 2u] * LO;
-            part[at + 3u] = ssc[f + 3u] * LO;
-        }
-    }
-    // @end z
     // @unroll n PLAIN
     for (var e = lane; e < 64u; e += 32u) {
         let row = sb * 16u + e / 4u;

@@ -95,10 +95,8 @@ pub enum Kernel {
     Attention { dv: u32 },
     /// Chunk attention on tensor cores (attention_coop.wgsl): 32 queries per workgroup of 256
     /// threads, head dim `d` (a multiple of 64, ≤ 512); see [`attention_chunk_coop`].
-    /// `sums`: the form that also writes its output's sums over each 64-dim value stage;
-    /// `split`: the form that shares a tile's keys out over `n_splits` workgroups and writes
-    /// partial softmaxes for attention_combine (not both).
-    AttentionCoop { d: u32, sums: bool, split: bool },
+    /// `sums`: the form that also writes its output's sums over each 64-dim value stage.
+    AttentionCoop { d: u32, sums: bool },
     /// Decode attention over key splits (`dk` = ceil(head_dim / 64) dims per lane, kept in
     /// registers), then the merge of the splits. `qnorm`: q read before its norm and rope,
     /// which the kernel applies (attention_qnorm.wgsl).
@@ -151,7 +149,7 @@ impl Kernel {
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::QkvNormRope => "qkv_norm_rope".into(),
             Kernel::Attention { dv } => format!("attention_d{dv}"),
-            Kernel::AttentionCoop { d, sums, split } => format!("attention_coop_d{d}{}{}", if sums { "_sums" } else { "" }, if split { "_split" } else { "" }),
+            Kernel::AttentionCoop { d, sums } => format!("attention_coop_d{d}{}", if sums { "_sums" } else { "" }),
             Kernel::AttentionSplit { dk, qnorm } => format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" }),
             Kernel::AttentionCombine => "attention_combine".into(),
             Kernel::GeluMul => "gelu_mul".into(),
@@ -234,10 +232,9 @@ impl Kernel {
                 let src = include_str!("../../../wgsl/attention.wgsl").replace("{{DV}}", &dv.to_string()).replace("{{DW}}", &dw.to_string());
                 format!("{params}\n{}", unroll(&src, &[("DV", dv), ("DW", dw)]))
             }
-            Kernel::AttentionCoop { d, sums, split } => {
-                debug_assert!(!(sums && split), "attention_coop's sums and split forms do not combine");
+            Kernel::AttentionCoop { d, sums } => {
                 let src = include_str!("../../../wgsl/attention_coop.wgsl").replace("{{D}}", &d.to_string());
-                format!("{params}\n{}", unroll(&src, &[("NC", d / 64), ("PLAIN", u32::from(!sums && !split)), ("SUMS", u32::from(sums)), ("SPLIT", u32::from(split)), ("UNSPLIT", u32::from(!split))]))
+                format!("{params}\n{}", unroll(&src, &[("NC", d / 64), ("PLAIN", u32::from(!sums)), ("SUMS", u32::from(sums))]))
             }
             Kernel::AttentionSplit { dk, qnorm } => {
                 // A/B knobs for measurements: KESTREL_ATTN_G (keys in flight), KESTREL_ATTN_TREE=1
@@ -679,7 +676,7 @@ pub const ATTN_BQ: u32 = 16;
 /// value stage in registers, 8 at most); the device must have f16 cooperative matrices in
 /// subgroups of 32 (`Gpu::coop_f16`).
 pub fn attention_chunk_coop(head_dim: usize) -> Option<Kernel> {
-    (head_dim % 64 == 0 && (64..=512).contains(&head_dim)).then_some(Kernel::AttentionCoop { d: head_dim as u32, sums: false, split: false })
+    (head_dim % 64 == 0 && (64..=512).contains(&head_dim)).then_some(Kernel::AttentionCoop { d: head_dim as u32, sums: false })
 }
 
 /// Tokens (queries) per workgroup of attention_coop (`BQ` in attention_coop.wgsl). A 16-query,
@@ -1252,8 +1249,7 @@ mod tests {
         let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
         let kernels = tiles.iter().flat_map(|&(tb, rb)| [super::Kernel::QmmCoop { tb, rb }, super::Kernel::QmmCoopMoe { tb, rb }]);
         let kernels = kernels.chain([1, 2].map(|tb| super::Kernel::QmmCoopGlu { tb }));
-        let forms = [(false, false), (true, false), (false, true)];
-        let kernels = kernels.chain([64, 128, 256, 512].into_iter().flat_map(|d| forms.map(|(sums, split)| super::Kernel::AttentionCoop { d, sums, split })));
+        let kernels = kernels.chain([64, 128, 256, 512].into_iter().flat_map(|d| [false, true].map(|sums| super::Kernel::AttentionCoop { d, sums })));
         for k in kernels {
             let src = k.source(32);
             let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));

@@ -1814,10 +1814,6 @@ impl<'a> Builder<'a> {
         // KESTREL_ATTN_COOP=0.
         let attn_coop = self.tensor_cores() && switch("KESTREL_ATTN_COOP", true);
         let attn_sums = switch("KESTREL_ATTN_SUMS", true) && self.producer_sums;
-        // KESTREL_ATTN_COOP_SPLITS=S (2..=64): the tensor-core chunk attention shares each
-        // tile's keys out over S workgroups, merged by attention_combine (built in session 16
-        // after its device time was spent: off until measured; not with KESTREL_ATTN_SUMS).
-        let coop_splits = std::env::var("KESTREL_ATTN_COOP_SPLITS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|s| (2..=64).contains(s)).filter(|_| attn_coop && !attn_sums);
         let q_max = cfg.layers.iter().map(|l| l.q_dim()).max().unwrap_or(0);
         let kv_max = cfg.layers.iter().map(|l| l.kv_dim()).max().unwrap_or(0);
         let mlp_max = cfg.layers.iter().map(|l| l.mlp_width).max().unwrap_or(0);
@@ -2020,10 +2016,6 @@ impl<'a> Builder<'a> {
         let heads_max = cfg.layers.iter().map(|l| l.n_heads).max().unwrap_or(0);
         let d_max = cfg.layers.iter().map(|l| l.head_dim).max().unwrap_or(0);
         let attn_part = self.act("attention splits", VERIFY_MAX * heads_max * ATTN_SPLITS as usize * (d_max + 2))?;
-        let chunk_attn_part = match coop_splits {
-            Some(s) => Some(self.act("chunk attention splits", c * heads_max * s as usize * (d_max + 2))?),
-            None => None,
-        };
         // Gate and up side by side per token when stacked; the GeGLU lands in the gate half.
         let g = self.act("ffn gate", c * 2 * mlp_max)?;
         let u = self.act("ffn up", c * mlp_max)?;
@@ -2190,24 +2182,12 @@ impl<'a> Builder<'a> {
                     let osum = self.scratch(Scratch::ProducerSums, c * l.q_dim() / 64)?;
                     res.push(Res::Buf(osum.clone()));
                     o_from = XFrom::Sums { sums: Res::Buf(osum), cols: l.q_dim(), gs: 64 };
-                    (Kernel::AttentionCoop { d, sums: true, split: false }, ATTN_COOP_BQ)
+                    (Kernel::AttentionCoop { d, sums: true }, ATTN_COOP_BQ)
                 }
-                Some(Kernel::AttentionCoop { d, .. }) if coop_splits.is_some() => (Kernel::AttentionCoop { d, sums: false, split: true }, ATTN_COOP_BQ),
                 Some(k) if attn_coop => (k, ATTN_COOP_BQ),
                 _ => (attention_chunk(d), ATTN_BQ),
             };
-            match (coop_splits, &chunk_attn_part) {
-                (Some(s), Some(part)) if matches!(chunk_attn, Kernel::AttentionCoop { split: true, .. }) => {
-                    // The keys' shares write partial softmaxes; attention_combine merges them.
-                    let ap = AttnParams { n_splits: s, ..ap };
-                    res[3] = Res::Buf(part.clone());
-                    self.spec(chunk_attn, res, &ap, l.n_heads as u32, GridY::SplitTokenTiles(bq, s));
-                    self.specs.last_mut().expect("just pushed").only = Only::Multi;
-                    let res = vec![Res::Buf(part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
-                    self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
-                }
-                _ => self.spec(chunk_attn, res, &ap, l.n_heads as u32, GridY::TokenTiles(bq)),
-            }
+            self.spec(chunk_attn, res, &ap, l.n_heads as u32, GridY::TokenTiles(bq));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
             // Decode: the keys split over attn_splits() workgroups per head, then merged.
             let split = match q_raw.take() {
