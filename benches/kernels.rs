@@ -259,7 +259,7 @@ fn main() {
             ..Default::default()
         };
         let out = || f32s(tokens * n, 0.0);
-        let bufs = vec![f32s(tokens * n, 0.5), f32s(4 * n, 1.0), out(), out(), out(), out(), f32s(tokens * n, 0.2), vec![0u8; 4 * 3 * tokens * groups]];
+        let bufs = vec![f32s(tokens * n, 0.5), f32s(4 * n, 1.0), out(), out(), out(), out(), f32s(tokens * n, 0.2), vec![0u8; 4 * 3 * tokens * groups], f32s(4, 0.0)];
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let moved = (4 * tokens * n * (3 + chain as usize)) as f64;
         let Kernel::RmsNorm { v, wg, .. } = rmsnorm(n) else { unreachable!("rmsnorm() is a norm") };
@@ -267,7 +267,7 @@ fn main() {
         let forms = [false, true].map(|sums| Kernel::RmsNorm { v, wg, sums });
         let forms = forms.into_iter().chain([64, 128, 256].into_iter().flat_map(|wg| {
             let Kernel::RmsNormRows { v4, .. } = rows(wg) else { unreachable!("rmsnorm_rows() is a rows norm") };
-            [false, true].map(|sums| Kernel::RmsNormRows { v4, wg, sums })
+            [false, true].map(|sums| Kernel::RmsNormRows { v4, wg, sums, parts: false })
         }));
         for kernel in forms {
             let label = kernel.label();
@@ -441,7 +441,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     // (mode 0), then with its weight.
     for (n, w_off) in [(256usize, u32::MAX), (1536, u32::MAX), (1536, 0)] {
         let p = NormParams { n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off, mode: 0, pre: 1.0, post: 1.0, eps: 1e-6, ..Default::default() };
-        let bufs = vec![f32s(n, 0.5), f32s(n, 1.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(4, 0.0)];
+        let bufs = vec![f32s(n, 0.5), f32s(n, 1.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(4, 0.0), f32s(4, 0.0)];
         let what = if w_off == u32::MAX { "no weight" } else { "weight" };
         row(h, rmsnorm(n), format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
     }
@@ -453,7 +453,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
                 chain, w2_off: n as u32, w3_off: 2 * n as u32, w4_off: 3 * n as u32, out2_stride: n as u32, post2: 1.0, post3: 1.0, post4: 1.0,
                 ..Default::default()
             };
-            let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2), f32s(4, 0.0)];
+            let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2), f32s(4, 0.0), f32s(4, 0.0)];
             row(h, rmsnorm(n), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
         }
     }

@@ -106,6 +106,22 @@ fn wgpu_unfused_norms_match_transformers() {
     );
 }
 
+/// Every chunk mat-mat split in k (`min_k_splits: 4`: the fixtures are too small for the rule
+/// to split any) and the residual norms reading the partials themselves (`norm_splits`, the
+/// rows form over partials, instead of a qmm_sum pass before them).
+#[test]
+fn wgpu_split_k_and_norms_over_partials_match_transformers() {
+    run_all(
+        &["tiny-e2b", "tiny-e4b", "tiny-moe"],
+        &mut |m| {
+            let opts = WgpuOptions { max_ctx: 256, max_chunk: 128, min_k_splits: 4, norm_splits: true, ..Default::default() };
+            common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
+        },
+        128,
+        "wgpu-split-k",
+    );
+}
+
 #[test]
 fn wgpu_split_tensors_match_transformers() {
     // A 4 KiB binding cap splits every weight into many row ranges (the mechanism that keeps

@@ -1152,16 +1152,19 @@ struct NormCase {
     /// Some(wg): the chunk norms' rows form (`RmsNormRows`, rmsnorm_rows.wgsl) on wg threads per
     /// row; its weights then start at multiples of 4 (rows of vec4).
     rows: Option<u32>,
+    /// > 1 (the rows form only): x read as the sum of this many split-k partials (qmm_sum's
+    /// layout and order); x itself is poison.
+    splits: usize,
 }
 
 impl NormCase {
     fn new(n: usize, tokens: usize, mode: u32) -> Self {
-        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256, sums: None, rows: None }
+        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256, sums: None, rows: None, splits: 0 }
     }
 
     fn kernel(&self) -> Kernel {
         match self.rows {
-            Some(wg) => Kernel::RmsNormRows { v4: (self.n as u32).div_ceil(4 * wg).max(1), wg, sums: self.sums.is_some() },
+            Some(wg) => Kernel::RmsNormRows { v4: (self.n as u32).div_ceil(4 * wg).max(1), wg, sums: self.sums.is_some(), parts: self.splits > 1 },
             None => Kernel::RmsNorm { v: rmsnorm_v(self.n, self.wg), wg: self.wg, sums: self.sums.is_some() },
         }
     }
@@ -1205,11 +1208,14 @@ impl Case for NormCase {
         if let Some(wg) = c.rows {
             s += &format!(",rows,wg={wg}");
         }
+        if c.splits > 1 {
+            s += &format!(",splits={}", c.splits);
+        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained, sums, rows, .. } = self;
+        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained, sums, rows, splits, .. } = self;
         let count = n_out.unwrap_or(tokens);
         let out_row0 = tokens - n_out.unwrap_or(1);
         let (x_stride, out_stride) = (segs * n + x_pad, segs * n + out_pad);
@@ -1217,6 +1223,24 @@ impl Case for NormCase {
         for t in 0..tokens {
             x[t * x_stride..t * x_stride + segs * n].copy_from_slice(&bits(&rng.vec(segs * n)));
         }
+        // Over split-k partials: the reference's x is their f32 sum in qmm_sum's order (part s
+        // of token t is row s · tokens + t), the kernel's x binding all poison.
+        let mut part = vec![POISON; 4];
+        if splits > 1 {
+            assert!(segs == 1 && x_pad == 0 && n_out.is_none() && rows.is_some(), "{}: partials need the rows form's plain rows", self.name());
+            part = bits(&rng.vec(splits * tokens * n));
+            for t in 0..tokens {
+                for i in 0..n {
+                    let mut acc = f32::from_bits(part[t * n + i]);
+                    for s in 1..splits {
+                        acc += f32::from_bits(part[(s * tokens + t) * n + i]);
+                    }
+                    x[t * n + i] = acc.to_bits();
+                }
+            }
+        }
+        let xref = x;
+        let x = if splits > 1 { vec![POISON; tokens * x_stride] } else { xref.clone() };
         // Norm weights sit at w_off inside a larger buffer (the chained norm's at w2_off, after
         // them); everything else in it is poison.
         let wv = rng.vec(n);
@@ -1243,7 +1267,7 @@ impl Case for NormCase {
             let xr = if n_out.is_some() { out_row0 + t } else { t };
             for s in 0..segs {
                 let xb = xr * x_stride + s * n;
-                let mut v: Vec<f32> = (0..n).map(|i| f32::from_bits(x[xb + i]) * pre).collect();
+                let mut v: Vec<f32> = (0..n).map(|i| f32::from_bits(xref[xb + i]) * pre).collect();
                 ops::rmsnorm(&mut v, weight.then_some(&wv[..]), EPS);
                 let ob = t * out_stride + s * n;
                 for i in 0..n {
@@ -1334,8 +1358,11 @@ impl Case for NormCase {
             gs: gs as u32,
             sums: if gs > 0 { (1u32 << outputs) - 1 } else { 0 },
             sum_off,
+            splits: splits as u32,
             ..Default::default()
         };
+        // Binding 10: the partials, or poison where the form reads none.
+        bufs.push(input_words("part", &part));
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32, ..Default::default() };
         let mut l = launch(self.kernel(), bufs, &p, step, (segs, count));
         if gs > 0 {
@@ -1456,12 +1483,49 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
     v.push(r(128, s_case(128, NormCase { chain: Some(0), ..NormCase::new(2560, 2, 1) })));
     v.push(r(64, s_case(32, NormCase { chain: Some(0), chained: 2, ..NormCase::new(96, 4, 2) })));
     v.push(r(128, s_case(64, NormCase::new(64, 3, 0))));
+    // The rows form over split-k partials (KESTREL_NORM_SPLITS): the residual norms' shapes
+    // (E4B's chained into the next input norm with its group sums, E2B's, the 26B's three
+    // chained outputs) and a row shorter than the workgroup.
+    let sp = |wg, splits, c: NormCase| Box::new(NormCase { rows: Some(wg), splits, ..c }) as Box<dyn Case>;
+    v.push(sp(256, 8, s_case(64, NormCase { chain: Some(0), post: 0.37, ..NormCase::new(2560, 5, 2) })));
+    v.push(sp(128, 2, NormCase::new(1536, 3, 2)));
+    v.push(sp(64, 3, s_case(64, NormCase { chain: Some(0), chained: 3, ..NormCase::new(2816, 3, 2) })));
+    v.push(sp(256, 4, NormCase::new(132, 2, 2)));
     v
 }
 
 /// `c` with group sums over groups of `gs`.
 fn s_case(gs: usize, c: NormCase) -> NormCase {
     NormCase { sums: Some(gs), ..c }
+}
+
+/// The rows form over split-k partials writes bitwise what qmm_sum (the partials added into x)
+/// and then the rows form over x write: the partials are added in qmm_sum's order.
+#[test]
+fn rmsnorm_rows_over_partials_is_bitwise_qmm_sum_then_the_norm() {
+    let Some(mut h) = harness() else { return };
+    let cases = [
+        NormCase { rows: Some(256), splits: 8, sums: Some(64), chain: Some(0), post: 0.37, ..NormCase::new(2560, 5, 2) },
+        NormCase { rows: Some(64), splits: 3, ..NormCase::new(132, 2, 2) },
+    ];
+    for c in cases {
+        let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&c.name()))));
+        let init: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+        let parts = h.run(l.kernel, &init, &l.params, l.step, l.grid).unwrap();
+        // qmm_sum of the same partials into x, then the rows form over that x.
+        let mp = MatmulParams { rows: c.n as u32, y_stride: c.n as u32, k_splits: c.splits as u32, ..Default::default() };
+        let x = h.run(Kernel::QmmSum, &[init[8].clone(), init[0].clone()], bytemuck::bytes_of(&mp), l.step, ((c.n as u32).div_ceil(256), c.tokens as u32, 1)).unwrap();
+        let mut p: NormParams = *bytemuck::from_bytes(&l.params[..std::mem::size_of::<NormParams>()]);
+        p.splits = 0;
+        let mut over_x = init.clone();
+        over_x[0] = x[1].clone();
+        let plain = h.run(NormCase { splits: 0, ..c }.kernel(), &over_x, bytemuck::bytes_of(&p), l.step, l.grid).unwrap();
+        let outputs = if c.chain.is_some() { 1 + c.chained } else { 1 };
+        for j in 0..outputs {
+            assert!(parts[2 + j] == plain[2 + j], "{}: output {j} differs from qmm_sum then the norm", c.name());
+        }
+        assert!(parts[7] == plain[7], "{}: the group sums differ", c.name());
+    }
 }
 
 /// The chunk form of rmsnorm (group sums as well) writes bitwise the outputs of the decode

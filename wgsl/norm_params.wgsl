@@ -27,6 +27,6 @@ struct NormParams {
     sum_off1: u32,
     sum_off2: u32,
     sum_off3: u32,
-    _pad0: u32,
+    splits: u32,
     _pad1: u32,
 }

@@ -4,6 +4,11 @@
 //   of them, and with SUMS each asked-for output's sums over groups of p.gs values
 //   (xsum[p.sum_off{j} + t · G + g], G = n / gs: what the tensor-core mat-mats read).
 //   rmsnorm.wgsl documents the fields.
+// PARTS = 1 (Kernel::RmsNormRows { parts: true }): x[t] is read as the sum of a split-k
+//   mat-mat's p.splits partials, part[(s · count + t) · n ..], added in qmm_sum.wgsl's order
+//   (bitwise the x qmm_sum would have written), so that the qmm_sum dispatch goes. In a
+//   decode-shaped norm that cost more than it saved (PERF_NOTES.md session 16 #5: one workgroup
+//   per token with too few loads in flight); here it is S vec4 loads per value in flight.
 // Why a second form (PERF_NOTES.md, session 17): rmsnorm.wgsl is shaped for a decode step,
 //   where one workgroup is the whole norm and its time is the latency of its loads (256
 //   threads, every value of six arrays loaded into registers before any is used). A prefill
@@ -20,8 +25,9 @@
 //   vec4 as (a + b) + (c + d), then a group's gs / 4 of those in order.
 // Host guarantees (kernels::rmsnorm_rows): n, the row strides and the weight offsets are
 //   multiples of 4 (rows of vec4); n ≤ 4 · V4 · WG; SUMS: segs = 1, gs a multiple of 4, n a
-//   multiple of gs.
-// Bindings: as rmsnorm.wgsl's, the f32 arrays read as vec4 (x, wt, out, out2..out4, res).
+//   multiple of gs; PARTS: segs = 1, x_stride = n, x_row_sel = count_sel = 0, splits ≥ 2.
+// Bindings: as rmsnorm.wgsl's, the f32 arrays read as vec4 (x, wt, out, out2..out4, res);
+//   PARTS: part: vec4<f32>[splits · count · n / 4] (10), x then unread.
 // Launch: WG threads per (segment, token); grid = (segs, count).
 
 const WG: u32 = {{WG}}u; // 64, 128 or 256: kernels::rmsnorm_rows
@@ -42,26 +48,30 @@ const NO_WEIGHT: u32 = 0xffffffffu;
 
 var<workgroup> red: array<f32, WG>;
 
+// @unroll q PARTS
+@group(0) @binding(10) var<storage, read> part: array<vec4<f32>>;
+// @end q
+
 // @unroll s SUMS
 @group(0) @binding(9) var<storage, read_write> xsum: array<f32>;
 // Each thread's vec4 sums of one output, at the vec4's index in the row.
-var<workgroup> part: array<f32, V4 * WG>;
+var<workgroup> vsum: array<f32, V4 * WG>;
 
 fn part_put(y: vec4<f32>, k: u32, lid: u32) {
-    part[k * WG + lid] = (y.x + y.y) + (y.z + y.w);
+    vsum[k * WG + lid] = (y.x + y.y) + (y.z + y.w);
 }
 
-// xsum[off + t · G + g] = Σ of group g's gs / 4 entries of `part`, in order.
+// xsum[off + t · G + g] = Σ of group g's gs / 4 entries of `vsum`, in order.
 fn group_sums(off: u32, t: u32, lid: u32) {
     workgroupBarrier();
     let per = p.gs / 4u;
     let groups = p.n / p.gs;
     for (var g = lid; g < groups; g += WG) {
         var a = 0.0;
-        for (var i = 0u; i < per; i++) { a += part[g * per + i]; }
+        for (var i = 0u; i < per; i++) { a += vsum[g * per + i]; }
         xsum[off + t * groups + g] = a;
     }
-    // `part` is written again for the next output.
+    // `vsum` is written again for the next output.
     workgroupBarrier();
 }
 // @end s
@@ -84,6 +94,11 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let wb = p.w_off / 4u;
     let resid = p.mode >= 1u;
     let in_place = p.mode == 1u;
+    // @unroll q PARTS
+    // Partial s of this token: row s · count + t of the partials (t · n: the first one's).
+    let pb = t * n4;
+    let stride4 = count * n4;
+    // @end q
     // Past the row a thread's registers hold 0 (x, the residual) and 1 (the weight): its
     // outputs there are 0, which the group sums may add.
     // @unroll k V4
@@ -91,11 +106,23 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     var o{k} = vec4(0.0);
     var w{k} = vec4(1.0);
     if (lid + {k}u * WG < n4) {
+        // @unroll q NOPARTS
         v{k} = x[xb + lid + {k}u * WG];
+        // @end q
+        // @unroll q PARTS
+        v{k} = part[pb + lid + {k}u * WG];
+        // @end q
         if (has_w) { w{k} = wt[wb + lid + {k}u * WG]; }
         if (in_place) { o{k} = out[ob + lid + {k}u * WG]; } else if (resid) { o{k} = res[ob + lid + {k}u * WG]; }
     }
     // @end k
+    // @unroll q PARTS
+    for (var s = 1u; s < p.splits; s++) {
+        // @unroll k V4
+        if (lid + {k}u * WG < n4) { v{k} += part[pb + s * stride4 + lid + {k}u * WG]; }
+        // @end k
+    }
+    // @end q
     var ss = 0.0;
     // @unroll k V4
     v{k} *= p.pre;

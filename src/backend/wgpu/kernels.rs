@@ -84,8 +84,9 @@ pub enum Kernel {
     RmsNorm { v: u32, wg: u32, sums: bool },
     /// The chunk form of rmsnorm shaped for many rows (rmsnorm_rows.wgsl): `wg` threads per
     /// row (64, 128 or 256), each holding `v4` vec4s per array; `sums` as `RmsNorm`'s. The same
-    /// bindings and params; see [`rmsnorm_rows`].
-    RmsNormRows { v4: u32, wg: u32, sums: bool },
+    /// bindings and params; see [`rmsnorm_rows`]. `parts`: x read as the sum of a split-k
+    /// mat-mat's partials (binding 10, `NormParams::splits` of them) instead of qmm_sum's output.
+    RmsNormRows { v4: u32, wg: u32, sums: bool, parts: bool },
     HeadNormRope,
     /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
     QkvNormRope,
@@ -145,7 +146,7 @@ impl Kernel {
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm { sums, .. } => if sums { "rmsnorm_sums".into() } else { "rmsnorm".into() },
-            Kernel::RmsNormRows { wg, sums, .. } => format!("rmsnorm_rows{wg}{}", if sums { "_sums" } else { "" }),
+            Kernel::RmsNormRows { wg, sums, parts, .. } => format!("rmsnorm_rows{wg}{}{}", if sums { "_sums" } else { "" }, if parts { "_parts" } else { "" }),
             Kernel::HeadNormRope => "head_norm_rope".into(),
             Kernel::QkvNormRope => "qkv_norm_rope".into(),
             Kernel::Attention { dv } => format!("attention_d{dv}"),
@@ -217,11 +218,11 @@ impl Kernel {
                 let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
                 format!("{norm_params}\n{}", unroll(&src, &[("V", v), ("SUMS", u32::from(sums)), ("NOSUMS", u32::from(!sums))]))
             }
-            Kernel::RmsNormRows { v4, wg, sums } => {
+            Kernel::RmsNormRows { v4, wg, sums, parts } => {
                 // Subgroup sums need subgroups no wider than the workgroup.
                 let sg = if sg > wg { 0 } else { sg };
                 let src = subgroup_text(include_str!("../../../wgsl/rmsnorm_rows.wgsl"), sg).replace("{{V4}}", &v4.to_string()).replace("{{WG}}", &wg.to_string());
-                format!("{norm_params}\n{}", unroll(&src, &[("V4", v4), ("SUMS", u32::from(sums))]))
+                format!("{norm_params}\n{}", unroll(&src, &[("V4", v4), ("SUMS", u32::from(sums)), ("PARTS", u32::from(parts)), ("NOPARTS", u32::from(!parts))]))
             }
             Kernel::HeadNormRope | Kernel::QkvNormRope => {
                 let kernel = if self == Kernel::HeadNormRope { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
@@ -448,7 +449,10 @@ impl Kernel {
             // ysum (8): the GeGLU's sums over 64-row groups, the down projection's x sums.
             Kernel::QmmCoopGlu { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, ReadWrite],
             // xsum (9): the chunk form's; the decode form declares no binding 9, one layout serves both.
-            Kernel::RmsNorm { .. } | Kernel::RmsNormRows { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite],
+            // xsum (9): the chunk forms'; part (10): the split-k partials the rows form over
+            // partials reads. The decode form declares neither: one layout serves every form
+            // (decode and verify steps bind the chunk form's bind group).
+            Kernel::RmsNorm { .. } | Kernel::RmsNormRows { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
@@ -637,7 +641,9 @@ pub const RMSNORM_ROWS_WG: u32 = 256;
 /// The rows form of the chunk norm with params `p` on `wg` threads per row
 /// (rmsnorm_rows.wgsl), where it applies: rows of vec4 (n, the strides the norm uses and its
 /// weight offsets multiples of 4), at most [`RMSNORM_ROWS_V4`] vec4s per thread, and with
-/// group sums (`p.sums` ≠ 0) one segment and groups of whole vec4s that tile the row.
+/// group sums (`p.sums` ≠ 0) one segment and groups of whole vec4s that tile the row; over
+/// split-k partials (`p.splits` > 1), one segment of the chunk's own rows (x_stride = n, no
+/// LM-head row selection).
 pub fn rmsnorm_rows(p: &NormParams, wg: u32) -> Option<Kernel> {
     let chained = |off: u32, j: u32| p.chain < j || off.is_multiple_of(4);
     let vec4_rows = p.n.is_multiple_of(4)
@@ -650,11 +656,13 @@ pub fn rmsnorm_rows(p: &NormParams, wg: u32) -> Option<Kernel> {
         && chained(p.w4_off, 3);
     let sums = p.sums != 0;
     let sums_fit = !sums || (p.segs == 1 && p.gs > 0 && p.gs.is_multiple_of(4) && p.n.is_multiple_of(p.gs));
-    if !matches!(wg, 64 | 128 | 256) || !vec4_rows || !sums_fit {
+    let parts = p.splits > 1;
+    let parts_fit = !parts || (p.segs == 1 && p.x_stride == p.n && p.x_row_sel == 0 && p.count_sel == 0);
+    if !matches!(wg, 64 | 128 | 256) || !vec4_rows || !sums_fit || !parts_fit {
         return None;
     }
     let v4 = p.n.div_ceil(4 * wg).max(1);
-    (v4 <= RMSNORM_ROWS_V4).then_some(Kernel::RmsNormRows { v4, wg, sums })
+    (v4 <= RMSNORM_ROWS_V4).then_some(Kernel::RmsNormRows { v4, wg, sums, parts })
 }
 
 /// Registers per thread of an rmsnorm of `wg` threads over rows of `n` values.
@@ -946,7 +954,11 @@ pub struct NormParams {
     pub gs: u32,
     pub sums: u32,
     pub sum_off: [u32; 4],
-    pub _pad: [u32; 2],
+    /// The rows form over a split-k mat-mat's partials (`RmsNormRows { parts: true }`): x is
+    /// the sum of this many partials, rows `s · count + t` of `part` (qmm_sum's layout and
+    /// order).
+    pub splits: u32,
+    pub _pad: u32,
 }
 
 #[repr(C)]

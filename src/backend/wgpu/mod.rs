@@ -99,6 +99,15 @@ pub struct WgpuOptions {
     /// qkv_norm_rope writes it (KV-sharing layers, separate projections): one dispatch fewer
     /// per such layer. `KESTREL_ATTN_QNORM=0|1` overrides it for A/B measurements.
     pub fold_q_norm: bool,
+    /// Chunks' residual norms read a split-k mat-mat's partials themselves (the rows form) and
+    /// the qmm_sum that would write their input goes. `KESTREL_NORM_SPLITS=0|1` overrides it
+    /// for A/B measurements.
+    pub norm_splits: bool,
+    /// Split the k loop of every chunk mat-mat at least this many ways (a power of two; fewer
+    /// where its columns do not divide into whole groups) on top of what the measured rule
+    /// picks: tests use it to run the split path on models too small to split (1: the rule
+    /// alone).
+    pub min_k_splits: u32,
 }
 
 impl Default for WgpuOptions {
@@ -112,6 +121,8 @@ impl Default for WgpuOptions {
             tensor_cores: true,
             submit_segments: true,
             fold_q_norm: true,
+            norm_splits: false,
+            min_k_splits: 1,
         }
     }
 }
@@ -937,6 +948,10 @@ struct Builder<'a> {
     /// Threads per row of the chunk norms' rows form (rmsnorm_rows.wgsl; 0: the chunk norms
     /// keep rmsnorm.wgsl's form). `KESTREL_NORM_ROWS=0|64|128|256` (A/B knob, read once here).
     norm_rows: u32,
+    /// Chunks' residual norms read a split-k mat-mat's partials themselves, in the rows form,
+    /// and the qmm_sum that would write their input goes. `KESTREL_NORM_SPLITS=0|1` (A/B knob,
+    /// read once here).
+    norm_splits: bool,
 }
 
 /// One output of a recorded rmsnorm: `slot` 0 is `out`, 1..=3 the chained outputs.
@@ -1007,6 +1022,7 @@ fn moe_params(m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, 
 
 impl<'a> Builder<'a> {
     fn new(gpu: Gpu, cfg: &'a Config, w: &'a Arc<ModelWeights>, opts: WgpuOptions) -> Result<WgpuBackend> {
+        let norm_splits = switch("KESTREL_NORM_SPLITS", opts.norm_splits);
         // One vec4: the largest array element a kernel binds (rmsnorm_rows.wgsl's rows).
         let dummy = gpu.storage("unused", 16);
         let step_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -1038,6 +1054,7 @@ impl<'a> Builder<'a> {
             producer_sums: switch("KESTREL_NORM_SUMS", true),
             gelu_splits: switch("KESTREL_GELU_SPLITS", true),
             norm_rows: std::env::var("KESTREL_NORM_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(kernels::RMSNORM_ROWS_WG),
+            norm_splits,
         };
         b.record(w)
     }
@@ -1344,13 +1361,20 @@ impl<'a> Builder<'a> {
     /// and verify steps rmsnorm.wgsl's plain form (verify must equal decode bitwise; chunks need
     /// not). Runs once the program is recorded: norm_sums and fuse_norm read the norms' specs
     /// as rmsnorm.wgsl's until then.
-    fn rows_norms(&mut self) {
+    fn rows_norms(&mut self) -> Result<()> {
         for i in 0..self.specs.len() {
             let Kernel::RmsNorm { v, wg, sums } = self.specs[i].kernel else { continue };
             if self.specs[i].only == Only::Single {
                 continue;
             }
-            let Some(rows) = kernels::rmsnorm_rows(&self.norm_params(i), self.norm_rows) else { continue };
+            let np = self.norm_params(i);
+            let Some(rows) = kernels::rmsnorm_rows(&np, self.norm_rows) else {
+                if np.splits > 1 {
+                    // residual_norm removed x's qmm_sum for a form that does not take the norm.
+                    return Err(Error::Gpu(format!("internal: a chunk norm over {} split-k partials has no rows form (n {}, sums {:#x})", np.splits, np.n, np.sums)));
+                }
+                continue;
+            };
             debug_assert!(matches!(rows, Kernel::RmsNormRows { sums: s, .. } if s == sums), "the rows form keeps the sums");
             let sp = &mut self.specs[i];
             let plain = Kernel::RmsNorm { v, wg, sums: false };
@@ -1360,6 +1384,7 @@ impl<'a> Builder<'a> {
             }
             sp.kernel = rows;
         }
+        Ok(())
     }
 
     /// Records group_sum over the `count · mult` rows of x (chunk steps only: the tensor-core
@@ -1380,14 +1405,18 @@ impl<'a> Builder<'a> {
     /// their count, for a reader that adds them itself (gelu_mul's chunk form). Only chunks run
     /// qmm_sum, and it is the last spec where the mat-mat recorded no decode form after it.
     fn take_split_sum(&mut self, y: &wgpu::Buffer, rows: usize) -> Option<(wgpu::Buffer, u32)> {
-        let sp = self.specs.last()?;
+        // Decode-only specs the mat-mat recorded after its qmm_sum are passed over.
+        let i = self.specs.iter().rposition(|sp| sp.only != Only::Single)?;
+        let sp = &self.specs[i];
         let (Kernel::QmmSum, [Res::Buf(part), Res::Buf(dst), ..]) = (sp.kernel, sp.res.as_slice()) else { return None };
         let mp: MatmulParams = bytemuck::pod_read_unaligned(&self.params[sp.param_off as usize..(sp.param_off + sp.param_len) as usize]);
         if dst != y || (mp.rows as usize, mp.y_stride as usize, mp.y_off, mp.count_sel) != (rows, rows, 0, 0) {
             return None;
         }
         let found = (part.clone(), mp.k_splits);
-        self.specs.pop();
+        // Only the decode-only specs after it shift: no recorded index points at them.
+        debug_assert!(self.marks.iter().all(|m| m.experts_end <= i), "a streaming mark past the removed qmm_sum");
+        self.specs.remove(i);
         Some(found)
     }
 
@@ -1431,7 +1460,12 @@ impl<'a> Builder<'a> {
             };
             let gx = (part.rows as u32).div_ceil(rows_per_wg);
             let splits = match kernel {
-                Kernel::Qmm { .. } | Kernel::QmmCoop { .. } if !on_out => qmm_splits(matches!(kernel, Kernel::QmmCoop { .. }), part.rows, m.cols, self.opts.max_chunk, rows_per_wg, tile),
+                Kernel::Qmm { .. } | Kernel::QmmCoop { .. } if !on_out => {
+                    let rule = qmm_splits(matches!(kernel, Kernel::QmmCoop { .. }), part.rows, m.cols, self.opts.max_chunk, rows_per_wg, tile);
+                    // WgpuOptions::min_k_splits: the most splits up to it whose ranges are whole groups.
+                    let forced = (0..=self.opts.min_k_splits.max(1).ilog2()).rev().map(|e| 1u32 << e).find(|&s| m.cols.is_multiple_of(64 * s as usize)).unwrap_or(1);
+                    rule.max(forced)
+                }
                 _ => 1,
             };
             // The tensor-core mat-mat reads x's group sums (one more binding, so its decode and
@@ -1674,7 +1708,8 @@ impl<'a> Builder<'a> {
         // `res` (binding 8, read by mode 2 only): the weights stand in (read-only there too; the
         // dummy is bound writable at 3..5, and one buffer may not be both in a dispatch).
         // `xsum` (binding 9, the chunk form's: Builder::norm_sums): the dummy until asked for.
-        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone()), d()];
+        // `part` (10, read by the rows form over partials: Builder::residual_norm): the weights.
+        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone()), d(), Res::Buf(wt.clone())];
         self.spec(rmsnorm(p.n as usize), res, &p, p.segs, y);
         self.specs.len() - 1
     }
@@ -1682,9 +1717,19 @@ impl<'a> Builder<'a> {
     /// A sandwich post-norm folded into the residual add: `out = (res + norm(a) · w) · post`
     /// (rmsnorm mode 2). The residual stream ping-pongs between two buffers (`res` → `out`), so
     /// that a decode step can run this norm inside the next mat-vec instead ([`Self::fuse_norm`]).
+    /// In chunks, where a split-k mat-mat wrote `a` through a qmm_sum, the norm's rows form
+    /// reads the partials instead and that qmm_sum goes (`Builder::norm_splits`; `a` is read by
+    /// this norm alone).
     fn residual_norm(&mut self, a: &wgpu::Buffer, wt: &wgpu::Buffer, res: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams) -> usize {
-        let spec = self.norm(a, wt, out, NormParams { mode: 2, ..p });
+        let p = NormParams { mode: 2, ..p };
+        // Whether the rows form takes this norm over partials (rows_norms gives it that form).
+        let rows_take_parts = self.norm_splits && kernels::rmsnorm_rows(&NormParams { splits: 2, ..p }, self.norm_rows).is_some();
+        let parts = if rows_take_parts { self.take_split_sum(a, p.n as usize) } else { None };
+        let spec = self.norm(a, wt, out, NormParams { splits: parts.as_ref().map_or(0, |(_, s)| *s), ..p });
         self.specs[spec].res[8] = Res::Buf(res.clone());
+        if let Some((part, _)) = parts {
+            self.specs[spec].res[10] = Res::Buf(part);
+        }
         spec
     }
 
@@ -2321,7 +2366,7 @@ impl<'a> Builder<'a> {
         self.specs.push(pass(Kernel::SoftcapArgmax, chunks, false, GridY::Out));
         self.specs.push(pass(Kernel::ArgmaxMerge, 0, true, GridY::One));
 
-        self.rows_norms();
+        self.rows_norms()?;
 
         // ---- bind groups
         let param_buf = {
