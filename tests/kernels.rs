@@ -1528,9 +1528,10 @@ fn rmsnorm_rows_over_partials_is_bitwise_qmm_sum_then_the_norm() {
     }
 }
 
-/// The chunk form of rmsnorm (group sums as well) writes bitwise the outputs of the decode
-/// form (checked against the CPU in `norm_cases`): chunks and decode steps must agree on every
-/// row a norm writes.
+/// rmsnorm.wgsl's chunk form (group sums as well; the chunks' form with `KESTREL_NORM_ROWS=0`)
+/// writes bitwise the outputs of its decode form (checked against the CPU in `norm_cases`): the
+/// sums are added beside the rows, not into them. (The rows form, rmsnorm_rows.wgsl, is not
+/// bitwise the decode form: another order of the sum of squares, within tol::NORM.)
 #[test]
 fn rmsnorm_sums_form_writes_the_decode_forms_outputs() {
     let Some(mut h) = harness() else { return };

@@ -11,9 +11,11 @@
 // One kernel covers every norm of the layer: input norms (mode 0), sandwich post-norms folded
 // into the residual add (mode 1, post = layer_scalar on the layer's last add), the PLE
 // projection norm (segs = n_layers, pre = hidden^-½, post = 2^-½ over the token term in out),
-// and the final norm.
+// and the final norm. Decode and verify steps run it; prefill chunks run rmsnorm_rows.wgsl (the
+// same outputs, shaped for many rows) unless KESTREL_NORM_ROWS=0.
 //
-// SUMS = 1 (chunks only; kernels::Kernel::RmsNorm { sums: true }): also the sums of each
+// SUMS = 1 (chunks only, where they do not run rmsnorm_rows.wgsl: KESTREL_NORM_ROWS=0;
+//   kernels::Kernel::RmsNorm { sums: true }): also the sums of each
 //   output j whose bit is set in p.sums (0: out, 1..3: out2..out4) over each group of p.gs
 //   values, xsum[p.sum_off{j} + t · G + g] with G = n / gs: the group sums x that the tensor-core
 //   mat-mats read for the bias part of MLX's affine weights (qmm_coop_core.wgsl), which

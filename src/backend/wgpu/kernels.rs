@@ -448,7 +448,6 @@ impl Kernel {
             Kernel::QmmCoop { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             // ysum (8): the GeGLU's sums over 64-row groups, the down projection's x sums.
             Kernel::QmmCoopGlu { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, ReadWrite],
-            // xsum (9): the chunk form's; the decode form declares no binding 9, one layout serves both.
             // xsum (9): the chunk forms'; part (10): the split-k partials the rows form over
             // partials reads. The decode form declares neither: one layout serves every form
             // (decode and verify steps bind the chunk form's bind group).
@@ -623,7 +622,7 @@ pub const RMSNORM_V: u32 = 12;
 /// values each; a chunk's 512 workgroups then fit more at once, inferred: wgpu shows no register
 /// count; E2B's chunk norms 2.0 → 1.4 ms on the H200, PERF_NOTES.md, session 12).
 /// The sums are those of V = RMSNORM_V bit for bit (the values past the row add +0.0), and a
-/// norm has one n, so decode and chunks still agree. A/B knobs: `KESTREL_RMSNORM_V` overrides
+/// norm has one n, so decode and verify steps (and chunks with `KESTREL_NORM_ROWS=0`) agree. A/B knobs: `KESTREL_RMSNORM_V` overrides
 /// V, `KESTREL_RMSNORM_WG=512|1024` the threads (V then ceil(n / WG); another order of sums).
 pub fn rmsnorm(n: usize) -> Kernel {
     let wg = std::env::var("KESTREL_RMSNORM_WG").ok().and_then(|v| v.parse().ok()).filter(|w| matches!(w, 256 | 512 | 1024)).unwrap_or(256);

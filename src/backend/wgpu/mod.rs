@@ -1400,10 +1400,11 @@ impl<'a> Builder<'a> {
         Ok(xsum)
     }
 
-    /// When the last recorded dispatch is a qmm_sum adding a split-k mat-mat's partials into
-    /// `y` (rows of `rows` values, nothing else in them), removes it and returns the partials and
-    /// their count, for a reader that adds them itself (gelu_mul's chunk form). Only chunks run
-    /// qmm_sum, and it is the last spec where the mat-mat recorded no decode form after it.
+    /// When the last recorded chunk dispatch is a qmm_sum adding a split-k mat-mat's partials
+    /// into `y` (rows of `rows` values, nothing else in them), removes it and returns the
+    /// partials and their count, for a reader that adds them itself (gelu_mul's chunk form, the
+    /// rows-form residual norm). Only chunks run qmm_sum; the mat-mat may have recorded its
+    /// decode-only form after it.
     fn take_split_sum(&mut self, y: &wgpu::Buffer, rows: usize) -> Option<(wgpu::Buffer, u32)> {
         // Decode-only specs the mat-mat recorded after its qmm_sum are passed over.
         let i = self.specs.iter().rposition(|sp| sp.only != Only::Single)?;
