@@ -25,7 +25,7 @@
 
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
-    attention_chunk, attention_chunk_coop, attention_split, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
+    attention_chunk, attention_chunk_coop, attention_split, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, HEAD_NORM_WG, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
     RouterParams, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
@@ -466,7 +466,9 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
             k_off: (n_q * d) as u32, v_off: ((n_q + n_kv) * d) as u32, q_w: 0, k_w: d as u32, slots: slots as u32, eps: 1e-6,
         };
         let bufs = vec![f32s(stride, 0.3), f32s(2 * d, 1.0), f32s(d, 0.5), f32s(n_q * d, 0.0), f32s(slots * n_kv * d, 0.0), f32s(slots * n_kv * d, 0.0)];
-        row(h, Kernel::QkvNormRope, format!("8 + 1 + 1 heads × {d}"), bufs, bytemuck::bytes_of(&p), ((n_q + 2 * n_kv) as u32, 1, 1));
+        for wg in [HEAD_NORM_WG, 128, 64].into_iter().filter(|&wg| d <= 4 * wg as usize) {
+            row(h, Kernel::QkvNormRope { wg }, format!("8 + 1 + 1 heads × {d}"), bufs.clone(), bytemuck::bytes_of(&p), ((n_q + 2 * n_kv) as u32, 1, 1));
+        }
     }
     // Decode attention at E2B's sliding heads (8 q heads on 1 kv head, d 256) over 131 keys
     // (step.pos0 = 130), and at 1025 and 4097 keys: the split kernel, then the merge. Then the

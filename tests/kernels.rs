@@ -1580,6 +1580,8 @@ struct HeadCase {
     src_pad: usize,
     /// Where the heads start in each src row (a later projection of stacked q | k | v).
     src_off: usize,
+    /// Threads per head (`HeadNormRope { wg }`; d ≤ 4 · wg).
+    wg: u32,
 }
 
 /// Offset of the norm weight in its buffer (the words before it are poison).
@@ -1587,7 +1589,7 @@ const HEAD_W_OFF: usize = 5;
 
 impl HeadCase {
     fn new(d: usize, heads: usize, tokens: usize, pos0: usize, rope: RopeKind) -> Self {
-        HeadCase { d, heads, tokens, pos0, rope, weight: true, slots: None, src_pad: 0, src_off: 0 }
+        HeadCase { d, heads, tokens, pos0, rope, weight: true, slots: None, src_pad: 0, src_off: 0, wg: HEAD_NORM_WG }
     }
     /// Where this rope's cos/sin sit in a token's table row and the row length: as in the real
     /// program, sliding-layer ropes first and full-layer ropes after them (here the other layer
@@ -1622,11 +1624,14 @@ impl Case for HeadCase {
             None => ",dst_mode=0".to_string(),
             Some(n) => format!(",dst_mode=1,slots={n}"),
         };
+        if c.wg != HEAD_NORM_WG {
+            s += &format!(",wg={}", c.wg);
+        }
         s + ")"
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &HeadCase { d, heads, tokens, pos0, rope, weight, slots, src_pad, src_off } = self;
+        let &HeadCase { d, heads, tokens, pos0, rope, weight, slots, src_pad, src_off, wg } = self;
         let (half, row) = (d / 2, heads * d);
         let src_stride = src_off + row + src_pad;
         let mut src = vec![POISON; tokens * src_stride];
@@ -1695,7 +1700,7 @@ impl Case for HeadCase {
             _pad: 0,
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        launch(Kernel::HeadNormRope, bufs, &p, step, (heads, tokens))
+        launch(Kernel::HeadNormRope { wg }, bufs, &p, step, (heads, tokens))
     }
 }
 
@@ -1728,6 +1733,15 @@ fn head_cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(HeadCase { slots: Some(slots), ..HeadCase::new(d, heads, tokens, pos0, rope) }));
             v.push(Box::new(HeadCase { slots: Some(slots), weight: false, ..HeadCase::new(d, heads, tokens, pos0, RopeKind::Off) }));
         }
+    }
+    // 64 and 128 threads per head (KESTREL_HEAD_NORM_WG): four values per thread at d = 4 · wg
+    // (E2B/E4B's sliding 256, full 512), fewer below, both ropes, a cache write, a source offset.
+    for (d, wg) in [(256, 64), (512, 128), (256, 128), (32, 64)] {
+        for rope in [sliding, full] {
+            v.push(Box::new(HeadCase { wg, ..HeadCase::new(d, 8, 9, 1000, rope) }));
+        }
+        v.push(Box::new(HeadCase { wg, slots: Some(9), src_off: 2 * d, src_pad: 8, ..HeadCase::new(d, 1, 3, 7, sliding) }));
+        v.push(Box::new(HeadCase { wg, slots: Some(8), weight: false, ..HeadCase::new(d, 2, 5, 6, RopeKind::Off) }));
     }
     v
 }
@@ -2962,25 +2976,29 @@ fn qkv_norm_rope_is_bitwise_three_head_norm_ropes() {
             q_w: q_w as u32, k_w: k_w as u32, slots: slots as u32, eps: EPS,
         };
         let bufs = [src.clone(), wt.clone(), table.clone(), zeros(tokens * q_dim), zeros(slots * kv_dim), zeros(slots * kv_dim)];
-        let fused = h.run(Kernel::QkvNormRope, &bufs, bytemuck::bytes_of(&p), step, ((n_q + 2 * n_kv) as u32, tokens as u32, 1)).unwrap();
-        // The three dispatches the backend records for separate projections, reading the stack.
-        let head = |n_heads: usize, src_off: usize, w_off: u32, rope: u32, dst_mode: u32, dst_len: usize, h: &mut KernelHarness| {
-            let hp = HeadParams {
-                d: d as u32, n_heads: n_heads as u32, src_stride: stride as u32, w_off, rope, rope_off: rope_off as u32,
-                rope_stride: rope_stride as u32, dst_mode, slots: slots as u32, eps: EPS, src_off: src_off as u32, _pad: 0,
+        // At the default threads per head and at the fewest that hold the head (four values each).
+        let wg_min = (d as u32).div_ceil(4).next_power_of_two().max(64);
+        for wg in [HEAD_NORM_WG, wg_min] {
+            let fused = h.run(Kernel::QkvNormRope { wg }, &bufs, bytemuck::bytes_of(&p), step, ((n_q + 2 * n_kv) as u32, tokens as u32, 1)).unwrap();
+            // The three dispatches the backend records for separate projections, reading the stack.
+            let head = |n_heads: usize, src_off: usize, w_off: u32, rope: u32, dst_mode: u32, dst_len: usize, h: &mut KernelHarness| {
+                let hp = HeadParams {
+                    d: d as u32, n_heads: n_heads as u32, src_stride: stride as u32, w_off, rope, rope_off: rope_off as u32,
+                    rope_stride: rope_stride as u32, dst_mode, slots: slots as u32, eps: EPS, src_off: src_off as u32, _pad: 0,
+                };
+                let bufs = [src.clone(), wt.clone(), table.clone(), zeros(dst_len)];
+                h.run(Kernel::HeadNormRope { wg }, &bufs, bytemuck::bytes_of(&hp), step, (n_heads as u32, tokens as u32, 1)).unwrap().swap_remove(3)
             };
-            let bufs = [src.clone(), wt.clone(), table.clone(), zeros(dst_len)];
-            h.run(Kernel::HeadNormRope, &bufs, bytemuck::bytes_of(&hp), step, (n_heads as u32, tokens as u32, 1)).unwrap().swap_remove(3)
-        };
-        let want_q = head(n_q, 0, q_w as u32, 1, 0, tokens * q_dim, &mut h);
-        let want_k = head(n_kv, k_off, k_w as u32, 1, 1, slots * kv_dim, &mut h);
-        let want_v = head(n_kv, v_off, NO_WEIGHT, 0, 1, slots * kv_dim, &mut h);
-        let case = format!("qkv_norm_rope(d={d},n_q={n_q},n_kv={n_kv},k_eq_v={k_eq_v},tokens={tokens},pos0={pos0},slots={slots})");
-        assert!(fused[3] == want_q, "{case}: q differs from head_norm_rope");
-        assert!(fused[4] == want_k, "{case}: k differs from head_norm_rope");
-        assert!(fused[5] == want_v, "{case}: v differs from head_norm_rope");
-        assert!(want_k.iter().any(|&b| b != 0) && want_v.iter().any(|&b| b != 0), "{case}: nothing written");
-        println!("{case} [wgpu]: q, k, v bitwise equal to head_norm_rope OK");
+            let want_q = head(n_q, 0, q_w as u32, 1, 0, tokens * q_dim, &mut h);
+            let want_k = head(n_kv, k_off, k_w as u32, 1, 1, slots * kv_dim, &mut h);
+            let want_v = head(n_kv, v_off, NO_WEIGHT, 0, 1, slots * kv_dim, &mut h);
+            let case = format!("qkv_norm_rope(d={d},n_q={n_q},n_kv={n_kv},k_eq_v={k_eq_v},tokens={tokens},pos0={pos0},slots={slots},wg={wg})");
+            assert!(fused[3] == want_q, "{case}: q differs from head_norm_rope");
+            assert!(fused[4] == want_k, "{case}: k differs from head_norm_rope");
+            assert!(fused[5] == want_v, "{case}: v differs from head_norm_rope");
+            assert!(want_k.iter().any(|&b| b != 0) && want_v.iter().any(|&b| b != 0), "{case}: nothing written");
+            println!("{case} [wgpu]: q, k, v bitwise equal to head_norm_rope OK");
+        }
     }
 }
 

@@ -7,11 +7,15 @@
 // returns v[lid + j · WG] in component j (j < 4; 0 past d). Rope is rotate-half: pairs
 // (i, i + d/2) rotate by the angle of frequency i, cos at rope[rope_base + i], sin at
 // rope[rope_base + d/2 + i] (the per-step host table; frequencies past the rotated ones have
-// cos 1, sin 0). Every thread of the workgroup must call it (barriers). d ≤ 4 · WG.
+// cos 1, sin 0). Every thread of the workgroup must call it (barriers). d ≤ 4 · WG; WG a power
+// of two (the tree below).
+// WG (kernels::head_norm_wg): 256 by default, so that a decode step's few heads take one pass of
+// loads; 64 or 128 (KESTREL_HEAD_NORM_WG, not yet measured) give a chunk's thousands of heads
+// fewer threads and barriers each.
 // Why the loads come first (PERF_NOTES.md, session 4): a GPU issues in order, so a load then
 // its use waits a round trip; the source, weights and table are all requested before the sum.
 
-const WG: u32 = 256u;
+const WG: u32 = {{WG}}u;
 const NO_WEIGHT: u32 = 0xffffffffu;
 
 var<workgroup> red: array<f32, WG>;

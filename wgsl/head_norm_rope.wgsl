@@ -7,8 +7,9 @@
 //
 // Bindings: src: f32[n_tokens, src_stride]; wt: f32[..] norm weights; rope: f32 per-step table;
 //   dst: f32; p: HeadParams; step: Step.
-// Launch: 256 threads per (head, token) (a decode step has few heads: one pass over d ≤ 1024
-// rather than a loop of dependent loads); grid = (n_heads, n_tokens). Host guarantees d ≤ 1024.
+// Launch: WG threads per (head, token) (head_norm_core.wgsl; by default 256: a decode step has
+// few heads, one pass over d ≤ 1024 rather than a loop of dependent loads); grid = (n_heads,
+// n_tokens). Host guarantees d ≤ 4 · WG.
 
 struct HeadParams {
     d: u32,
@@ -33,7 +34,7 @@ struct HeadParams {
 @group(0) @binding(4) var<uniform> p: HeadParams;
 @group(0) @binding(5) var<uniform> step: Step;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let h = wid.x;

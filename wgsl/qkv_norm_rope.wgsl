@@ -8,7 +8,8 @@
 //
 // Bindings: src: f32[n_tokens, src_stride]; wt: f32[..] norm weights; rope: f32 per-step table;
 //   dq: f32[n_tokens, n_q * d]; dk, dv: f32[slots (+ staging), n_kv * d]; p: QkvParams; step.
-// Launch: 256 threads per (head, token); grid = (n_q + 2 · n_kv, n_tokens). d ≤ 1024.
+// Launch: WG threads per (head, token) (head_norm_core.wgsl); grid = (n_q + 2 · n_kv, n_tokens).
+// d ≤ 4 · WG.
 
 struct QkvParams {
     d: u32,
@@ -34,7 +35,7 @@ struct QkvParams {
 @group(0) @binding(6) var<uniform> p: QkvParams;
 @group(0) @binding(7) var<uniform> step: Step;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let t = wid.y;

@@ -87,9 +87,11 @@ pub enum Kernel {
     /// bindings and params; see [`rmsnorm_rows`]. `parts`: x read as the sum of a split-k
     /// mat-mat's partials (binding 10, `NormParams::splits` of them) instead of qmm_sum's output.
     RmsNormRows { v4: u32, wg: u32, sums: bool, parts: bool },
-    HeadNormRope,
+    /// One head of a projection normed and rotated per workgroup of `wg` threads (64, 128 or
+    /// 256; d ≤ 4 · wg): [`head_norm_wg`].
+    HeadNormRope { wg: u32 },
     /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
-    QkvNormRope,
+    QkvNormRope { wg: u32 },
     /// Chunk attention (prefill; verify steps run the split form): 16 queries per workgroup share
     /// each 64-key tile; `dv` = ceil(head_dim / 64) 64-dim slices of a row (head_dim ≤ 512), in
     /// register tiles.
@@ -147,8 +149,8 @@ impl Kernel {
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm { sums, .. } => if sums { "rmsnorm_sums".into() } else { "rmsnorm".into() },
             Kernel::RmsNormRows { wg, sums, parts, .. } => format!("rmsnorm_rows{wg}{}{}", if sums { "_sums" } else { "" }, if parts { "_parts" } else { "" }),
-            Kernel::HeadNormRope => "head_norm_rope".into(),
-            Kernel::QkvNormRope => "qkv_norm_rope".into(),
+            Kernel::HeadNormRope { wg } => format!("head_norm_rope{}", wg_label(wg)),
+            Kernel::QkvNormRope { wg } => format!("qkv_norm_rope{}", wg_label(wg)),
             Kernel::Attention { dv } => format!("attention_d{dv}"),
             Kernel::AttentionCoop { d, sums } => format!("attention_coop_d{d}{}", if sums { "_sums" } else { "" }),
             Kernel::AttentionSplit { dk, qnorm } => format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" }),
@@ -224,9 +226,9 @@ impl Kernel {
                 let src = subgroup_text(include_str!("../../../wgsl/rmsnorm_rows.wgsl"), sg).replace("{{V4}}", &v4.to_string()).replace("{{WG}}", &wg.to_string());
                 format!("{norm_params}\n{}", unroll(&src, &[("V4", v4), ("SUMS", u32::from(sums)), ("PARTS", u32::from(parts)), ("NOPARTS", u32::from(!parts))]))
             }
-            Kernel::HeadNormRope | Kernel::QkvNormRope => {
-                let kernel = if self == Kernel::HeadNormRope { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
-                unroll(&format!("{kernel}\n{}", include_str!("../../../wgsl/head_norm_core.wgsl")), &[])
+            Kernel::HeadNormRope { wg } | Kernel::QkvNormRope { wg } => {
+                let kernel = if matches!(self, Kernel::HeadNormRope { .. }) { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
+                unroll(&format!("{kernel}\n{}", include_str!("../../../wgsl/head_norm_core.wgsl")).replace("{{WG}}", &wg.to_string()), &[])
             }
             Kernel::Attention { dv } => {
                 let dw = dv.div_ceil(4);
@@ -455,11 +457,11 @@ impl Kernel {
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
-            Kernel::HeadNormRope | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::HeadNormRope { .. } | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCoop { sums: false, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             // osum (6): the output's sums over each 64-dim value stage, the o projection's x sums.
             Kernel::AttentionCoop { sums: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, ReadWrite],
-            Kernel::QkvNormRope => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::QkvNormRope { .. } => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GridBarrier => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
@@ -662,6 +664,23 @@ pub fn rmsnorm_rows(p: &NormParams, wg: u32) -> Option<Kernel> {
     }
     let v4 = p.n.div_ceil(4 * wg).max(1);
     (v4 <= RMSNORM_ROWS_V4).then_some(Kernel::RmsNormRows { v4, wg, sums, parts })
+}
+
+/// Threads per head of head_norm_rope and qkv_norm_rope by default: one pass of a decode step's
+/// few heads over d ≤ 1024 values.
+pub const HEAD_NORM_WG: u32 = 256;
+
+/// The threads per head of the head norms for head dim `d`: [`HEAD_NORM_WG`], or
+/// `KESTREL_HEAD_NORM_WG=64|128` where d ≤ 4 · that (an A/B knob, session 17: fewer threads per
+/// head, each holding up to four values, for a chunk's thousands of heads; not yet measured).
+pub fn head_norm_wg(d: usize) -> u32 {
+    let knob = std::env::var("KESTREL_HEAD_NORM_WG").ok().and_then(|v| v.parse::<u32>().ok());
+    knob.filter(|&wg| matches!(wg, 64 | 128 | 256) && d <= 4 * wg as usize).unwrap_or(HEAD_NORM_WG)
+}
+
+/// A label's suffix for a non-default workgroup size of the head norms.
+fn wg_label(wg: u32) -> String {
+    if wg == HEAD_NORM_WG { String::new() } else { format!("_wg{wg}") }
 }
 
 /// Registers per thread of an rmsnorm of `wg` threads over rows of `n` values.

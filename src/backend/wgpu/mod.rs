@@ -1840,7 +1840,7 @@ impl<'a> Builder<'a> {
 
     fn head_norm_rope(&mut self, src: &wgpu::Buffer, wt: &wgpu::Buffer, rope: &wgpu::Buffer, dst: &wgpu::Buffer, p: HeadParams) {
         let res = vec![Res::Buf(src.clone()), Res::Buf(wt.clone()), Res::Buf(rope.clone()), Res::Buf(dst.clone()), Res::Params, Res::Step];
-        self.spec(Kernel::HeadNormRope, res, &p, p.n_heads, GridY::Tokens);
+        self.spec(Kernel::HeadNormRope { wg: head_norm_wg(p.d as usize) }, res, &p, p.n_heads, GridY::Tokens);
     }
 
     fn gelu_mul(&mut self, a: &wgpu::Buffer, b: &wgpu::Buffer, p: GeluParams) {
@@ -2186,7 +2186,7 @@ impl<'a> Builder<'a> {
                         Res::Buf(q.clone()), Res::Buf(kcache[cache].clone()), Res::Buf(vcache[cache].clone()),
                         Res::Params, Res::Step,
                     ];
-                    self.spec(Kernel::QkvNormRope, res, &p, (l.n_heads + 2 * l.n_kv_heads) as u32, GridY::Tokens);
+                    self.spec(Kernel::QkvNormRope { wg: head_norm_wg(p.d as usize) }, res, &p, (l.n_heads + 2 * l.n_kv_heads) as u32, GridY::Tokens);
                 }
                 (kv_src, _) => {
                     if let KvSource::Own { cache } = kv_src {
