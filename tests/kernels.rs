@@ -1449,7 +1449,7 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
     // next input norm (E4B, strided rows, the residual in its own buffer), a MoE layer's three
     // chained outputs (26B), group size 128, one group per row, a row shorter than the
     // workgroup, and a wider workgroup.
-    let s = |gs, c: NormCase| Box::new(NormCase { sums: Some(gs), ..c }) as Box<dyn Case>;
+    let s = |gs, c| Box::new(s_case(gs, c)) as Box<dyn Case>;
     v.push(s(64, NormCase::new(1536, 9, 0)));
     v.push(s(64, NormCase { chain: Some(3), out_pad: 5, ..NormCase::new(2560, 5, 2) }));
     v.push(s(64, NormCase { chain: Some(0), chained: 3, post: 0.37, ..NormCase::new(2816, 3, 1) }));

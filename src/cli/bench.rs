@@ -28,13 +28,13 @@ fn prefill_prompt(b: &mut WgpuBackend, prompt: &[u32], chunk: usize) -> anyhow::
     Ok(())
 }
 
-
 /// Prefill warm-up before the timed passes: at least this many passes of the prompt and this
 /// much wall time (the GPU's clocks ramp over tens to hundreds of milliseconds of load), at
 /// most `WARMUP_MAX_PASSES` passes.
 const WARMUP_MIN_PASSES: usize = 3;
 const WARMUP_MIN_TIME: std::time::Duration = std::time::Duration::from_millis(500);
 const WARMUP_MAX_PASSES: usize = 50;
+
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.model.backend != BackendKind::Wgpu {
         bail!("kestrel bench measures the wgpu backend (--backend wgpu)");
