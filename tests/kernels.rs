@@ -2976,7 +2976,7 @@ fn qkv_norm_rope_is_bitwise_three_head_norm_ropes() {
             q_w: q_w as u32, k_w: k_w as u32, slots: slots as u32, eps: EPS,
         };
         let bufs = [src.clone(), wt.clone(), table.clone(), zeros(tokens * q_dim), zeros(slots * kv_dim), zeros(slots * kv_dim)];
-        // At the default threads per head and at the fewest that hold the head (four values each).
+        // At the widest threads per head and at the fewest that hold the head (four values each).
         let wg_min = (d as u32).div_ceil(4).next_power_of_two().max(64);
         for wg in [HEAD_NORM_WG, wg_min] {
             let fused = h.run(Kernel::QkvNormRope { wg }, &bufs, bytemuck::bytes_of(&p), step, ((n_q + 2 * n_kv) as u32, tokens as u32, 1)).unwrap();

@@ -666,16 +666,19 @@ pub fn rmsnorm_rows(p: &NormParams, wg: u32) -> Option<Kernel> {
     (v4 <= RMSNORM_ROWS_V4).then_some(Kernel::RmsNormRows { v4, wg, sums, parts })
 }
 
-/// Threads per head of head_norm_rope and qkv_norm_rope by default: one pass of a decode step's
-/// few heads over d ≤ 1024 values.
+/// Threads per head of head_norm_rope and qkv_norm_rope at their widest: one pass over
+/// d ≤ 1024 values; the form for heads wider than 512.
 pub const HEAD_NORM_WG: u32 = 256;
 
-/// The threads per head of the head norms for head dim `d`: [`HEAD_NORM_WG`], or
-/// `KESTREL_HEAD_NORM_WG=64|128` where d ≤ 4 · that (an A/B knob, session 17: fewer threads per
-/// head, each holding up to four values, for a chunk's thousands of heads; not yet measured).
+/// The threads per head of the head norms for head dim `d`: 128 where d ≤ 512 (each thread
+/// holds up to four values; PERF_NOTES.md session 18: a chunk's qkv_norm_rope 0.57 → 0.44 ms
+/// on E4B, decode's the same), else [`HEAD_NORM_WG`]. `KESTREL_HEAD_NORM_WG=64|128|256`
+/// overrides it where d ≤ 4 · that (an A/B knob).
 pub fn head_norm_wg(d: usize) -> u32 {
+    let fits = |wg: u32| d <= 4 * wg as usize;
     let knob = std::env::var("KESTREL_HEAD_NORM_WG").ok().and_then(|v| v.parse::<u32>().ok());
-    knob.filter(|&wg| matches!(wg, 64 | 128 | 256) && d <= 4 * wg as usize).unwrap_or(HEAD_NORM_WG)
+    let default = if fits(128) { 128 } else { HEAD_NORM_WG };
+    knob.filter(|&wg| matches!(wg, 64 | 128 | 256) && fits(wg)).unwrap_or(default)
 }
 
 /// A label's suffix for a non-default workgroup size of the head norms.

@@ -100,8 +100,8 @@ pub struct WgpuOptions {
     /// per such layer. `KESTREL_ATTN_QNORM=0|1` overrides it for A/B measurements.
     pub fold_q_norm: bool,
     /// Chunks' residual norms read a split-k mat-mat's partials themselves (the rows form) and
-    /// the qmm_sum that would write their input goes. `KESTREL_NORM_SPLITS=0|1` overrides it
-    /// for A/B measurements.
+    /// the qmm_sum that would write their input goes (PERF_NOTES.md, session 18: E4B's chunk
+    /// 62.7 → 61.6 ms). `KESTREL_NORM_SPLITS=0|1` overrides it for A/B measurements.
     pub norm_splits: bool,
     /// Split the k loop of every chunk mat-mat at least this many ways (a power of two; fewer
     /// where its columns do not divide into whole groups) on top of what the measured rule
@@ -121,7 +121,7 @@ impl Default for WgpuOptions {
             tensor_cores: true,
             submit_segments: true,
             fold_q_norm: true,
-            norm_splits: false,
+            norm_splits: true,
             min_k_splits: 1,
         }
     }
