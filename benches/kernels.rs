@@ -243,10 +243,9 @@ fn main() {
     }
 
     // The chunk's residual norms, one 512-token chunk (E2B / E4B / 26B widths, mode 2 with its
-    // chained input norm; the 26B's with its three): the decode form, and the chunk form that
-    // also writes the chained outputs' group sums (what group_sum's dispatch per mat-mat input
-    // costs above), in rmsnorm.wgsl's form and in rmsnorm_rows.wgsl's on 64, 128 and 256
-    // threads per row.
+    // chained input norm; the 26B's with its three): rmsnorm.wgsl's decode form, and
+    // rmsnorm_rows.wgsl's chunk form on 64, 128 and 256 threads per row, without and with the
+    // chained outputs' group sums (what group_sum's dispatch per mat-mat input costs above).
     println!("\n| residual norm of a 512-token chunk | chained | kernel | µs | GB/s |");
     println!("|---|---|---|---|---|");
     for (n, chain) in [(1536usize, 1u32), (2560, 0), (2560, 1), (2816, 3)] {
@@ -264,8 +263,7 @@ fn main() {
         let moved = (4 * tokens * n * (3 + chain as usize)) as f64;
         let Kernel::RmsNorm { v, wg, .. } = rmsnorm(n) else { unreachable!("rmsnorm() is a norm") };
         let rows = |wg| rmsnorm_rows(&p, wg).expect("the chunk's norms have vec4 rows");
-        let forms = [false, true].map(|sums| Kernel::RmsNorm { v, wg, sums });
-        let forms = forms.into_iter().chain([64, 128, 256].into_iter().flat_map(|wg| {
+        let forms = [Kernel::RmsNorm { v, wg }].into_iter().chain([64, 128, 256].into_iter().flat_map(|wg| {
             let Kernel::RmsNormRows { v4, .. } = rows(wg) else { unreachable!("rmsnorm_rows() is a rows norm") };
             [false, true].map(|sums| Kernel::RmsNormRows { v4, wg, sums, parts: false })
         }));

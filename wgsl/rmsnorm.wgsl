@@ -14,21 +14,12 @@
 // and the final norm. Decode and verify steps run it; prefill chunks run rmsnorm_rows.wgsl (the
 // same outputs, shaped for many rows) unless KESTREL_NORM_ROWS=0.
 //
-// SUMS = 1 (chunks only, where they do not run rmsnorm_rows.wgsl: KESTREL_NORM_ROWS=0;
-//   kernels::Kernel::RmsNorm { sums: true }): also the sums of each
-//   output j whose bit is set in p.sums (0: out, 1..3: out2..out4) over each group of p.gs
-//   values, xsum[p.sum_off{j} + t · G + g] with G = n / gs: the group sums x that the tensor-core
-//   mat-mats read for the bias part of MLX's affine weights (qmm_coop_core.wgsl), which
-//   group_sum.wgsl otherwise takes in a dispatch of its own. Each output is written as before,
-//   bit for bit; its sums are f32 sums of the written values: each subgroup's (SG lanes hold
-//   SG neighbouring values of a register), then a group's gs / SG subgroup sums in order.
-//   Host guarantees: segs = 1, n ≤ V · WG, n and WG multiples of gs, gs a multiple of SG.
-//
 // Bindings: x: f32[count, x_stride]; wt: f32[..] all norm weights of the model, this one at
 //   w_off (NO_WEIGHT: scale-free norm), the chained ones at w2_off, w3_off, w4_off; out:
 //   f32[count, out_stride]; out2, out3, out4: f32[count, out2_stride] (those past `chain`: any
-//   buffer); p: NormParams; step: Step; res: f32[count, out_stride] (mode 2; else any buffer);
-//   xsum: f32[..] (SUMS = 1; else absent).
+//   buffer); p: NormParams; step: Step; res: f32[count, out_stride] (mode 2; else any buffer).
+//   (Bindings 9 and 10, rmsnorm_rows.wgsl's group sums and split-k partials, are in the layout
+//   every rmsnorm form shares and unused here.)
 // Launch: WG threads per (segment, token); grid = (segs, count).
 // Why a fixed-order reduction (reduce_tree.wgsl, or reduce_subgroup.wgsl where the device has
 // subgroups): results must not depend on the chunk a token was run in.
@@ -58,31 +49,6 @@ const NO_WEIGHT: u32 = 0xffffffffu;
 
 var<workgroup> red: array<f32, WG>;
 
-// @unroll s SUMS
-@group(0) @binding(9) var<storage, read_write> xsum: array<f32>;
-// The subgroup sums of one output's register block: value i of the row lies in subgroup i / SG.
-var<workgroup> part: array<f32, V * WG / SG>;
-
-// Register k's subgroup sum into `part` (every thread calls it, uniformly).
-fn part_sum(v: f32, k: u32, lid: u32) {
-    let s = subgroup_sum(v);
-    if (lid % SG == 0u) { part[(k * WG + lid) / SG] = s; }
-}
-
-// xsum[off + t · G + g] = Σ of group g's gs / SG subgroup sums in `part`, in order.
-fn group_sums(off: u32, t: u32, lid: u32) {
-    workgroupBarrier();
-    let groups = p.n / p.gs;
-    let per = p.gs / SG;
-    for (var g = lid; g < groups; g += WG) {
-        var a = 0.0;
-        for (var i = 0u; i < per; i++) { a += part[g * per + i]; }
-        xsum[off + t * groups + g] = a;
-    }
-    // `part` is written again for the next output.
-    workgroupBarrier();
-}
-// @end s
 
 // Writes and returns out[ob + i].
 fn finish(y0: f32, i: u32, ob: u32) -> f32 {
@@ -160,15 +126,6 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     for (var i = lid + V * WG; i < p.n; i += WG) {
         finish(x[xb + i] * p.pre * r, i, ob);
     }
-    // @unroll s SUMS
-    // (v{k} is 0 past the row: x was not loaded there.)
-    if ((p.sums & 1u) != 0u) {
-        // @unroll k V
-        part_sum(v{k}, {k}u, lid);
-        // @end k
-        group_sums(p.sum_off0, t, lid);
-    }
-    // @end s
     if (!chain) { return; }
     // The chained norm of the updated rows (this thread's own writes are read back past V · WG).
     var ss2 = 0.0;
@@ -181,7 +138,6 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     }
     let r2 = 1.0 / sqrt(workgroup_sum(ss2, lid) / f32(p.n) + p.eps);
     let ob2 = t * p.out2_stride;
-    // @unroll n NOSUMS
     // @unroll k V
     if (lid + {k}u * WG < p.n) {
         let i = lid + {k}u * WG;
@@ -190,46 +146,6 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         if (chain4) { out4[ob2 + i] = v{k} * r2 * e{k} * p.post4; }
     }
     // @end k
-    // @end n
-    // @unroll s SUMS
-    // The same values, one output at a time, each followed by its sums where asked (rows here
-    // are at most V · WG values: the loop below runs no iteration; past the row the chained
-    // weights c, d, e are 0, and so are the values summed).
-    // @unroll k V
-    let y2_{k} = v{k} * r2 * c{k} * p.post2;
-    if (lid + {k}u * WG < p.n) { out2[ob2 + lid + {k}u * WG] = y2_{k}; }
-    // @end k
-    if ((p.sums & 2u) != 0u) {
-        // @unroll k V
-        part_sum(y2_{k}, {k}u, lid);
-        // @end k
-        group_sums(p.sum_off1, t, lid);
-    }
-    if (chain3) {
-        // @unroll k V
-        let y3_{k} = v{k} * r2 * d{k} * p.post3;
-        if (lid + {k}u * WG < p.n) { out3[ob2 + lid + {k}u * WG] = y3_{k}; }
-        // @end k
-        if ((p.sums & 4u) != 0u) {
-            // @unroll k V
-            part_sum(y3_{k}, {k}u, lid);
-            // @end k
-            group_sums(p.sum_off2, t, lid);
-        }
-    }
-    if (chain4) {
-        // @unroll k V
-        let y4_{k} = v{k} * r2 * e{k} * p.post4;
-        if (lid + {k}u * WG < p.n) { out4[ob2 + lid + {k}u * WG] = y4_{k}; }
-        // @end k
-        if ((p.sums & 8u) != 0u) {
-            // @unroll k V
-            part_sum(y4_{k}, {k}u, lid);
-            // @end k
-            group_sums(p.sum_off3, t, lid);
-        }
-    }
-    // @end s
     for (var i = lid + V * WG; i < p.n; i += WG) {
         let y = out[ob + i] * r2;
         out2[ob2 + i] = y * wt[p.w2_off + i] * p.post2;

@@ -79,12 +79,13 @@ pub enum Kernel {
     QmvMoeGlu { lanes: u32, pairs: u32 },
     Embed(Format),
     /// `v`: values of a row each thread holds in registers (`V` in rmsnorm.wgsl), `wg` threads
-    /// per workgroup (256, 512 or 1024), [`rmsnorm`].
-    /// `sums`: the chunk form that also writes its outputs' group sums (rmsnorm.wgsl, SUMS).
-    RmsNorm { v: u32, wg: u32, sums: bool },
+    /// per workgroup (256, 512 or 1024), [`rmsnorm`]: decode and verify steps' form (and
+    /// chunks' with `KESTREL_NORM_ROWS=0`).
+    RmsNorm { v: u32, wg: u32 },
     /// The chunk form of rmsnorm shaped for many rows (rmsnorm_rows.wgsl): `wg` threads per
-    /// row (64, 128 or 256), each holding `v4` vec4s per array; `sums` as `RmsNorm`'s. The same
-    /// bindings and params; see [`rmsnorm_rows`]. `parts`: x read as the sum of a split-k
+    /// row (64, 128 or 256), each holding `v4` vec4s per array. The same bindings and params;
+    /// see [`rmsnorm_rows`]. `sums`: also its outputs' group sums (binding 9, the tensor-core
+    /// mat-mats' bias part: `NormParams::sums`). `parts`: x read as the sum of a split-k
     /// mat-mat's partials (binding 10, `NormParams::splits` of them) instead of qmm_sum's output.
     RmsNormRows { v4: u32, wg: u32, sums: bool, parts: bool },
     /// One head of a projection normed and rotated per workgroup of `wg` threads (64, 128 or
@@ -147,7 +148,7 @@ impl Kernel {
             Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
             Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
-            Kernel::RmsNorm { sums, .. } => if sums { "rmsnorm_sums".into() } else { "rmsnorm".into() },
+            Kernel::RmsNorm { .. } => "rmsnorm".into(),
             Kernel::RmsNormRows { wg, sums, parts, .. } => format!("rmsnorm_rows{wg}{}{}", if sums { "_sums" } else { "" }, if parts { "_parts" } else { "" }),
             Kernel::HeadNormRope { wg } => format!("head_norm_rope{}", wg_label(wg)),
             Kernel::QkvNormRope { wg } => format!("qkv_norm_rope{}", wg_label(wg)),
@@ -216,9 +217,9 @@ impl Kernel {
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::GroupSum => include_str!("../../../wgsl/group_sum.wgsl").to_string(),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
-            Kernel::RmsNorm { v, wg, sums } => {
+            Kernel::RmsNorm { v, wg } => {
                 let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
-                format!("{norm_params}\n{}", unroll(&src, &[("V", v), ("SUMS", u32::from(sums)), ("NOSUMS", u32::from(!sums))]))
+                format!("{norm_params}\n{}", unroll(&src, &[("V", v)]))
             }
             Kernel::RmsNormRows { v4, wg, sums, parts } => {
                 // Subgroup sums need subgroups no wider than the workgroup.
@@ -629,7 +630,7 @@ pub const RMSNORM_V: u32 = 12;
 pub fn rmsnorm(n: usize) -> Kernel {
     let wg = std::env::var("KESTREL_RMSNORM_WG").ok().and_then(|v| v.parse().ok()).filter(|w| matches!(w, 256 | 512 | 1024)).unwrap_or(256);
     let knob = std::env::var("KESTREL_RMSNORM_V").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=RMSNORM_V).contains(v));
-    Kernel::RmsNorm { v: knob.unwrap_or_else(|| rmsnorm_v(n, wg)), wg, sums: false }
+    Kernel::RmsNorm { v: knob.unwrap_or_else(|| rmsnorm_v(n, wg)), wg }
 }
 
 /// The most vec4s of a row an rmsnorm_rows thread holds per array (`V4`).
@@ -969,7 +970,7 @@ pub struct NormParams {
     pub post2: f32,
     pub post3: f32,
     pub post4: f32,
-    /// The chunk form (`RmsNorm { sums: true }`): group size of the sums, a bit per output
+    /// The rows form with sums (`RmsNormRows { sums: true }`): group size of the sums, a bit per output
     /// whose sums are written (0: out, 1..3: out2..out4) and where each output's sums start in
     /// xsum (rows of n / gs floats per token).
     pub gs: u32,

@@ -1299,34 +1299,30 @@ impl<'a> Builder<'a> {
         Ok(Res::Buf(self.group_sum(x, cols, gs, stride, mult, on_out)?))
     }
 
-    /// Has the chunk form of the norm `from.spec` also write its output `from.slot`'s group
-    /// sums (rmsnorm.wgsl, SUMS) and returns where they land; decode and verify steps keep the
-    /// plain form. None where that form does not apply (then group_sum runs): a norm of
-    /// several segments or of the LM head rows, another row layout or group size than the
-    /// reader's, rows past the register block, groups that are no whole number of subgroups or
-    /// straddle the norm's register blocks, `KESTREL_NORM_SUMS=0` (an A/B knob).
+    /// Has the chunk norm `from.spec` also write its output `from.slot`'s group sums and
+    /// returns where they land. Chunks run every norm in the rows form (rmsnorm_rows.wgsl, given
+    /// by rows_norms once the program is recorded), so that form's rules decide
+    /// ([`kernels::rmsnorm_rows`]: one segment, rows of whole vec4s and groups); decode and
+    /// verify steps keep rmsnorm.wgsl's form, which writes no sums. None (then group_sum runs)
+    /// where the rows form would not take the norm with these sums (or is off:
+    /// `KESTREL_NORM_ROWS=0`), for the LM head's rows, for another row layout or group size
+    /// than the reader's, and with `KESTREL_NORM_SUMS=0` (an A/B knob).
     fn norm_sums(&mut self, from: NormOut, cols: usize, gs: usize, stride: usize) -> Option<Res> {
         if let Some(i) = self.sum_regions.iter().position(|r| r.out.spec == from.spec && r.out.slot == from.slot) {
             let np = self.norm_params(from.spec);
             return (np.gs as usize == gs && np.n as usize == cols).then_some(Res::NormSums(Some(i)));
         }
         let np = self.norm_params(from.spec);
-        let sp = &self.specs[from.spec];
-        let Kernel::RmsNorm { v, wg, .. } = sp.kernel else { return None };
         let out_stride = if from.slot == 0 { np.out_stride } else { np.out2_stride };
+        let with_sums = NormParams { gs: gs as u32, sums: np.sums | 1 << from.slot, ..np };
         let applies = self.producer_sums
-            && np.segs == 1
             && np.x_row_sel == 0
             && np.count_sel == 0
             && from.slot <= np.chain
             && np.n as usize == cols
             && out_stride as usize == stride
-            && (v * wg) as usize >= cols
-            && gs > 0
-            && cols.is_multiple_of(gs)
-            && (wg as usize).is_multiple_of(gs)
-            && gs.is_multiple_of(self.pipelines.subgroup().max(1) as usize)
-            && (np.gs == 0 || np.gs as usize == gs);
+            && (np.gs == 0 || np.gs as usize == gs)
+            && kernels::rmsnorm_rows(&with_sums, self.norm_rows).is_some();
         if !applies {
             return None;
         }
@@ -1345,42 +1341,33 @@ impl<'a> Builder<'a> {
             p.sums |= 1 << from.slot;
             p.sum_off[from.slot as usize] = off as u32;
         });
-        let sp = &mut self.specs[from.spec];
-        let plain = Kernel::RmsNorm { v, wg, sums: false };
-        if sp.single.is_none() {
-            // Decode and verify steps: the plain form, on the norm's grid.
-            sp.single = Some((plain, sp.x, 1));
-            sp.verify = Some((plain, sp.x, 1));
-        }
-        sp.kernel = Kernel::RmsNorm { v, wg, sums: true };
-        sp.res[9] = Res::NormSums(None);
+        self.specs[from.spec].res[9] = Res::NormSums(None);
         Some(Res::NormSums(Some(self.sum_regions.len() - 1)))
     }
 
     /// Gives every chunk norm the rows form (rmsnorm_rows.wgsl) where it applies, and decode
-    /// and verify steps rmsnorm.wgsl's plain form (verify must equal decode bitwise; chunks need
-    /// not). Runs once the program is recorded: norm_sums and fuse_norm read the norms' specs
-    /// as rmsnorm.wgsl's until then.
+    /// and verify steps rmsnorm.wgsl's form (verify must equal decode bitwise; chunks need
+    /// not). Runs once the program is recorded: fuse_norm reads the norms' specs as
+    /// rmsnorm.wgsl's until then. A norm that reads split-k partials or writes group sums was
+    /// given them because the rows form takes it (residual_norm, norm_sums): finding no rows
+    /// form for it here is an internal error, not a fallback (x or the sums would be stale).
     fn rows_norms(&mut self) -> Result<()> {
         for i in 0..self.specs.len() {
-            let Kernel::RmsNorm { v, wg, sums } = self.specs[i].kernel else { continue };
+            let Kernel::RmsNorm { .. } = self.specs[i].kernel else { continue };
             if self.specs[i].only == Only::Single {
                 continue;
             }
             let np = self.norm_params(i);
             let Some(rows) = kernels::rmsnorm_rows(&np, self.norm_rows) else {
-                if np.splits > 1 {
-                    // residual_norm removed x's qmm_sum for a form that does not take the norm.
-                    return Err(Error::Gpu(format!("internal: a chunk norm over {} split-k partials has no rows form (n {}, sums {:#x})", np.splits, np.n, np.sums)));
+                if np.splits > 1 || np.sums != 0 {
+                    return Err(Error::Gpu(format!("internal: a chunk norm with {} split-k partials and sums {:#x} has no rows form (n {})", np.splits, np.sums, np.n)));
                 }
                 continue;
             };
-            debug_assert!(matches!(rows, Kernel::RmsNormRows { sums: s, .. } if s == sums), "the rows form keeps the sums");
             let sp = &mut self.specs[i];
-            let plain = Kernel::RmsNorm { v, wg, sums: false };
             if sp.single.is_none() {
-                sp.single = Some((plain, sp.x, 1));
-                sp.verify = Some((plain, sp.x, 1));
+                sp.single = Some((sp.kernel, sp.x, 1));
+                sp.verify = Some((sp.kernel, sp.x, 1));
             }
             sp.kernel = rows;
         }
