@@ -261,7 +261,7 @@ fn main() {
         let bufs = vec![f32s(tokens * n, 0.5), f32s(4 * n, 1.0), out(), out(), out(), out(), f32s(tokens * n, 0.2), vec![0u8; 4 * 3 * tokens * groups], f32s(4, 0.0)];
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let moved = (4 * tokens * n * (3 + chain as usize)) as f64;
-        let Kernel::RmsNorm { v, wg, .. } = rmsnorm(n) else { unreachable!("rmsnorm() is a norm") };
+        let Kernel::RmsNorm { v, wg, .. } = rmsnorm(n, h.gpu().limits.max_compute_invocations_per_workgroup) else { unreachable!("rmsnorm() is a norm") };
         let rows = |wg| rmsnorm_rows(&p, wg).expect("the chunk's norms have vec4 rows");
         let forms = [Kernel::RmsNorm { v, wg }].into_iter().chain([64, 128, 256].into_iter().flat_map(|wg| {
             let Kernel::RmsNormRows { v4, .. } = rows(wg) else { unreachable!("rmsnorm_rows() is a rows norm") };
@@ -441,7 +441,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
         let p = NormParams { n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off, mode: 0, pre: 1.0, post: 1.0, eps: 1e-6, ..Default::default() };
         let bufs = vec![f32s(n, 0.5), f32s(n, 1.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(4, 0.0), f32s(4, 0.0)];
         let what = if w_off == u32::MAX { "no weight" } else { "weight" };
-        row(h, rmsnorm(n), format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
+        row(h, rmsnorm(n, h.gpu().limits.max_compute_invocations_per_workgroup), format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
     }
     // rmsnorm: a residual post-norm (mode 1) with 0, 1 and 3 chained norms, E2B/E4B/26B widths.
     for n in [1536usize, 2560, 2816] {
@@ -452,7 +452,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
                 ..Default::default()
             };
             let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2), f32s(4, 0.0), f32s(4, 0.0)];
-            row(h, rmsnorm(n), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
+            row(h, rmsnorm(n, h.gpu().limits.max_compute_invocations_per_workgroup), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
         }
     }
     // q, k, v heads of one token (E2B sliding: 8 + 1 + 1 heads of 256; full: of 512).

@@ -620,17 +620,21 @@ pub fn qmm_applies(format: Format, cols: usize, x_stride: usize) -> bool {
 /// 256 threads, rows up to 3072 values (every Gemma 4 hidden size) are loaded in one round.
 pub const RMSNORM_V: u32 = 12;
 
-/// The rmsnorm variant for rows of `n` values: 256 threads, V = ceil(n / 256) (at most
-/// [`RMSNORM_V`]), so that a thread holds no registers for values past the row (six arrays of V
-/// values each; a chunk's 512 workgroups then fit more at once, inferred: wgpu shows no register
-/// count; E2B's chunk norms 2.0 → 1.4 ms on the H200, PERF_NOTES.md, session 12).
-/// The sums are those of V = RMSNORM_V bit for bit (the values past the row add +0.0), and a
-/// norm has one n, so decode and verify steps (and chunks with `KESTREL_NORM_ROWS=0`) agree. A/B knobs: `KESTREL_RMSNORM_V` overrides
-/// V, `KESTREL_RMSNORM_WG=512|1024` the threads (V then ceil(n / WG); another order of sums).
-pub fn rmsnorm(n: usize) -> Kernel {
-    let wg = std::env::var("KESTREL_RMSNORM_WG").ok().and_then(|v| v.parse().ok()).filter(|w| matches!(w, 256 | 512 | 1024)).unwrap_or(256);
-    let knob = std::env::var("KESTREL_RMSNORM_V").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=RMSNORM_V).contains(v));
-    Kernel::RmsNorm { v: knob.unwrap_or_else(|| rmsnorm_v(n, wg)), wg }
+/// The rmsnorm variant (decode and verify steps' norm) for rows of `n` values on a device that
+/// runs up to `max_threads` invocations per workgroup: 1024 threads where it can (256 where
+/// not), V = ceil(n / WG) (at most [`RMSNORM_V`]), so that a thread holds no registers for
+/// values past the row. A decode norm is one workgroup's latency chain, and more threads make
+/// it shorter (PERF_NOTES.md, session 18: tg128 E4B +0.5 %, 26B +1.6 %, E2B even, against
+/// 256; session 13 had found the same but chunk norms slower, and chunks now run the rows
+/// form, rmsnorm_rows.wgsl). Verify steps run the same form, so verify = decode bitwise holds.
+/// A/B knobs: `KESTREL_RMSNORM_WG=256|512|1024` the threads (within `max_threads`),
+/// `KESTREL_RMSNORM_V` V.
+pub fn rmsnorm(n: usize, max_threads: u32) -> Kernel {
+    let fits = |w: &u32| *w <= max_threads;
+    let knob = std::env::var("KESTREL_RMSNORM_WG").ok().and_then(|v| v.parse().ok()).filter(|w| matches!(w, 256 | 512 | 1024)).filter(fits);
+    let wg = knob.unwrap_or(if fits(&1024) { 1024 } else { 256 });
+    let v = std::env::var("KESTREL_RMSNORM_V").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=RMSNORM_V).contains(v));
+    Kernel::RmsNorm { v: v.unwrap_or_else(|| rmsnorm_v(n, wg)), wg }
 }
 
 /// The most vec4s of a row an rmsnorm_rows thread holds per array (`V4`).

@@ -1695,10 +1695,11 @@ impl<'a> Builder<'a> {
         let d = || Res::Buf(self.dummy.clone());
         // `res` (binding 8, read by mode 2 only): the weights stand in (read-only there too; the
         // dummy is bound writable at 3..5, and one buffer may not be both in a dispatch).
-        // `xsum` (binding 9, the chunk form's: Builder::norm_sums): the dummy until asked for.
+        // `xsum` (binding 9, the rows form's group sums: Builder::norm_sums): the dummy until
+        // asked for.
         // `part` (10, read by the rows form over partials: Builder::residual_norm): the weights.
         let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone()), d(), Res::Buf(wt.clone())];
-        self.spec(rmsnorm(p.n as usize), res, &p, p.segs, y);
+        self.spec(rmsnorm(p.n as usize, self.gpu.limits.max_compute_invocations_per_workgroup), res, &p, p.segs, y);
         self.specs.len() - 1
     }
 
