@@ -686,7 +686,8 @@ pub fn head_norm_wg(d: usize) -> u32 {
     knob.filter(|&wg| matches!(wg, 64 | 128 | 256) && fits(wg)).unwrap_or(default)
 }
 
-/// A label's suffix for a non-default workgroup size of the head norms.
+/// A label's suffix for the head norms on fewer threads than [`HEAD_NORM_WG`] (the default for
+/// heads up to 512 wide is 128: `_wg128`).
 fn wg_label(wg: u32) -> String {
     if wg == HEAD_NORM_WG { String::new() } else { format!("_wg{wg}") }
 }
