@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The dense tensor-core mat-mat's fixed cost per workgroup (PERF_NOTES.md, session 18: E4B's
-# down projection at 8 splits looks ≈ 10–14 µs per workgroup round above its stages). Needs
+# down projection at 1–8 splits fits ≈ 10–14 µs per workgroup round above its stages). Needs
 # binaries built with tools/experiments/qmm-coop-fixed-cost.patch applied (wrong-output
 # probes): kbench's 128 × 128 rows as built, then with one stage per workgroup (no bias tail),
 # one stage and one bias step, and every stage without the bias tail; each twice. ≈ 4 min.
