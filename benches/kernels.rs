@@ -416,6 +416,8 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     println!("|---|---|---|");
     let f32s = |n: usize, v: f32| -> Vec<u8> { std::iter::repeat_n(v.to_le_bytes(), n).flatten().collect() };
     let step = Step { n_tokens: 1, pos0: 130, n_out: 1, ..Default::default() };
+    // The decode norm the backend records on this device (kernels::rmsnorm).
+    let max_wg = h.gpu().limits.max_compute_invocations_per_workgroup;
     let row = |h: &mut KernelHarness, kernel: Kernel, shape: String, bufs: Vec<Vec<u8>>, params: &[u8], grid: (u32, u32, u32)| {
         let label = kernel.label();
         if !label.contains(filter) {
@@ -441,7 +443,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
         let p = NormParams { n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off, mode: 0, pre: 1.0, post: 1.0, eps: 1e-6, ..Default::default() };
         let bufs = vec![f32s(n, 0.5), f32s(n, 1.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(4, 0.0), f32s(4, 0.0)];
         let what = if w_off == u32::MAX { "no weight" } else { "weight" };
-        row(h, rmsnorm(n, h.gpu().limits.max_compute_invocations_per_workgroup), format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
+        row(h, rmsnorm(n, max_wg), format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
     }
     // rmsnorm: a residual post-norm (mode 1) with 0, 1 and 3 chained norms, E2B/E4B/26B widths.
     for n in [1536usize, 2560, 2816] {
@@ -452,7 +454,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
                 ..Default::default()
             };
             let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2), f32s(4, 0.0), f32s(4, 0.0)];
-            row(h, rmsnorm(n, h.gpu().limits.max_compute_invocations_per_workgroup), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
+            row(h, rmsnorm(n, max_wg), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
         }
     }
     // q, k, v heads of one token (E2B sliding: 8 + 1 + 1 heads of 256; full: of 512).

@@ -1144,7 +1144,8 @@ struct NormCase {
     chain: Option<usize>,
     /// Chained outputs (1..=3) when `chain` is Some: out3, out4 with weights w3, w4 and posts.
     chained: usize,
-    /// Threads per workgroup (256: the backend's default; 512 and 1024: `KESTREL_RMSNORM_WG`).
+    /// Threads per workgroup: 1024 is the backend's decode form where the device allows it
+    /// (`kernels::rmsnorm`), 256 elsewhere; 512 with `KESTREL_RMSNORM_WG`.
     wg: u32,
     /// Some(gs) (the rows form only): also writing every output's sums over groups of gs
     /// values (`RmsNormRows { sums: true }`).
@@ -1447,6 +1448,19 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(NormCase { wg, ..NormCase::new(n, tokens, mode) }));
         }
         v.push(Box::new(NormCase { wg, chain: Some(0), chained: 3, ..NormCase::new(2816, 3, 1) }));
+    }
+    // The rest of what decode and verify steps meet, on 1024 threads (their default): the PLE
+    // projection norm's 35 segments, the LM head rows, scale-free, a weight at an offset with
+    // strided rows, segments with strides, a chained norm with its weights at an offset.
+    for c in [
+        ple,
+        NormCase { n_out: Some(3), ..NormCase::new(1536, 9, 0) },
+        NormCase { weight: false, ..NormCase::new(2560, 3, 2) },
+        NormCase { w_off: 11, x_pad: 5, out_pad: 3, ..NormCase::new(2560, 3, 1) },
+        NormCase { segs: 3, x_pad: 7, out_pad: 2, w_off: 4, ..NormCase::new(65, 9, 0) },
+        NormCase { chain: Some(5), out_pad: 3, w_off: 11, ..NormCase::new(2560, 3, 0) },
+    ] {
+        v.push(Box::new(NormCase { wg: 1024, ..c }));
     }
     // The chunk norms' rows form (rmsnorm_rows.wgsl) on 64, 128 and 256 threads per row: input
     // norms at real and awkward widths (one vec4, rows shorter than the workgroup, a partial last
