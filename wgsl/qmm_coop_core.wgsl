@@ -26,7 +26,11 @@
 // (the sums from group_sum.wgsl, read from xsum), B columns a row's [b'_hi | 0] (into c) and
 // [b'_lo | b'_hi] (into d). What is dropped or rounded is ~2^-21 of a product. x is scaled by
 // 2^-6 and w by 2^6 (powers of two: products unchanged), so activations up to 2^22 and scales
-// down to 2^-20 stay in f16's normal range.
+// down to 2^-20 stay in f16's normal range. With BIAS_PF (the host's choice per kernel,
+// kernels::qmm_bias_prefetch) each bias step's operands are loaded a step ahead, the first
+// step's before the k loop, as the k loop loads its next stage; the same arithmetic, so the same
+// bits. The dense 128 × 128 tile gains ≈ 1 % with it, the GeGLU and routed-expert tiles lose
+// (PERF_NOTES.md, session 19 #1).
 // Why the sums come from a pass of their own (PERF_NOTES.md, session 15 #2–#3): taken in the k
 // loop by the threads that stage x (shuffles every group, a bias step every 8) they cost the
 // 128 × 128 tile more than the third product and the weights' low half they replace; without
@@ -52,6 +56,7 @@ const XPT: u32 = BN / 32u;     // x vec4s each thread stages per stage (BN · 8 
 const LO: f32 = 0.00048828125; // 2^-11
 const XS: f32 = 0.015625;      // x is scaled by 2^-6, w by 2^6
 const NG: u32 = 8u;            // quantisation groups per bias step
+const BIAS_PF: bool = {{BIAS_PF}}; // the bias steps' operands loaded a step ahead
 
 // Whole vec4<f16>s: one 8-byte store per four values instead of four 2-byte ones. 48 KiB in all
 // at 128 × 128 (the H200's limit).
@@ -68,6 +73,28 @@ var<workgroup> cst: array<f32, 8u * 256u>; // one 16 × 16 output block per subg
 fn centred(h: u32) -> vec4<f32> {
     let m = vec4<u32>(h) & vec4<u32>(0xfu, 0xf0u, 0xf00u, 0xf000u);
     return bitcast<vec4<f32>>(m | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+}
+
+// One bias step's raw operands for a thread: Σx of its token (x) and s, b of its row for groups
+// g .. g + 3 of the range (relative to xrow, brow), zero past ng or where the role is not real.
+struct BiasOps {
+    x: vec4<f32>,
+    s: vec4<f32>,
+    b: vec4<f32>,
+}
+
+fn bias_ops(g: u32, ng: u32, xrow: u32, brow: u32, xreal: bool, breal: bool) -> BiasOps {
+    var o = BiasOps(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var e = 0u; e < 4u; e++) {
+        if (g + e < ng) {
+            if (xreal) { o.x[e] = xsum[xrow + g + e]; }
+            if (breal) {
+                o.s[e] = scale_at(brow + g + e);
+                o.b[e] = bias_at(brow + g + e);
+            }
+        }
+    }
+    return o;
 }
 
 fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
@@ -97,6 +124,18 @@ fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
     var d{i}_{j} = coop_mat16x16<f32, C>();
     // @end j
     // @end i
+
+    // The bias part's operand roles (after the k loop): the tile's BN tokens and BM rows, two
+    // threads each (four groups apiece). Its first step's operands are loaded here, so that their
+    // latency hides behind the k loop (BIAS_PF).
+    let g0 = kbeg / gs;
+    let ng = (kend - kbeg) / gs;
+    let st = lid / 2u;
+    let half = lid % 2u;
+    let xrow = xsum_at(st % BN) + g0;
+    let brow = w_row(st % BM) * groups + g0;
+    var ops = BiasOps(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    if (BIAS_PF) { ops = bias_ops(half * 4u, ng, xrow, brow, st < BN, st < BM); }
 
     // @unroll u WPT
     var wv{u} = w[wr{u} * words + kbeg / 8u + sword];
@@ -152,47 +191,25 @@ fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
         workgroupBarrier();
     }
 
-    // The bias part, 8 groups of the range per step. Operand roles: the tile's BN tokens and BM
-    // rows, two threads each (four groups apiece); groups past the range are zeros.
-    let g0 = kbeg / gs;
-    let ng = (kend - kbeg) / gs;
-    let st = lid / 2u;
-    let half = lid % 2u;
-    let srow = xsum_at(st % BN);
-    let brow = w_row(st % BM) * groups;
+    // The bias part, 8 groups of the range per step (groups past the range are zeros). With
+    // BIAS_PF the next step's operands are loaded before this step's barrier and products, as
+    // the k loop loads its next stage.
     for (var gb = 0u; gb < ng; gb += NG) {
+        if (!BIAS_PF) { ops = bias_ops(gb + half * 4u, ng, xrow, brow, st < BN, st < BM); }
         if (st < BN) {
-            var sh = vec4<f16>(0.0h);
-            var sl = vec4<f16>(0.0h);
-            for (var e = 0u; e < 4u; e++) {
-                let g = gb + half * 4u + e;
-                if (g < ng) {
-                    let v = xsum[srow + g0 + g] * XS;
-                    let h = high(vec4<f32>(v, 0.0, 0.0, 0.0)).x;
-                    sh[e] = f16(h);
-                    sl[e] = f16((v - h) * 2048.0);
-                }
-            }
-            xs[st * 4u + half] = sh;
-            xs[st * 4u + 2u + half] = sl;
+            let v = ops.x * XS;
+            let h = high(v);
+            xs[st * 4u + half] = vec4<f16>(h);
+            xs[st * 4u + 2u + half] = vec4<f16>((v - h) * 2048.0);
         }
         if (st < BM) {
-            var bh = vec4<f16>(0.0h);
-            var bl = vec4<f16>(0.0h);
-            for (var e = 0u; e < 4u; e++) {
-                let g = gb + half * 4u + e;
-                if (g < ng) {
-                    let s = scale_at(brow + g0 + g);
-                    let v = (bias_at(brow + g0 + g) + 8.0 * s) * 64.0;
-                    let h = high(vec4<f32>(v, 0.0, 0.0, 0.0)).x;
-                    bh[e] = f16(h);
-                    bl[e] = f16((v - h) * 2048.0);
-                }
-            }
-            bq[st * 6u + half] = bl;
-            bq[st * 6u + 2u + half] = bh;
+            let v = (ops.b + 8.0 * ops.s) * 64.0;
+            let h = high(v);
+            bq[st * 6u + half] = vec4<f16>((v - h) * 2048.0);
+            bq[st * 6u + 2u + half] = vec4<f16>(h);
             bq[st * 6u + 4u + half] = vec4<f16>(0.0h);
         }
+        if (BIAS_PF) { ops = bias_ops(gb + NG + half * 4u, ng, xrow, brow, st < BN, st < BM); }
         workgroupBarrier();
         // [Σx_hi | Σx_lo] · [b'_hi | 0] into c, · [b'_lo | b'_hi] into d.
         // @unroll i TB

@@ -208,11 +208,11 @@ impl Kernel {
             Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg, false)),
             Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
             Kernel::QmmMoe => format!("{moe_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)),
-            Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb, false)),
-            Kernel::QmmCoopMoe { tb, rb } => format!("{moe_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_moe.wgsl"), tb, rb, false)),
+            Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb, false, qmm_bias_prefetch(true))),
+            Kernel::QmmCoopMoe { tb, rb } => format!("{moe_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_moe.wgsl"), tb, rb, false, qmm_bias_prefetch(false))),
             Kernel::QmmCoopGlu { tb } => {
                 let gelu = include_str!("../../../wgsl/gelu.wgsl");
-                format!("{matmul_params}\n{gelu}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_glu.wgsl"), tb, 4, true))
+                format!("{matmul_params}\n{gelu}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_glu.wgsl"), tb, 4, true, qmm_bias_prefetch(false)))
             }
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::GroupSum => include_str!("../../../wgsl/group_sum.wgsl").to_string(),
@@ -307,10 +307,29 @@ fn qmm_source(kernel: &str, tm: u32) -> String {
 }
 
 /// A tensor-core mat-mat kernel with qmm_coop_core.wgsl's tile of 32 · `rb` rows × 64 · `tb`
-/// tokens, and its GeGLU epilogue when `glu`.
-fn qmm_coop_source(kernel: &str, tb: u32, rb: u32, glu: bool) -> String {
-    let src = format!("{kernel}\n{}", include_str!("../../../wgsl/qmm_coop_core.wgsl")).replace("{{TB}}", &tb.to_string()).replace("{{RB}}", &rb.to_string());
+/// tokens, and its GeGLU epilogue when `glu`; its bias steps' operands loaded a step ahead
+/// (BIAS_PF in qmm_coop_core.wgsl) when `bias_pf`.
+fn qmm_coop_source(kernel: &str, tb: u32, rb: u32, glu: bool, bias_pf: bool) -> String {
+    let src = format!("{kernel}\n{}", include_str!("../../../wgsl/qmm_coop_core.wgsl"))
+        .replace("{{TB}}", &tb.to_string())
+        .replace("{{RB}}", &rb.to_string())
+        .replace("{{BIAS_PF}}", if bias_pf { "true" } else { "false" });
     unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb), ("PLAIN", u32::from(!glu)), ("GLU", u32::from(glu))])
+}
+
+/// Whether a tensor-core mat-mat loads its bias steps' operands a step ahead, the first step's
+/// before its k loop (BIAS_PF in qmm_coop_core.wgsl: the same arithmetic, so the same bits):
+/// the `dense` form (qmm_coop) only. Measured on the H200 (PERF_NOTES.md, session 19 #1): dense
+/// E4B chunks 59.74 / 59.74 → 59.41 / 59.52 ms (its dense mat-mats 26.66 → 26.41 ms), 26B's and
+/// E2B's even; loaded ahead in the GeGLU and routed-expert forms as well, E4B's GeGLU mat-mats
+/// took 23.70 → 24.02 ms and 26B's routed ones 51.1 → 52.4. `KESTREL_QMM_BIAS_PF`: 0 in no
+/// form, all in every form (A/B knobs).
+fn qmm_bias_prefetch(dense: bool) -> bool {
+    match std::env::var("KESTREL_QMM_BIAS_PF").as_deref() {
+        Ok("0") => false,
+        Ok("all") => true,
+        _ => dense,
+    }
 }
 
 /// The prefill kernel of 4-bit routed experts, its rows and its pairs per workgroup: `qmm_moe`,
