@@ -10,8 +10,14 @@
 //   idx: u32[n_tokens, top_k]; weight: f32[n_tokens, top_k]; p: RouterParams; step: Step.
 // Launch: 256 threads per token (one expert each; host guarantees n_experts ≤ 256);
 //   grid = (n_tokens, 1).
+// STAGED (the host's choice, kernels::router_staged): each thread loads its expert's scale with
+// its logit, and the k chosen experts' logits and scales come from workgroup memory, not from a
+// second round of global loads after the ranking: one memory round trip fewer in a kernel that is
+// a single workgroup's latency chain per token. The same arithmetic on the same values (a NaN
+// logit, sanitised in sv, is never among the k chosen while k < n_experts), so the same bits.
 
 const WG: u32 = 256u;
+const STAGED: bool = {{STAGED}};
 const NEG: f32 = -3.0e38;
 
 struct RouterParams {
@@ -34,6 +40,7 @@ var<workgroup> mx: f32;
 var<workgroup> ex: array<f32, WG>;
 var<workgroup> sc: array<f32, WG>;
 var<workgroup> sv: array<f32, WG>;
+var<workgroup> sc_all: array<f32, WG>; // STAGED: each expert's scale
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -42,7 +49,10 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     if (t >= step.n_tokens) { return; }
     let e = lid;
     var s = NEG;
-    if (e < p.n_experts) { s = logits[t * p.n_experts + e]; }
+    if (e < p.n_experts) {
+        s = logits[t * p.n_experts + e];
+        if (STAGED) { sc_all[e] = scale[e]; }
+    }
     // A NaN logit ranks last (it compares false both ways, so two experts could share a rank).
     // Tested on its bits: drivers may fold `s != s` to false (lavapipe did).
     s = select(s, NEG, (bitcast<u32>(s) & 0x7fffffffu) > 0x7f800000u);
@@ -70,8 +80,13 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // the same sum, added in j order.
     if (lid < p.top_k) {
         let c = chosen[lid];
-        ex[lid] = exp(logits[t * p.n_experts + c] - mx);
-        sc[lid] = scale[c];
+        if (STAGED) {
+            ex[lid] = exp(sv[c] - mx);
+            sc[lid] = sc_all[c];
+        } else {
+            ex[lid] = exp(logits[t * p.n_experts + c] - mx);
+            sc[lid] = scale[c];
+        }
     }
     workgroupBarrier();
     if (lid < p.top_k) {

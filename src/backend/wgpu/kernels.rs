@@ -113,8 +113,9 @@ pub enum Kernel {
     SoftcapArgmax,
     /// Each row's first maximum among its chunks' (pass 2).
     ArgmaxMerge,
-    /// MoE: softmax, top-k and weights of the router logits.
-    RouterTopk,
+    /// MoE: softmax, top-k and weights of the router logits; `staged`: the chosen experts'
+    /// logits and scales from workgroup memory ([`router_staged`]).
+    RouterTopk { staged: bool },
     /// MoE: gathered mat-vec of each token's routed experts (decode).
     MoeMatmul(Format),
     /// MoE: each expert's routed pairs, listed (prefill).
@@ -160,7 +161,7 @@ impl Kernel {
             Kernel::GeluMulSums => "gelu_mul_sums".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
             Kernel::ArgmaxMerge => "argmax_merge".into(),
-            Kernel::RouterTopk => "router_topk".into(),
+            Kernel::RouterTopk { staged } => if staged { "router_topk_staged".into() } else { "router_topk".into() },
             Kernel::MoeMatmul(f) => format!("moe_matmul_{}", f.name()),
             Kernel::MoeGroup => "moe_group".into(),
             Kernel::MoeMatmulGrouped(f) => format!("moe_matmul_grouped_{}", f.name()),
@@ -275,7 +276,7 @@ impl Kernel {
                 format!("{argmax_params}\n{argmax_tree}\n{}", unroll(&src, &[("U", ARGMAX_U)]))
             }
             Kernel::ArgmaxMerge => format!("{argmax_params}\n{argmax_tree}\n{}", include_str!("../../../wgsl/argmax_merge.wgsl")),
-            Kernel::RouterTopk => include_str!("../../../wgsl/router_topk.wgsl").into(),
+            Kernel::RouterTopk { staged } => include_str!("../../../wgsl/router_topk.wgsl").replace("{{STAGED}}", if staged { "true" } else { "false" }),
             Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
             Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
@@ -487,7 +488,7 @@ impl Kernel {
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::GeluMulSums => &[ReadWrite, Read, Uniform, Uniform, ReadWrite, Read],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::RouterTopk { .. } => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmmMoe | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QmmCoopMoe { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
@@ -767,6 +768,13 @@ pub const ATTN_KEYS_IN_FLIGHT: u32 = 4;
 /// Splits attention_combine reads per round (`U` in attention_combine.wgsl): half of
 /// [`ATTN_SPLITS`], each a load in flight.
 pub const COMBINE_U: u32 = 16;
+
+/// The router's form: `router_topk.wgsl` with STAGED (the chosen experts' logits and scales from
+/// workgroup memory, one global round trip fewer) when `KESTREL_ROUTER_STAGED=1`. Built in
+/// session 19 and not yet measured on the H200 (PERF_NOTES.md, session 19 #6): off by default.
+pub fn router_staged() -> bool {
+    std::env::var("KESTREL_ROUTER_STAGED").as_deref() == Ok("1")
+}
 
 /// Threads of one `qmv` workgroup (`WG` in qmv.wgsl).
 pub const QMV_WG: u32 = 128;

@@ -2258,7 +2258,7 @@ impl<'a> Builder<'a> {
                 xn2_from = Some(self.chain_norm(post_attn, pre2, 1.0, &xn2, h));
                 self.matmul_from(&moe.router, xr, h, logits_r, ne, XFrom::Norm(xr_from))?;
                 let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
-                self.spec(Kernel::RouterTopk, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
+                self.spec(Kernel::RouterTopk { staged: router_staged() }, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
                 // The router spec's grid is (n_tokens, 1): x follows the tokens.
                 if let Some(sp) = self.specs.last_mut() {
                     sp.x = 0;
