@@ -375,6 +375,11 @@ pub struct WgpuBackend {
     cached: usize,
     /// A verify step is running: decode-form kernels for every token, K/V to staging rows.
     verifying: bool,
+    /// Chunks with at most MATMUL_VERIFY_TOK output rows (a prompt's last-token logits) run the
+    /// output-row dispatches' decode forms: the LM head's mat-vec instead of the tensor-core
+    /// mat-mat, whose 128-token tiles would hold one real token (`KESTREL_LM_HEAD_MATVEC=1`;
+    /// PERF_NOTES.md, session 19 #8: built, not yet run on a tensor-core GPU, off by default).
+    few_out_matvec: bool,
     /// Steps go to the queue in segments as they are recorded (`run`, [`WgpuOptions::submit_segments`]).
     segmented: bool,
     /// `(pos0, rows)` staged by the last verify, until commit.
@@ -657,8 +662,12 @@ impl WgpuBackend {
         // Verify steps run the decode form of every kernel (split attention, per-pair experts) for
         // all their tokens: that is what makes each row's logits bitwise a decode's.
         let single_form = n == 1 || self.verifying;
+        // The dispatches over the output rows (only the LM head's and its group sums' have two
+        // forms) go by the output rows' count where few_out_matvec says so.
+        let out_single_form = single_form || (self.few_out_matvec && n_out <= MATMUL_VERIFY_TOK as usize);
         for di in range {
             let d = &self.program[di];
+            let single_form = if matches!(d.y, GridY::Out | GridY::OutTiles(_)) { out_single_form } else { single_form };
             match d.only {
                 Only::Single if !single_form => continue,
                 Only::Multi if single_form => continue,
@@ -2474,6 +2483,7 @@ impl<'a> Builder<'a> {
             last_rows: 0,
             cached: 0,
             verifying: false,
+            few_out_matvec: switch("KESTREL_LM_HEAD_MATVEC", false),
             segmented: switch("KESTREL_SUBMIT_SEGMENTS", self.opts.submit_segments),
             staged: None,
             commit_scratch,
