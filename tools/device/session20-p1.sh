@@ -4,13 +4,17 @@
 # A/B on E2B, E4B, 26B; the tensor-core kernel test and the fixtures with the double-buffered bias steps
 # (KESTREL_QMM_BIAS_DB=1, never run on a tensor-core GPU yet), then its chunk A/B on E4B and
 # E2B (0 1 0 1, -p 512 -n 8); the staged router's latency rows and 26B tg128 with
-# KESTREL_ROUTER_STAGED 0 1 0 1. ≈ 9 min. Carry target/carry (tools/device/pack.sh --tests) and
+# KESTREL_ROUTER_STAGED 0 1 0 1; first of all the kernel tests as default. ≈ 10 min (trim PP_ARCHS if the call limit bites). Carry target/carry (tools/device/pack.sh --tests) and
 # .gl. The per-round probe (tools/experiments/qmm-coop-round-cost.patch) is a second call:
 # KBENCH=./target/release/kbench_probe bash tools/device/qmm-round-cost.sh.
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/p1-lmhead-biasdb-router.txt"
 date -u | tee "$F"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee -a "$F"
+# The kernel tests as default first: 276fbfa refactored the tensor-core mat-mats' bias staging
+# after session 19's last H200 run (the same operations; naga-validated only).
+echo "== tests/kernels.rs --include-ignored (default)" | tee -a "$F"
+KESTREL_REQUIRE_GPU=1 timeout 300 ./target/release/ktests --include-ignored 2>&1 | grep -E "^test |test result|FAIL|panicked" | head -20 | tee -a "$F"
 # First the chunk's LM head on the mat-vec (session 19 #8, the largest predicted step): the
 # fixtures with it, then its chunk A/B.
 echo "== tests/fixtures.rs wgpu, KESTREL_LM_HEAD_MATVEC=1" | tee -a "$F"
