@@ -13,8 +13,9 @@
 // STAGED (the host's choice, kernels::router_staged): each thread loads its expert's scale with
 // its logit, and the k chosen experts' logits and scales come from workgroup memory, not from a
 // second round of global loads after the ranking: one memory round trip fewer in a kernel that is
-// a single workgroup's latency chain per token. The same arithmetic on the same values (a NaN
-// logit, sanitised in sv, is never among the k chosen while k < n_experts), so the same bits.
+// a single workgroup's latency chain per token. The same arithmetic on the same values, so the
+// same bits, but for NaN logits: one is chosen only when fewer than k logits are not NaN, and
+// then the staged form weighs it 0 (its sv is −3e38) where the plain form gives NaN weights.
 
 const WG: u32 = 256u;
 const STAGED: bool = {{STAGED}};

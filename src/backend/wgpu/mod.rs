@@ -375,11 +375,6 @@ pub struct WgpuBackend {
     cached: usize,
     /// A verify step is running: decode-form kernels for every token, K/V to staging rows.
     verifying: bool,
-    /// Chunks with at most MATMUL_VERIFY_TOK output rows (a prompt's last-token logits) run the
-    /// output-row dispatches' decode forms: the LM head's mat-vec instead of the tensor-core
-    /// mat-mat, whose 128-token tiles would hold one real token (`KESTREL_LM_HEAD_MATVEC=1`;
-    /// PERF_NOTES.md, session 19 #8: built, not yet run on a tensor-core GPU, off by default).
-    few_out_matvec: bool,
     /// Steps go to the queue in segments as they are recorded (`run`, [`WgpuOptions::submit_segments`]).
     segmented: bool,
     /// `(pos0, rows)` staged by the last verify, until commit.
@@ -662,12 +657,8 @@ impl WgpuBackend {
         // Verify steps run the decode form of every kernel (split attention, per-pair experts) for
         // all their tokens: that is what makes each row's logits bitwise a decode's.
         let single_form = n == 1 || self.verifying;
-        // The dispatches over the output rows (only the LM head's and its group sums' have two
-        // forms) go by the output rows' count where few_out_matvec says so.
-        let out_single_form = single_form || (self.few_out_matvec && n_out <= MATMUL_VERIFY_TOK as usize);
         for di in range {
             let d = &self.program[di];
-            let single_form = if matches!(d.y, GridY::Out | GridY::OutTiles(_)) { out_single_form } else { single_form };
             match d.only {
                 Only::Single if !single_form => continue,
                 Only::Multi if single_form => continue,
@@ -1449,8 +1440,14 @@ impl<'a> Builder<'a> {
                 k_splits: 0,
             };
             // Chunks: the tiled 4-bit mat-mat where it applies, else the 8-token matmul tile.
+            // KESTREL_LM_HEAD_MATVEC=1 (PERF_NOTES.md, session 19 #8: built, not yet run on a
+            // tensor-core GPU, off by default): the LM head without tensor cores, so that it is
+            // one spec with its decode variants, as on every device without them, and a chunk's
+            // single output row takes the mat-vec (`encode`: count 1) instead of 128-token
+            // tiles over all its rows that hold one real token each.
+            let coop = self.tensor_cores() && !(on_out && switch("KESTREL_LM_HEAD_MATVEC", false));
             let (kernel, tile, rows_per_wg) = if qmm_applies(m.format, m.cols, x_stride) {
-                let (k, rows_per_wg, tok) = qmm_shape(part.rows, self.tensor_cores());
+                let (k, rows_per_wg, tok) = qmm_shape(part.rows, coop);
                 (k, tok, rows_per_wg)
             } else {
                 (Kernel::Matmul(m.format, MATMUL_TOK), MATMUL_TOK, matmul_rows(MATMUL_TOK))
@@ -2483,7 +2480,6 @@ impl<'a> Builder<'a> {
             last_rows: 0,
             cached: 0,
             verifying: false,
-            few_out_matvec: switch("KESTREL_LM_HEAD_MATVEC", false),
             segmented: switch("KESTREL_SUBMIT_SEGMENTS", self.opts.submit_segments),
             staged: None,
             commit_scratch,
