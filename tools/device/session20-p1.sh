@@ -4,7 +4,7 @@
 # A/B on E2B, E4B, 26B; the tensor-core kernel test and the fixtures with the double-buffered bias steps
 # (KESTREL_QMM_BIAS_DB=1, never run on a tensor-core GPU yet), then its chunk A/B on E4B and
 # E2B (0 1 0 1, -p 512 -n 8); the staged router's latency rows and 26B tg128 with
-# KESTREL_ROUTER_STAGED 0 1 0 1; first of all the kernel tests as default. ≈ 10 min (trim PP_ARCHS if the call limit bites). Carry target/carry (tools/device/pack.sh --tests) and
+# KESTREL_ROUTER_STAGED 0 1 0 1; first of all the kernel tests as default. ≈ 9 min (trimmed in session 20 to fit one call: E4B 0 1 0 1, E2B and 26B 0 1 for the LM head, E4B only for the bias steps). Carry target/carry (tools/device/pack.sh --tests) and
 # .gl. The per-round probe (tools/experiments/qmm-coop-round-cost.patch) is a second call:
 # KBENCH=./target/release/kbench_probe bash tools/device/qmm-round-cost.sh.
 set -uo pipefail
@@ -22,7 +22,9 @@ KESTREL_LM_HEAD_MATVEC=1 KESTREL_REQUIRE_GPU=1 timeout 300 ./target/release/kfix
 if grep -qE "FAILED|panicked" "$F"; then
   echo "the LM head on the mat-vec fails: no A/B" | tee -a "$F"
 else
-  pp_ab "$F" KESTREL_LM_HEAD_MATVEC "^\| pp512 |GPU time of one 512|^\| qmm_coop_q4|^\| qmv_q4|^\| group_sum"
+  PAT="^\| pp512 |GPU time of one 512|^\| qmm_coop_q4|^\| qmv_q4|^\| group_sum"
+  PP_ARCHS=e4b pp_ab "$F" KESTREL_LM_HEAD_MATVEC "$PAT"
+  PP_ARCHS="e2b 26b-a4b" AB_VALUES="0 1" pp_ab "$F" KESTREL_LM_HEAD_MATVEC "$PAT"
 fi
 echo "== tests/kernels.rs qmm_coop, KESTREL_QMM_BIAS_DB=1" | tee -a "$F"
 KESTREL_QMM_BIAS_DB=1 KESTREL_REQUIRE_GPU=1 timeout 300 ./target/release/ktests --include-ignored qmm_coop 2>&1 | grep -E "^test |test result|FAIL|panicked" | head -20 | tee -a "$F"
@@ -31,7 +33,7 @@ KESTREL_QMM_BIAS_DB=1 KESTREL_REQUIRE_GPU=1 timeout 300 ./target/release/kfixtur
 if grep -qE "FAILED|panicked|FAIL " "$F"; then
   echo "double-buffered bias steps (or the LM head above) fail: no A/B" | tee -a "$F"
 else
-  PP_ARCHS="e4b e2b" pp_ab "$F" KESTREL_QMM_BIAS_DB "^\| pp512 |GPU time of one 512|^\| qmm_coop"
+  PP_ARCHS=e4b pp_ab "$F" KESTREL_QMM_BIAS_DB "^\| pp512 |GPU time of one 512|^\| qmm_coop"
 fi
 echo "== kbench router_topk" | tee -a "$F"
 timeout 60 ./target/release/kbench router_topk 2>&1 | grep -E "^\| (copy|router_topk)" | tee -a "$F"
