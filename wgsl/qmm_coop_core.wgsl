@@ -57,8 +57,6 @@ const LO: f32 = 0.00048828125; // 2^-11
 const XS: f32 = 0.015625;      // x is scaled by 2^-6, w by 2^6
 const NG: u32 = 8u;            // quantisation groups per bias step
 const BIAS_PF: bool = {{BIAS_PF}}; // the bias steps' operands loaded a step ahead
-// The bias steps double-buffered in the k loop's arrays, where bq fits in xl (not 128 × 64).
-const BIAS_DB: bool = {{BIAS_DB}} && BN * SV >= BM * 6u;
 
 // Whole vec4<f16>s: one 8-byte store per four values instead of four 2-byte ones. 48 KiB in all
 // at 128 × 128 (the H200's limit).
@@ -97,20 +95,6 @@ fn bias_ops(g: u32, ng: u32, xrow: u32, brow: u32, xreal: bool, breal: bool) -> 
         }
     }
     return o;
-}
-
-// A bias step's staged operands: x's group sums as [Σx_hi, Σx_lo] halves (· 2^-6), b' = b + 8s as
-// [b'_hi, b'_lo] (· 2^6), each low half · 2^11 (see the header).
-fn bias_x_halves(o: BiasOps) -> array<vec4<f16>, 2> {
-    let v = o.x * XS;
-    let h = high(v);
-    return array<vec4<f16>, 2>(vec4<f16>(h), vec4<f16>((v - h) * 2048.0));
-}
-
-fn bias_b_halves(o: BiasOps) -> array<vec4<f16>, 2> {
-    let v = (o.b + 8.0 * o.s) * 64.0;
-    let h = high(v);
-    return array<vec4<f16>, 2>(vec4<f16>(h), vec4<f16>((v - h) * 2048.0));
 }
 
 fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
@@ -209,133 +193,39 @@ fn qmm_coop_tile(kbeg: u32, kend: u32, cols: u32, gs: u32, sg: u32, lane: u32) {
 
     // The bias part, 8 groups of the range per step (groups past the range are zeros). With
     // BIAS_PF the next step's operands are loaded before this step's barrier and products, as
-    // the k loop loads its next stage. With BIAS_DB the steps alternate between two buffers in
-    // the k loop's arrays, free once it has ended (xs in xh, bq in wq or xl): a step's operands
-    // are staged while the previous step's are multiplied, one barrier per step instead of two.
-    // The same products in the same order either way (the same bits).
-    if (BIAS_DB) {
-        // Step 0 into buffer 0 (zeros where the range has no group: never read then). Each
-        // iteration below: step n + 1 into buffer 1 while step n's products run, then, unless
-        // the range ends, step n + 2 into buffer 0 while step n + 1's run. The products sit in
-        // the loop's body, not under an `if`: naga takes the tile function's arguments (and so
-        // ng) as possibly non-uniform, and the loop's exits are uniform in fact.
-        {
-            if (!BIAS_PF) { ops = bias_ops(half * 4u, ng, xrow, brow, st < BN, st < BM); }
-            if (st < BN) {
-                let v = bias_x_halves(ops);
-                xh[st * 4u + half] = v[0];
-                xh[st * 4u + 2u + half] = v[1];
-            }
-            if (st < BM) {
-                let v = bias_b_halves(ops);
-                wq[st * 6u + half] = v[1];
-                wq[st * 6u + 2u + half] = v[0];
-                wq[st * 6u + 4u + half] = vec4<f16>(0.0h);
-            }
-            if (BIAS_PF) { ops = bias_ops(NG + half * 4u, ng, xrow, brow, st < BN, st < BM); }
-            workgroupBarrier();
+    // the k loop loads its next stage.
+    for (var gb = 0u; gb < ng; gb += NG) {
+        if (!BIAS_PF) { ops = bias_ops(gb + half * 4u, ng, xrow, brow, st < BN, st < BM); }
+        if (st < BN) {
+            let v = ops.x * XS;
+            let h = high(v);
+            xs[st * 4u + half] = vec4<f16>(h);
+            xs[st * 4u + 2u + half] = vec4<f16>((v - h) * 2048.0);
         }
-        for (var gb = 0u; gb < ng; gb += 2u * NG) {
-            if (gb + NG < ng) {
-                if (!BIAS_PF) { ops = bias_ops(gb + NG + half * 4u, ng, xrow, brow, st < BN, st < BM); }
-                if (st < BN) {
-                    let v = bias_x_halves(ops);
-                    xh[BN * 4u + st * 4u + half] = v[0];
-                    xh[BN * 4u + st * 4u + 2u + half] = v[1];
-                }
-                if (st < BM) {
-                    let v = bias_b_halves(ops);
-                    xl[st * 6u + half] = v[1];
-                    xl[st * 6u + 2u + half] = v[0];
-                    xl[st * 6u + 4u + half] = vec4<f16>(0.0h);
-                }
-                if (BIAS_PF) { ops = bias_ops(gb + 2u * NG + half * 4u, ng, xrow, brow, st < BN, st < BM); }
-            }
-            // Step n's products (buffer 0: xh, wq).
-            {
-            // @unroll i TB
-            let s{i} = coopLoadT<coop_mat16x16<f16, A>>(&xh[(tb + {i}u) * 16u * 4u], 4u);
-            // @end i
-            // @unroll j RB
-            let eh{j} = coopLoad<coop_mat16x16<f16, B>>(&wq[(rb + {j}u) * 16u * 6u + 2u], 6u);
-            let el{j} = coopLoad<coop_mat16x16<f16, B>>(&wq[(rb + {j}u) * 16u * 6u], 6u);
-            // @end j
-            // @unroll i TB
-            // @unroll j RB
-            c{i}_{j} = coopMultiplyAdd(s{i}, eh{j}, c{i}_{j});
-            d{i}_{j} = coopMultiplyAdd(s{i}, el{j}, d{i}_{j});
-            // @end j
-            // @end i
-            }
-            workgroupBarrier();
-            if (gb + NG >= ng) { break; }
-            // Step n + 2 into buffer 0, step n + 1's products (buffer 1: xh from BN · 4, xl).
-            {
-                if (gb + 2u * NG < ng) {
-                    if (!BIAS_PF) { ops = bias_ops(gb + 2u * NG + half * 4u, ng, xrow, brow, st < BN, st < BM); }
-                    if (st < BN) {
-                        let v = bias_x_halves(ops);
-                        xh[st * 4u + half] = v[0];
-                        xh[st * 4u + 2u + half] = v[1];
-                    }
-                    if (st < BM) {
-                        let v = bias_b_halves(ops);
-                        wq[st * 6u + half] = v[1];
-                        wq[st * 6u + 2u + half] = v[0];
-                        wq[st * 6u + 4u + half] = vec4<f16>(0.0h);
-                    }
-                    if (BIAS_PF) { ops = bias_ops(gb + 3u * NG + half * 4u, ng, xrow, brow, st < BN, st < BM); }
-                }
-                {
-                // @unroll i TB
-                let s{i} = coopLoadT<coop_mat16x16<f16, A>>(&xh[BN * 4u + (tb + {i}u) * 16u * 4u], 4u);
-                // @end i
-                // @unroll j RB
-                let eh{j} = coopLoad<coop_mat16x16<f16, B>>(&xl[(rb + {j}u) * 16u * 6u + 2u], 6u);
-                let el{j} = coopLoad<coop_mat16x16<f16, B>>(&xl[(rb + {j}u) * 16u * 6u], 6u);
-                // @end j
-                // @unroll i TB
-                // @unroll j RB
-                c{i}_{j} = coopMultiplyAdd(s{i}, eh{j}, c{i}_{j});
-                d{i}_{j} = coopMultiplyAdd(s{i}, el{j}, d{i}_{j});
-                // @end j
-                // @end i
-                }
-                workgroupBarrier();
-            }
+        if (st < BM) {
+            let v = (ops.b + 8.0 * ops.s) * 64.0;
+            let h = high(v);
+            bq[st * 6u + half] = vec4<f16>((v - h) * 2048.0);
+            bq[st * 6u + 2u + half] = vec4<f16>(h);
+            bq[st * 6u + 4u + half] = vec4<f16>(0.0h);
         }
-    } else {
-        for (var gb = 0u; gb < ng; gb += NG) {
-            if (!BIAS_PF) { ops = bias_ops(gb + half * 4u, ng, xrow, brow, st < BN, st < BM); }
-            if (st < BN) {
-                let v = bias_x_halves(ops);
-                xs[st * 4u + half] = v[0];
-                xs[st * 4u + 2u + half] = v[1];
-            }
-            if (st < BM) {
-                let v = bias_b_halves(ops);
-                bq[st * 6u + half] = v[1];
-                bq[st * 6u + 2u + half] = v[0];
-                bq[st * 6u + 4u + half] = vec4<f16>(0.0h);
-            }
-            if (BIAS_PF) { ops = bias_ops(gb + NG + half * 4u, ng, xrow, brow, st < BN, st < BM); }
-            workgroupBarrier();
-            // [Σx_hi | Σx_lo] · [b'_hi | 0] into c, · [b'_lo | b'_hi] into d.
-            // @unroll i TB
-            let s{i} = coopLoadT<coop_mat16x16<f16, A>>(&xs[(tb + {i}u) * 16u * 4u], 4u);
-            // @end i
-            // @unroll j RB
-            let eh{j} = coopLoad<coop_mat16x16<f16, B>>(&bq[(rb + {j}u) * 16u * 6u + 2u], 6u);
-            let el{j} = coopLoad<coop_mat16x16<f16, B>>(&bq[(rb + {j}u) * 16u * 6u], 6u);
-            // @end j
-            // @unroll i TB
-            // @unroll j RB
-            c{i}_{j} = coopMultiplyAdd(s{i}, eh{j}, c{i}_{j});
-            d{i}_{j} = coopMultiplyAdd(s{i}, el{j}, d{i}_{j});
-            // @end j
-            // @end i
-            workgroupBarrier();
-        }
+        if (BIAS_PF) { ops = bias_ops(gb + NG + half * 4u, ng, xrow, brow, st < BN, st < BM); }
+        workgroupBarrier();
+        // [Σx_hi | Σx_lo] · [b'_hi | 0] into c, · [b'_lo | b'_hi] into d.
+        // @unroll i TB
+        let s{i} = coopLoadT<coop_mat16x16<f16, A>>(&xs[(tb + {i}u) * 16u * 4u], 4u);
+        // @end i
+        // @unroll j RB
+        let eh{j} = coopLoad<coop_mat16x16<f16, B>>(&bq[(rb + {j}u) * 16u * 6u + 2u], 6u);
+        let el{j} = coopLoad<coop_mat16x16<f16, B>>(&bq[(rb + {j}u) * 16u * 6u], 6u);
+        // @end j
+        // @unroll i TB
+        // @unroll j RB
+        c{i}_{j} = coopMultiplyAdd(s{i}, eh{j}, c{i}_{j});
+        d{i}_{j} = coopMultiplyAdd(s{i}, el{j}, d{i}_{j});
+        // @end j
+        // @end i
+        workgroupBarrier();
     }
 
     // Each block through the subgroup's slot of workgroup memory to y: the blocks' register

@@ -314,8 +314,7 @@ fn qmm_coop_source(kernel: &str, tb: u32, rb: u32, glu: bool, bias_pf: bool) -> 
     let src = format!("{kernel}\n{}", include_str!("../../../wgsl/qmm_coop_core.wgsl"))
         .replace("{{TB}}", &tb.to_string())
         .replace("{{RB}}", &rb.to_string())
-        .replace("{{BIAS_PF}}", if bias_pf { "true" } else { "false" })
-        .replace("{{BIAS_DB}}", if qmm_bias_double_buffered() { "true" } else { "false" });
+        .replace("{{BIAS_PF}}", if bias_pf { "true" } else { "false" });
     unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb), ("PLAIN", u32::from(!glu)), ("GLU", u32::from(glu))])
 }
 
@@ -332,15 +331,6 @@ fn qmm_bias_prefetch(dense: bool) -> bool {
         Ok("all") => true,
         _ => dense,
     }
-}
-
-/// Whether the tensor-core mat-mats double-buffer their bias steps in the k loop's arrays (BIAS_DB
-/// in qmm_coop_core.wgsl: one barrier per step instead of two, the same products in the same
-/// order), where the tile leaves room (not the 128 × 64 routed-expert tile):
-/// `KESTREL_QMM_BIAS_DB=1`. Built in session 19 and not yet run on a GPU with cooperative
-/// matrices (PERF_NOTES.md, session 19 #7): off by default.
-fn qmm_bias_double_buffered() -> bool {
-    std::env::var("KESTREL_QMM_BIAS_DB").as_deref() == Ok("1")
 }
 
 /// The prefill kernel of 4-bit routed experts, its rows and its pairs per workgroup: `qmm_moe`,
@@ -780,10 +770,11 @@ pub const ATTN_KEYS_IN_FLIGHT: u32 = 4;
 pub const COMBINE_U: u32 = 16;
 
 /// The router's form: `router_topk.wgsl` with STAGED (the chosen experts' logits and scales from
-/// workgroup memory, one global round trip fewer) when `KESTREL_ROUTER_STAGED=1`. Built in
-/// session 19 and not yet measured on the H200 (PERF_NOTES.md, session 19 #6): off by default.
+/// workgroup memory, one global round trip fewer) unless `KESTREL_ROUTER_STAGED=0`. On the H200
+/// (PERF_NOTES.md, session 20 #3): 4.16 → 4.01 µs in kbench's latency row, 26B decode steps'
+/// 30 routers 313 → 305 µs under per-dispatch timestamps; tg128 even within its noise.
 pub fn router_staged() -> bool {
-    std::env::var("KESTREL_ROUTER_STAGED").as_deref() == Ok("1")
+    std::env::var("KESTREL_ROUTER_STAGED").as_deref() != Ok("0")
 }
 
 /// Threads of one `qmv` workgroup (`WG` in qmv.wgsl).

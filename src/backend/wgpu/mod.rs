@@ -1440,12 +1440,13 @@ impl<'a> Builder<'a> {
                 k_splits: 0,
             };
             // Chunks: the tiled 4-bit mat-mat where it applies, else the 8-token matmul tile.
-            // KESTREL_LM_HEAD_MATVEC=1 (PERF_NOTES.md, session 19 #8: built, not yet run on a
-            // tensor-core GPU, off by default): the LM head without tensor cores, so that it is
-            // one spec with its decode variants, as on every device without them, and a chunk's
-            // single output row takes the mat-vec (`encode`: count 1) instead of 128-token
-            // tiles over all its rows that hold one real token each.
-            let coop = self.tensor_cores() && !(on_out && switch("KESTREL_LM_HEAD_MATVEC", false));
+            // The LM head never on tensor cores: it is then one spec with its decode variants,
+            // as on every device without them, so a chunk's single output row takes the
+            // mat-vec (`encode`: count 1) instead of 128-token tiles over all its rows that
+            // hold one real token each (PERF_NOTES.md, session 20 #1: E4B chunks 60.1 → 58.6
+            // ms, E2B 34.0 → 33.0, 26B 88.4 → 86.8). KESTREL_LM_HEAD_MATVEC=0: the tensor-core
+            // form (A/B knob).
+            let coop = self.tensor_cores() && !(on_out && switch("KESTREL_LM_HEAD_MATVEC", true));
             let (kernel, tile, rows_per_wg) = if qmm_applies(m.format, m.cols, x_stride) {
                 let (k, rows_per_wg, tok) = qmm_shape(part.rows, coop);
                 (k, tok, rows_per_wg)
