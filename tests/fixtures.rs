@@ -17,20 +17,24 @@ use kestrel::backend::{Backend, Readback};
 
 const LOGIT_TOL: f32 = 1e-3;
 
-/// Teacher-forced check of one prompt: prefill (all rows when the reference has prompt logits),
-/// then one decode step per reference token; returns the ids the backend would have chosen and
-/// the largest logit difference seen.
-fn check_prompt(b: &mut dyn Backend, r: &PromptRef, chunk: usize, label: &str) -> f32 {
+/// Teacher-forced check of one prompt: prefill, reading back `rows` (`AllLogits`: every row,
+/// each compared with the reference's prompt logits; `LastLogits`: each chunk's last row, the
+/// form in which the wgpu backend runs the KV-sharing layers for that row alone), then one
+/// decode step per reference token; returns the ids the backend would have chosen and the
+/// largest logit difference seen.
+fn check_prompt(b: &mut dyn Backend, r: &PromptRef, chunk: usize, rows: Readback, label: &str) -> f32 {
     b.reset();
     let vocab = b.config().text.vocab_size;
     let mut worst = 0.0f32;
     let mut pos = 0;
     let mut last = None;
     for piece in r.prompt.chunks(chunk) {
-        let out = b.prefill(piece, pos, Readback::AllLogits).unwrap();
+        let out = b.prefill(piece, pos, rows).unwrap();
+        let first = if rows == Readback::AllLogits { pos } else { pos + piece.len() - 1 };
+        assert_eq!(out.logits.len(), (pos + piece.len() - first) * vocab, "{label}: rows read back");
         if let Some(pl) = &r.prompt_logits {
             for (i, row) in out.logits.chunks(vocab).enumerate() {
-                worst = worst.max(max_abs_diff(row, &pl[pos + i]));
+                worst = worst.max(max_abs_diff(row, &pl[first + i]));
             }
         }
         pos += piece.len();
@@ -58,14 +62,14 @@ fn check_prompt(b: &mut dyn Backend, r: &PromptRef, chunk: usize, label: &str) -
     worst
 }
 
-fn run_all(models: &[&str], make: &mut dyn FnMut(&kestrel::model::Model) -> Option<Box<dyn Backend>>, chunk: usize, tag: &str) {
+fn run_all(models: &[&str], make: &mut dyn FnMut(&kestrel::model::Model) -> Option<Box<dyn Backend>>, chunk: usize, rows: Readback, tag: &str) {
     for name in models {
         for (form, reference) in FORMS {
             let model = open_model(name, form);
             let Some(mut b) = make(&model) else { return };
             for (i, r) in load_refs(name, reference).iter().enumerate() {
                 let label = format!("{tag} {name}/{form} prompt {i} (chunk {chunk})");
-                let worst = check_prompt(b.as_mut(), r, chunk, &label);
+                let worst = check_prompt(b.as_mut(), r, chunk, rows, &label);
                 eprintln!("{label}: OK, 48 ids equal, max |Δlogit| = {worst:.2e}");
             }
         }
@@ -74,7 +78,7 @@ fn run_all(models: &[&str], make: &mut dyn FnMut(&kestrel::model::Model) -> Opti
 
 #[test]
 fn cpu_reference_matches_transformers() {
-    run_all(&["tiny-e2b", "tiny-e4b", "tiny-moe"], &mut |m| Some(Box::new(CpuBackend::new(m.cfg.clone(), m.weights.clone(), 4096))), 128, "cpu");
+    run_all(&["tiny-e2b", "tiny-e4b", "tiny-moe"], &mut |m| Some(Box::new(CpuBackend::new(m.cfg.clone(), m.weights.clone(), 4096))), 128, Readback::AllLogits, "cpu");
 }
 
 #[test]
@@ -84,7 +88,27 @@ fn wgpu_matches_transformers() {
             &["tiny-e2b", "tiny-e4b", "tiny-moe"],
             &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: chunk, max_binding: None, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
             chunk,
+            Readback::AllLogits,
             "wgpu",
+        );
+    }
+}
+
+/// A prompt's KV-sharing layers for its last token alone (`WgpuOptions::prompt_tail`, on by
+/// default): prefill reads back each chunk's last row, so that every chunk runs the program up
+/// to the last KV-owning layer for all its tokens and the rest as a decode step of the last one
+/// (tiny-e2b: layers 5–9 of 10, tiny-e4b: 6–11 of 12). Its logits against the reference's,
+/// then the decode steps on the cache it left; 7-token chunks take it at every chunk's end.
+/// (tiny-moe has no KV-sharing layers, so no tail.)
+#[test]
+fn wgpu_prompt_tail_matches_transformers() {
+    for chunk in [128, 7] {
+        run_all(
+            &["tiny-e2b", "tiny-e4b"],
+            &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: chunk, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
+            chunk,
+            Readback::LastLogits,
+            "wgpu-prompt-tail",
         );
     }
 }
@@ -102,6 +126,7 @@ fn wgpu_unfused_norms_match_transformers() {
             common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
         },
         128,
+        Readback::AllLogits,
         "wgpu-unfused",
     );
 }
@@ -118,6 +143,7 @@ fn wgpu_split_k_and_norms_over_partials_match_transformers() {
             common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
         },
         128,
+        Readback::AllLogits,
         "wgpu-split-k",
     );
 }
@@ -130,6 +156,7 @@ fn wgpu_split_tensors_match_transformers() {
         &["tiny-e2b"],
         &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, max_binding: Some(4096), ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
         16,
+        Readback::AllLogits,
         "wgpu-split",
     );
 }
@@ -147,6 +174,7 @@ fn wgpu_one_submit_per_step_matches_transformers() {
             common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
         },
         16,
+        Readback::AllLogits,
         "wgpu-one-submit",
     );
 }

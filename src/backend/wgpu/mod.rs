@@ -108,6 +108,12 @@ pub struct WgpuOptions {
     /// picks: tests use it to run the split path on models too small to split (1: the rule
     /// alone).
     pub min_k_splits: u32,
+    /// A prompt's KV-sharing layers run for its last token alone (spec §2.4): they write no
+    /// cache, so only the row whose logits a prefill returns needs them. Steps that return one
+    /// row run the program up to the last KV-owning layer's closing residual norm for every
+    /// token, then the rest as a decode step of the last token. `KESTREL_PROMPT_TAIL=0|1`
+    /// overrides it for A/B measurements.
+    pub prompt_tail: bool,
 }
 
 impl Default for WgpuOptions {
@@ -123,6 +129,7 @@ impl Default for WgpuOptions {
             fold_q_norm: true,
             norm_splits: true,
             min_k_splits: 1,
+            prompt_tail: true,
         }
     }
 }
@@ -381,6 +388,24 @@ pub struct WgpuBackend {
     staged: Option<(usize, usize)>,
     /// VERIFY_MAX rows of the widest cache: commit copies staged rows through it.
     commit_scratch: wgpu::Buffer,
+    /// Where a prompt's KV-sharing layers start, when they run for its last token alone
+    /// ([`WgpuOptions::prompt_tail`]).
+    tail: Option<PromptTail>,
+}
+
+/// The KV-sharing layers of a prompt step, run as a decode step of its last token: from
+/// dispatch `start` (the residual norm that ends the last KV-owning layer) on, after the rows
+/// that part reads of the last token are moved to row 0.
+struct PromptTail {
+    start: usize,
+    /// (buffer, bytes per row): the closing norm's two inputs, the per-layer inputs and the
+    /// rope table, each indexed by token.
+    rows: Vec<(wgpu::Buffer, u64)>,
+    /// Room for one row of each (a copy may not read and write one buffer).
+    scratch: wgpu::Buffer,
+    /// The tail's step (one token at the last position), copied over the step's uniform
+    /// between the two parts.
+    step: wgpu::Buffer,
 }
 
 impl WgpuBackend {
@@ -561,13 +586,21 @@ impl WgpuBackend {
             }
         }
         let t_enc = std::time::Instant::now();
+        // A prompt step that returns one row runs its KV-sharing layers for that row alone:
+        // the program up to `head_end` for every token, the rest as a decode step of the last.
+        let tail = self.tail.as_ref().filter(|_| n > 1 && n_out == 1 && !self.verifying);
+        let head_end = tail.map_or(self.program.len(), |t| t.start);
+        if let Some(t) = tail {
+            let step = Step { n_tokens: 1, pos0: (pos0 + n - 1) as u32, n_out: 1, ..Default::default() };
+            self.gpu.queue.write_buffer(&t.step, 0, bytemuck::bytes_of(&step));
+        }
         // Segments of 16, 32, 64, … dispatches go to the queue as they are recorded, so that the
         // GPU starts on a chunk while the host records the rest (500–800 dispatches take the host
         // 2–4 ms; a dispatch of a 512-token chunk takes the GPU ≈ 50–100 µs, so the host stays
         // ahead after the first). One pass when profiling (its timestamps).
         if self.profiler.is_none() && self.segmented {
             let mut seg = FIRST_SEGMENT;
-            while self.program.len() - start > seg {
+            while head_end - start > seg {
                 self.submit_range(start..start + seg, n, n_out, None);
                 start += seg;
                 seg *= 2;
@@ -579,7 +612,27 @@ impl WgpuBackend {
             if let Some(p) = &self.profiler {
                 pass.write_timestamp(&p.queries, 0);
             }
-            self.encode(&mut pass, start..self.program.len(), n, n_out, &mut executed);
+            self.encode(&mut pass, start..head_end, n, n_out, &mut executed);
+            if let Some(p) = self.profiler.as_ref().filter(|p| !p.per_dispatch && tail.is_none()) {
+                pass.write_timestamp(&p.queries, 1);
+            }
+        }
+        if let Some(t) = tail {
+            // Row n − 1 of each buffer the tail reads by token becomes row 0, through the
+            // scratch; then the tail's step replaces the prompt's.
+            let mut off = 0;
+            for (buf, row) in &t.rows {
+                enc.copy_buffer_to_buffer(buf, (n as u64 - 1) * row, &t.scratch, off, Some(*row));
+                off += row;
+            }
+            off = 0;
+            for (buf, row) in &t.rows {
+                enc.copy_buffer_to_buffer(&t.scratch, off, buf, 0, Some(*row));
+                off += row;
+            }
+            enc.copy_buffer_to_buffer(&t.step, 0, &self.step_buf, 0, Some(std::mem::size_of::<Step>() as u64));
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("prompt tail"), timestamp_writes: None });
+            self.encode(&mut pass, head_end..self.program.len(), 1, 1, &mut executed);
             if let Some(p) = self.profiler.as_ref().filter(|p| !p.per_dispatch) {
                 pass.write_timestamp(&p.queries, 1);
             }
@@ -1715,11 +1768,12 @@ impl<'a> Builder<'a> {
     /// that a decode step can run this norm inside the next mat-vec instead ([`Self::fuse_norm`]).
     /// In chunks, where a split-k mat-mat wrote `a` through a qmm_sum, the norm's rows form
     /// reads the partials instead and that qmm_sum goes (`Builder::norm_splits`; `a` is read by
-    /// this norm alone).
-    fn residual_norm(&mut self, a: &wgpu::Buffer, wt: &wgpu::Buffer, res: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams) -> usize {
+    /// this norm alone), unless `whole`: the norm that ends the last KV-owning layer, where a
+    /// prompt's tail starts ([`PromptTail`]), reads `a` as a decode step does.
+    fn residual_norm(&mut self, a: &wgpu::Buffer, wt: &wgpu::Buffer, res: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams, whole: bool) -> usize {
         let p = NormParams { mode: 2, ..p };
         // Whether the rows form takes this norm over partials (rows_norms gives it that form).
-        let rows_take_parts = self.norm_splits && kernels::rmsnorm_rows(&NormParams { splits: 2, ..p }, self.norm_rows).is_some();
+        let rows_take_parts = !whole && self.norm_splits && kernels::rmsnorm_rows(&NormParams { splits: 2, ..p }, self.norm_rows).is_some();
         let parts = if rows_take_parts { self.take_split_sum(a, p.n as usize) } else { None };
         let spec = self.norm(a, wt, out, NormParams { splits: parts.as_ref().map_or(0, |(_, s)| *s), ..p });
         self.specs[spec].res[8] = Res::Buf(res.clone());
@@ -2118,6 +2172,12 @@ impl<'a> Builder<'a> {
             n: n as u32, segs: 1, x_stride: n as u32, x_row_sel: 0, out_stride: n as u32,
             w_off, mode, count_sel: 0, pre: 1.0, post, eps, ..Default::default()
         };
+        // A prompt's tail (WgpuOptions::prompt_tail) starts at the first of the KV-sharing layers
+        // that end the model. Not with streamed experts: their steps run in host-driven parts.
+        let first_shared = cfg.layers.iter().rposition(|l| matches!(l.kv, KvSource::Own { .. })).map_or(0, |i| i + 1);
+        let tail_layer = (switch("KESTREL_PROMPT_TAIL", self.opts.prompt_tail) && !streaming && first_shared > 0 && first_shared < cfg.layers.len()).then_some(first_shared);
+        // The residual norm where the tail starts (the one that ends the layer before it).
+        let mut tail_cut: Option<usize> = None;
         // The residual norm that ended the last layer, for the next input norm.
         let mut residual: Option<usize> = None;
         // The residual stream: xs[cur] holds it; a residual norm writes xs[cur ^ 1] and flips cur.
@@ -2131,8 +2191,13 @@ impl<'a> Builder<'a> {
             let rc = kv.read_cache[li];
             let slots = kv.caches[rc].slots as u32;
 
+            // Whether this layer's last residual norm is where a prompt's tail starts.
+            let ends_head = tail_layer == Some(li + 1);
             // attention block; the input norm rides on the last layer's final residual norm
             let input_norm = residual.take();
+            if tail_layer == Some(li) {
+                tail_cut = input_norm;
+            }
             // Where xn comes from: chunk norms can also write its group sums for the mat-mats.
             let xn_from = match input_norm {
                 Some(prev) => self.chain_norm(prev, ln.input, 1.0, &xn, h),
@@ -2248,7 +2313,7 @@ impl<'a> Builder<'a> {
             self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
             self.specs.last_mut().expect("just pushed").only = Only::Single;
             self.matmul_from(&gl.o, &att, l.q_dim(), &o, h, o_from)?;
-            let post_attn = self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_attn, 2, 1.0));
+            let post_attn = self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_attn, 2, 1.0), false);
             cur ^= 1;
 
             // feed-forward block
@@ -2324,7 +2389,7 @@ impl<'a> Builder<'a> {
                 ff_out = m1;
             }
             let post_ff_scale = if gl.ple.is_some() { 1.0 } else { lw.layer_scalar };
-            let post_ff = self.residual_norm(ff_out, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_ff, 2, post_ff_scale));
+            let post_ff = self.residual_norm(ff_out, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_ff, 2, post_ff_scale), ends_head && gl.ple.is_none());
             cur ^= 1;
             residual = Some(post_ff);
 
@@ -2334,7 +2399,7 @@ impl<'a> Builder<'a> {
                 let sums = self.ple_gate(gate, &xs[cur], h, ple_g, ple_all, pd, nl * pd, li * pd, NormOut { spec: post_ff, slot: 0 })?;
                 self.fuse_norm(post_ff, first, h);
                 self.matmul_from(proj, ple_g, pd, &o, h, sums)?;
-                residual = Some(self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.ple_post, 2, lw.layer_scalar)));
+                residual = Some(self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.ple_post, 2, lw.layer_scalar), ends_head));
                 cur ^= 1;
             }
         }
@@ -2363,6 +2428,27 @@ impl<'a> Builder<'a> {
         self.specs.push(pass(Kernel::ArgmaxMerge, 0, true, GridY::One));
 
         self.rows_norms()?;
+
+        // The rows a prompt's tail reads by token: the closing norm's input and residual
+        // (bindings 0 and 8), the per-layer inputs, the rope table.
+        let tail = match tail_cut {
+            Some(start) => {
+                let np = self.norm_params(start);
+                let (Res::Buf(a), Res::Buf(res_in)) = (&self.specs[start].res[0], &self.specs[start].res[8]) else {
+                    return Err(Error::Gpu("internal: the prompt tail's norm does not bind its input and residual".into()));
+                };
+                if np.mode != 2 || np.splits != 0 || np.x_stride as usize != h {
+                    return Err(Error::Gpu(format!("internal: the prompt tail starts at a norm of mode {} over {} partials", np.mode, np.splits)));
+                }
+                let mut rows = vec![(a.clone(), 4 * h as u64), (res_in.clone(), 4 * h as u64), (rope_buf.clone(), 4 * rope_stride as u64)];
+                if let Some((ple_all, ..)) = &ple_bufs {
+                    rows.push((ple_all.clone(), 4 * (nl * pd) as u64));
+                }
+                let bytes = rows.iter().map(|r| r.1).sum();
+                Some(PromptTail { start, rows, scratch: self.gpu.storage("prompt tail rows", bytes), step: self.gpu.storage("prompt tail step", std::mem::size_of::<Step>() as u64) })
+            }
+            None => None,
+        };
 
         // ---- bind groups
         let param_buf = {
@@ -2484,6 +2570,7 @@ impl<'a> Builder<'a> {
             segmented: switch("KESTREL_SUBMIT_SEGMENTS", self.opts.submit_segments),
             staged: None,
             commit_scratch,
+            tail,
             gpu: self.gpu,
         })
     }
