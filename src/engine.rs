@@ -93,7 +93,8 @@ pub fn generate(
     let mut last = None;
     for piece in prompt.chunks(chunk) {
         let is_last = pos + piece.len() == prompt.len();
-        let rb = if is_last { last_readback } else { Readback::Argmax };
+        // Chunks before the last only fill the cache (the backend may skip what only logits need).
+        let rb = if is_last { last_readback } else { Readback::Nothing };
         last = Some(backend.prefill(piece, pos, rb)?);
         pos += piece.len();
     }

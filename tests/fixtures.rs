@@ -17,10 +17,11 @@ use kestrel::backend::{Backend, Readback};
 
 const LOGIT_TOL: f32 = 1e-3;
 
-/// Teacher-forced check of one prompt: prefill, reading back `rows` (`AllLogits`: every row,
-/// each compared with the reference's prompt logits; `LastLogits`: each chunk's last row, the
-/// form in which the wgpu backend runs the KV-sharing layers for that row alone), then one
-/// decode step per reference token; returns the ids the backend would have chosen and the
+/// Teacher-forced check of one prompt: prefill, each chunk reading back `rows` (`AllLogits`:
+/// every row, each compared with the reference's prompt logits; `LastLogits`: the chunk's last
+/// row, the form in which the wgpu backend runs the layers past the last K/V write for that row
+/// alone; `Nothing`: no row but the last chunk's last, as `generate` runs a long prompt), then
+/// one decode step per reference token; returns the ids the backend would have chosen and the
 /// largest logit difference seen.
 fn check_prompt(b: &mut dyn Backend, r: &PromptRef, chunk: usize, rows: Readback, label: &str) -> f32 {
     b.reset();
@@ -29,9 +30,19 @@ fn check_prompt(b: &mut dyn Backend, r: &PromptRef, chunk: usize, rows: Readback
     let mut pos = 0;
     let mut last = None;
     for piece in r.prompt.chunks(chunk) {
-        let out = b.prefill(piece, pos, rows).unwrap();
-        let first = if rows == Readback::AllLogits { pos } else { pos + piece.len() - 1 };
-        assert_eq!(out.logits.len(), (pos + piece.len() - first) * vocab, "{label}: rows read back");
+        let is_last = pos + piece.len() == r.prompt.len();
+        let rb = match rows {
+            Readback::Nothing if is_last => Readback::LastLogits,
+            rb => rb,
+        };
+        let out = b.prefill(piece, pos, rb).unwrap();
+        let read = match rb {
+            Readback::AllLogits => piece.len(),
+            Readback::Nothing => 0,
+            _ => 1,
+        };
+        let first = pos + piece.len() - read;
+        assert_eq!(out.logits.len(), read * vocab, "{label}: rows read back");
         if let Some(pl) = &r.prompt_logits {
             for (i, row) in out.logits.chunks(vocab).enumerate() {
                 worst = worst.max(max_abs_diff(row, &pl[first + i]));
@@ -94,20 +105,21 @@ fn wgpu_matches_transformers() {
     }
 }
 
-/// A prompt's KV-sharing layers for its last token alone (`WgpuOptions::prompt_tail`, on by
-/// default): prefill reads back each chunk's last row, so that every chunk runs the program up
-/// to the last KV-owning layer for all its tokens and the rest as a decode step of the last one
-/// (tiny-e2b: layers 5–9 of 10, tiny-e4b: 6–11 of 12). Its logits against the reference's,
-/// then the decode steps on the cache it left; 7-token chunks take it at every chunk's end.
-/// (tiny-moe has no KV-sharing layers, so no tail.)
+/// A prompt's layers past its last K/V write for its last token alone
+/// (`WgpuOptions::prompt_tail`, on by default): a chunk that reads back its last row runs the
+/// program up to the last KV-owning layer's attention for all its tokens and the rest as a
+/// decode step of the last one (tiny-e2b: from layer 4's attention of 10, tiny-e4b: layer 5's
+/// of 12, tiny-moe: the last layer's), and a chunk that reads back nothing stops there. Whole
+/// prompts with their last row read back, then 7-token chunks reading back nothing but the
+/// last: the logits against the reference's, then the decode steps on the cache they left.
 #[test]
 fn wgpu_prompt_tail_matches_transformers() {
-    for chunk in [128, 7] {
+    for (chunk, rows) in [(128, Readback::LastLogits), (7, Readback::Nothing)] {
         run_all(
-            &["tiny-e2b", "tiny-e4b"],
+            &["tiny-e2b", "tiny-e4b", "tiny-moe"],
             &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: chunk, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
             chunk,
-            Readback::LastLogits,
+            rows,
             "wgpu-prompt-tail",
         );
     }

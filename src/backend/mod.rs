@@ -25,12 +25,16 @@ pub enum Readback {
     LastLogits,
     /// Argmax and logits of every row of the step (tests, teacher forcing, verification).
     AllLogits,
+    /// Nothing: the step only appends its K/V to the cache (a long prompt's chunks before the
+    /// last), so a backend may skip what only the logits need.
+    Nothing,
 }
 
 /// What a step returns.
 #[derive(Debug, Clone, Default)]
 pub struct StepOutput {
-    /// Greedy token of each row read back (one for `Argmax`/`LastLogits`, one per row for `AllLogits`).
+    /// Greedy token of each row read back (one for `Argmax`/`LastLogits`, one per row for
+    /// `AllLogits`, none for `Nothing`).
     pub argmax: Vec<u32>,
     /// Logits `[rows, vocab]`, row-major, after the final softcap; empty for `Argmax`.
     pub logits: Vec<f32>,

@@ -22,7 +22,8 @@ fn ids(n: usize, vocab: usize) -> Vec<u32> {
 fn prefill_prompt(b: &mut WgpuBackend, prompt: &[u32], chunk: usize) -> anyhow::Result<()> {
     let mut pos = 0;
     for piece in prompt.chunks(chunk) {
-        b.prefill(piece, pos, Readback::Argmax)?;
+        let rb = if pos + piece.len() < prompt.len() { Readback::Nothing } else { Readback::Argmax };
+        b.prefill(piece, pos, rb)?;
         pos += piece.len();
     }
     Ok(())

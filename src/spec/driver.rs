@@ -93,7 +93,11 @@ pub fn generate(
     let mut pos = 0;
     let mut next = 0;
     for piece in prompt.chunks(chunk) {
-        next = *backend.prefill(piece, pos, Readback::Argmax)?.argmax.last().expect("one argmax per step");
+        if pos + piece.len() < prompt.len() {
+            backend.prefill(piece, pos, Readback::Nothing)?;
+        } else {
+            next = *backend.prefill(piece, pos, Readback::Argmax)?.argmax.last().expect("one argmax per step");
+        }
         pos += piece.len();
     }
     stats.prompt_time = t0.elapsed();

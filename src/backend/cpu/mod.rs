@@ -432,6 +432,10 @@ impl Backend for CpuBackend {
             return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary (size {vocab})")));
         }
         let hidden = self.forward(tokens, pos)?;
+        if readback == Readback::Nothing {
+            self.last_hidden = hidden;
+            return Ok(StepOutput::default());
+        }
         let h = self.cfg.text.hidden_size;
         let n = tokens.len();
         let (rows, hid) = match readback {

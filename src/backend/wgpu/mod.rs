@@ -108,10 +108,11 @@ pub struct WgpuOptions {
     /// picks: tests use it to run the split path on models too small to split (1: the rule
     /// alone).
     pub min_k_splits: u32,
-    /// A prompt's KV-sharing layers run for its last token alone (spec §2.4): they write no
-    /// cache, so only the row whose logits a prefill returns needs them. Steps that return one
-    /// row run the program up to the last KV-owning layer's closing residual norm for every
-    /// token, then the rest as a decode step of the last token. `KESTREL_PROMPT_TAIL=0|1`
+    /// A prompt's layers past its last K/V write run for its last token alone (spec §2.4): the
+    /// KV-sharing layers write no cache, nor does the last KV-owning layer once its K/V are
+    /// written, so only the row whose logits a prefill returns needs them. Steps that return
+    /// one row run the program up to that layer's attention for every token, then the rest as
+    /// a decode step of the last token; steps that return none stop there. `KESTREL_PROMPT_TAIL=0|1`
     /// overrides it for A/B measurements.
     pub prompt_tail: bool,
 }
@@ -393,13 +394,13 @@ pub struct WgpuBackend {
     tail: Option<PromptTail>,
 }
 
-/// The KV-sharing layers of a prompt step, run as a decode step of its last token: from
-/// dispatch `start` (the residual norm that ends the last KV-owning layer) on, after the rows
-/// that part reads of the last token are moved to row 0.
+/// The part of a prompt step past its last K/V write, run as a decode step of its last token:
+/// from dispatch `start` (the last KV-owning layer's chunk attention) on, after the rows that
+/// part reads of the last token are moved to row 0.
 struct PromptTail {
     start: usize,
-    /// (buffer, bytes per row): the closing norm's two inputs, the per-layer inputs and the
-    /// rope table, each indexed by token.
+    /// (buffer, bytes per row): that layer's residual and q (as decode's attention reads it),
+    /// the rope table and the per-layer inputs, each indexed by token.
     rows: Vec<(wgpu::Buffer, u64)>,
     /// Room for one row of each (a copy may not read and write one buffer).
     scratch: wgpu::Buffer,
@@ -586,10 +587,11 @@ impl WgpuBackend {
             }
         }
         let t_enc = std::time::Instant::now();
-        // A prompt step that returns one row runs its KV-sharing layers for that row alone:
-        // the program up to `head_end` for every token, the rest as a decode step of the last.
-        let tail = self.tail.as_ref().filter(|_| n > 1 && n_out == 1 && !self.verifying);
-        let head_end = tail.map_or(self.program.len(), |t| t.start);
+        // A prompt step that returns at most one row runs the program up to `head_end` (the last
+        // K/V write) for every token, then, for a row, the rest as a decode step of the last.
+        let cut = self.tail.as_ref().filter(|_| n > 1 && n_out <= 1 && !self.verifying);
+        let head_end = cut.map_or(self.program.len(), |t| t.start);
+        let tail = cut.filter(|_| n_out == 1);
         if let Some(t) = tail {
             let step = Step { n_tokens: 1, pos0: (pos0 + n - 1) as u32, n_out: 1, ..Default::default() };
             self.gpu.queue.write_buffer(&t.step, 0, bytemuck::bytes_of(&step));
@@ -836,6 +838,7 @@ impl Backend for WgpuBackend {
     fn prefill(&mut self, tokens: &[u32], pos: usize, readback: Readback) -> Result<StepOutput> {
         let n_out = match readback {
             Readback::AllLogits => tokens.len(),
+            Readback::Nothing => 0,
             _ => 1,
         };
         self.staged = None;
@@ -1768,12 +1771,11 @@ impl<'a> Builder<'a> {
     /// that a decode step can run this norm inside the next mat-vec instead ([`Self::fuse_norm`]).
     /// In chunks, where a split-k mat-mat wrote `a` through a qmm_sum, the norm's rows form
     /// reads the partials instead and that qmm_sum goes (`Builder::norm_splits`; `a` is read by
-    /// this norm alone), unless `whole`: the norm that ends the last KV-owning layer, where a
-    /// prompt's tail starts ([`PromptTail`]), reads `a` as a decode step does.
-    fn residual_norm(&mut self, a: &wgpu::Buffer, wt: &wgpu::Buffer, res: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams, whole: bool) -> usize {
+    /// this norm alone).
+    fn residual_norm(&mut self, a: &wgpu::Buffer, wt: &wgpu::Buffer, res: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams) -> usize {
         let p = NormParams { mode: 2, ..p };
         // Whether the rows form takes this norm over partials (rows_norms gives it that form).
-        let rows_take_parts = !whole && self.norm_splits && kernels::rmsnorm_rows(&NormParams { splits: 2, ..p }, self.norm_rows).is_some();
+        let rows_take_parts = self.norm_splits && kernels::rmsnorm_rows(&NormParams { splits: 2, ..p }, self.norm_rows).is_some();
         let parts = if rows_take_parts { self.take_split_sum(a, p.n as usize) } else { None };
         let spec = self.norm(a, wt, out, NormParams { splits: parts.as_ref().map_or(0, |(_, s)| *s), ..p });
         self.specs[spec].res[8] = Res::Buf(res.clone());
@@ -2172,12 +2174,11 @@ impl<'a> Builder<'a> {
             n: n as u32, segs: 1, x_stride: n as u32, x_row_sel: 0, out_stride: n as u32,
             w_off, mode, count_sel: 0, pre: 1.0, post, eps, ..Default::default()
         };
-        // A prompt's tail (WgpuOptions::prompt_tail) starts at the first of the KV-sharing layers
-        // that end the model. Not with streamed experts: their steps run in host-driven parts.
-        let first_shared = cfg.layers.iter().rposition(|l| matches!(l.kv, KvSource::Own { .. })).map_or(0, |i| i + 1);
-        let tail_layer = (switch("KESTREL_PROMPT_TAIL", self.opts.prompt_tail) && !streaming && first_shared > 0 && first_shared < cfg.layers.len()).then_some(first_shared);
-        // The residual norm where the tail starts (the one that ends the layer before it).
-        let mut tail_cut: Option<usize> = None;
+        // A prompt's tail (WgpuOptions::prompt_tail) starts at the attention of the last layer
+        // that writes K/V. Not with streamed experts: their steps run in host-driven parts.
+        let tail_layer = cfg.layers.iter().rposition(|l| matches!(l.kv, KvSource::Own { .. })).filter(|_| switch("KESTREL_PROMPT_TAIL", self.opts.prompt_tail) && !streaming);
+        // Where the tail starts, and the rows it reads by token of that layer's residual and q.
+        let mut tail_cut: Option<(usize, Vec<(wgpu::Buffer, u64)>)> = None;
         // The residual norm that ended the last layer, for the next input norm.
         let mut residual: Option<usize> = None;
         // The residual stream: xs[cur] holds it; a residual norm writes xs[cur ^ 1] and flips cur.
@@ -2191,13 +2192,8 @@ impl<'a> Builder<'a> {
             let rc = kv.read_cache[li];
             let slots = kv.caches[rc].slots as u32;
 
-            // Whether this layer's last residual norm is where a prompt's tail starts.
-            let ends_head = tail_layer == Some(li + 1);
             // attention block; the input norm rides on the last layer's final residual norm
             let input_norm = residual.take();
-            if tail_layer == Some(li) {
-                tail_cut = input_norm;
-            }
             // Where xn comes from: chunk norms can also write its group sums for the mat-mats.
             let xn_from = match input_norm {
                 Some(prev) => self.chain_norm(prev, ln.input, 1.0, &xn, h),
@@ -2293,6 +2289,18 @@ impl<'a> Builder<'a> {
                 Some(k) if attn_coop => (k, ATTN_COOP_BQ),
                 _ => (attention_chunk(d), ATTN_BQ),
             };
+            if tail_layer == Some(li) {
+                // What the rest of the program reads by token that the part before it wrote:
+                // the residual into this layer, q as decode's attention reads it (the raw
+                // projection where attention_split norms it) and, below, the per-layer inputs
+                // and the rope row.
+                let mut rows = vec![(xs[cur].clone(), 4 * h as u64)];
+                rows.push(match &q_raw {
+                    Some((qb, _)) => (qb.clone(), 4 * qs.2 as u64),
+                    None => (q.clone(), 4 * l.q_dim() as u64),
+                });
+                tail_cut = Some((self.specs.len(), rows));
+            }
             self.spec(chunk_attn, res, &ap, l.n_heads as u32, GridY::TokenTiles(bq));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
             // Decode: the keys split over attn_splits() workgroups per head, then merged.
@@ -2313,7 +2321,7 @@ impl<'a> Builder<'a> {
             self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
             self.specs.last_mut().expect("just pushed").only = Only::Single;
             self.matmul_from(&gl.o, &att, l.q_dim(), &o, h, o_from)?;
-            let post_attn = self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_attn, 2, 1.0), false);
+            let post_attn = self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_attn, 2, 1.0));
             cur ^= 1;
 
             // feed-forward block
@@ -2389,7 +2397,7 @@ impl<'a> Builder<'a> {
                 ff_out = m1;
             }
             let post_ff_scale = if gl.ple.is_some() { 1.0 } else { lw.layer_scalar };
-            let post_ff = self.residual_norm(ff_out, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_ff, 2, post_ff_scale), ends_head && gl.ple.is_none());
+            let post_ff = self.residual_norm(ff_out, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_ff, 2, post_ff_scale));
             cur ^= 1;
             residual = Some(post_ff);
 
@@ -2399,7 +2407,7 @@ impl<'a> Builder<'a> {
                 let sums = self.ple_gate(gate, &xs[cur], h, ple_g, ple_all, pd, nl * pd, li * pd, NormOut { spec: post_ff, slot: 0 })?;
                 self.fuse_norm(post_ff, first, h);
                 self.matmul_from(proj, ple_g, pd, &o, h, sums)?;
-                residual = Some(self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.ple_post, 2, lw.layer_scalar), ends_head));
+                residual = Some(self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.ple_post, 2, lw.layer_scalar)));
                 cur ^= 1;
             }
         }
@@ -2429,18 +2437,10 @@ impl<'a> Builder<'a> {
 
         self.rows_norms()?;
 
-        // The rows a prompt's tail reads by token: the closing norm's input and residual
-        // (bindings 0 and 8), the per-layer inputs, the rope table.
         let tail = match tail_cut {
-            Some(start) => {
-                let np = self.norm_params(start);
-                let (Res::Buf(a), Res::Buf(res_in)) = (&self.specs[start].res[0], &self.specs[start].res[8]) else {
-                    return Err(Error::Gpu("internal: the prompt tail's norm does not bind its input and residual".into()));
-                };
-                if np.mode != 2 || np.splits != 0 || np.x_stride as usize != h {
-                    return Err(Error::Gpu(format!("internal: the prompt tail starts at a norm of mode {} over {} partials", np.mode, np.splits)));
-                }
-                let mut rows = vec![(a.clone(), 4 * h as u64), (res_in.clone(), 4 * h as u64), (rope_buf.clone(), 4 * rope_stride as u64)];
+            Some((start, mut rows)) => {
+                debug_assert!(matches!(self.specs[start].kernel, Kernel::Attention { .. } | Kernel::AttentionCoop { .. }), "the tail starts at a chunk attention");
+                rows.push((rope_buf.clone(), 4 * rope_stride as u64));
                 if let Some((ple_all, ..)) = &ple_bufs {
                     rows.push((ple_all.clone(), 4 * (nl * pd) as u64));
                 }
