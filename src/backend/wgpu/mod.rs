@@ -389,8 +389,8 @@ pub struct WgpuBackend {
     staged: Option<(usize, usize)>,
     /// VERIFY_MAX rows of the widest cache: commit copies staged rows through it.
     commit_scratch: wgpu::Buffer,
-    /// Where a prompt's KV-sharing layers start, when they run for its last token alone
-    /// ([`WgpuOptions::prompt_tail`]).
+    /// Where a prompt step's part past its last K/V write starts, when it runs for the last
+    /// token alone ([`WgpuOptions::prompt_tail`]).
     tail: Option<PromptTail>,
 }
 
