@@ -812,8 +812,9 @@ fn interrupted_install_resumes_to_an_identical_manifest() {
 }
 
 /// `kestrel bench --json` on the tiny E2B-shaped 4-bit fixture: the contract's fields are there
-/// and consistent (pp's median between its slowest and fastest repetition, the tg figures and
-/// the roofline it measured, per-kernel profiles where the device has timestamps). What the
+/// and consistent (pp's median between its slowest and fastest repetition, the layer its prompt
+/// tail starts at, the tg figures and the roofline it measured, per-kernel profiles where the
+/// device has timestamps). What the
 /// numbers are is the benchmark's business, never a test's.
 #[test]
 fn bench_json_reports_pp_tg_and_the_roofline() {
@@ -825,6 +826,9 @@ fn bench_json_reports_pp_tg_and_the_roofline() {
     let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap_or_else(|| panic!("{k} is not a number: {x}"));
     let (t, lo, hi) = (f(pp, "tok_s"), f(pp, "tok_s_min"), f(pp, "tok_s_max"));
     assert!(0.0 < lo && lo <= t && t <= hi, "pp's median {t} must lie in [{lo}, {hi}]");
+    // tiny-e2b: layers 0–4 own their K/V (5 of its 10 share them), so a prompt runs for its last
+    // token alone from layer 4's attention on (WgpuOptions::prompt_tail).
+    assert_eq!(pp["tail_from_layer"].as_u64(), Some(4), "{pp}");
     let tg = &v["tg"];
     assert_eq!(tg["tokens"].as_u64(), Some(4), "{tg}");
     for k in ["tok_s", "ms_per_token", "bytes_per_token", "gb_s", "roofline_gb_s", "roofline_fraction"] {

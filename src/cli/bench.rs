@@ -190,7 +190,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "model": model.source,
             "device": b.device_info(),
             "backend": "wgpu",
-            "pp": pp.map(|(t, lo, hi)| json!({"tokens": args.n_prompt, "tok_s": t, "repetitions": args.reps, "tok_s_min": lo, "tok_s_max": hi})),
+            "pp": pp.map(|(t, lo, hi)| json!({"tokens": args.n_prompt, "tok_s": t, "repetitions": args.reps, "tok_s_min": lo, "tok_s_max": hi, "tail_from_layer": b.prompt_tail_layer()})),
             "tg": tg.map(|(t, s)| json!({
                 "tokens": args.n_gen, "tok_s": t, "ms_per_token": s * 1e3,
                 "bytes_per_token": bytes, "gb_s": bytes / s / 1e9,
@@ -219,6 +219,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
         if let (Some((t, s)), Some(g)) = (tg, gbs) {
             println!("| tg{} | {t:.1} | {:.3} | {:.3} | {g:.1} | {copy_gbs:.1} | {:.1} % |", args.n_gen, s * 1e3, bytes / 1e9, 100.0 * g / copy_gbs);
+        }
+        // What pp measured: the layers past the last K/V write run for a prompt's last token alone.
+        if let (Some(_), Some(l)) = (pp, b.prompt_tail_layer()) {
+            println!("pp: layers 0–{} and layer {l}'s q/k/v for every prompt token, the rest for its last token alone (nothing there writes the cache; KESTREL_PROMPT_TAIL=0: every layer for every token)", l.saturating_sub(1));
         }
         if let (false, Some((_, s))) = (verify_ms.is_empty(), tg) {
             println!("\nverify pass (M tokens) vs one decode step ({:.3} ms):", s * 1e3);

@@ -399,6 +399,8 @@ pub struct WgpuBackend {
 /// part reads of the last token are moved to row 0.
 struct PromptTail {
     start: usize,
+    /// The layer whose attention `start` is.
+    layer: usize,
     /// (buffer, bytes per row): that layer's residual and q (as decode's attention reads it),
     /// the rope table and the per-layer inputs, each indexed by token.
     rows: Vec<(wgpu::Buffer, u64)>,
@@ -465,6 +467,12 @@ impl WgpuBackend {
     }
 
     /// Dispatches one decode step records.
+    /// The layer from whose attention on a prompt step runs for its last token alone
+    /// ([`WgpuOptions::prompt_tail`]); None where every layer runs for every token.
+    pub fn prompt_tail_layer(&self) -> Option<usize> {
+        self.tail.as_ref().map(|t| t.layer)
+    }
+
     pub fn decode_dispatches(&self) -> usize {
         self.program.iter().filter(|d| d.only != Only::Multi).count()
     }
@@ -2178,7 +2186,7 @@ impl<'a> Builder<'a> {
         // that writes K/V. Not with streamed experts: their steps run in host-driven parts.
         let tail_layer = cfg.layers.iter().rposition(|l| matches!(l.kv, KvSource::Own { .. })).filter(|_| switch("KESTREL_PROMPT_TAIL", self.opts.prompt_tail) && !streaming);
         // Where the tail starts, and the rows it reads by token of that layer's residual and q.
-        let mut tail_cut: Option<(usize, Vec<(wgpu::Buffer, u64)>)> = None;
+        let mut tail_cut: Option<(usize, usize, Vec<(wgpu::Buffer, u64)>)> = None;
         // The residual norm that ended the last layer, for the next input norm.
         let mut residual: Option<usize> = None;
         // The residual stream: xs[cur] holds it; a residual norm writes xs[cur ^ 1] and flips cur.
@@ -2299,7 +2307,7 @@ impl<'a> Builder<'a> {
                     Some((qb, _)) => (qb.clone(), 4 * qs.2 as u64),
                     None => (q.clone(), 4 * l.q_dim() as u64),
                 });
-                tail_cut = Some((self.specs.len(), rows));
+                tail_cut = Some((self.specs.len(), li, rows));
             }
             self.spec(chunk_attn, res, &ap, l.n_heads as u32, GridY::TokenTiles(bq));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
@@ -2438,14 +2446,14 @@ impl<'a> Builder<'a> {
         self.rows_norms()?;
 
         let tail = match tail_cut {
-            Some((start, mut rows)) => {
+            Some((start, layer, mut rows)) => {
                 debug_assert!(matches!(self.specs[start].kernel, Kernel::Attention { .. } | Kernel::AttentionCoop { .. }), "the tail starts at a chunk attention");
                 rows.push((rope_buf.clone(), 4 * rope_stride as u64));
                 if let Some((ple_all, ..)) = &ple_bufs {
                     rows.push((ple_all.clone(), 4 * (nl * pd) as u64));
                 }
                 let bytes = rows.iter().map(|r| r.1).sum();
-                Some(PromptTail { start, rows, scratch: self.gpu.storage("prompt tail rows", bytes), step: self.gpu.storage("prompt tail step", std::mem::size_of::<Step>() as u64) })
+                Some(PromptTail { start, layer, rows, scratch: self.gpu.storage("prompt tail rows", bytes), step: self.gpu.storage("prompt tail step", std::mem::size_of::<Step>() as u64) })
             }
             None => None,
         };
