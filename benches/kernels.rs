@@ -381,28 +381,32 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
 /// and 528 workgroups (1, 2, 4 per H200 SM: all resident), each dispatch 1000 of them: what a
 /// persistent decode kernel would pay between phases, against the dependent dispatch (the copy
 /// row) it would replace. A run first counts the reads that saw stale data (on the H200 most
-/// did, session 7: such a barrier orders atomics only, not plain stores). Only on
+/// did, session 7: such a barrier orders atomics only, not plain stores); the atomic form hands
+/// the slots over as atomics (session 20), the hand-off a WGSL "last workgroup" fusion needs. Only on
 /// a device with ≥ 132 SMs' worth of concurrent workgroups: elsewhere the grid would not be
 /// resident at once and the kernel would spin forever.
 fn grid_barrier_rows(h: &mut KernelHarness, filter: &str) {
-    let label = Kernel::GridBarrier.label();
-    if !label.contains(filter) {
-        return;
-    }
-    if !h.gpu().describe().contains("H200") {
-        println!("| {label} | skipped: the grid must be resident at once, sized for the H200 only | |");
-        return;
-    }
-    let rounds = 1000u32;
-    let p = BarrierParams { rounds, _pad: [0; 3] };
-    let zero = vec![0u8; 4];
-    for nwg in [132u32, 264, 528] {
-        let bufs = vec![zero.clone(), vec![0u8; 4 * nwg as usize], zero.clone()];
-        let errors = h.run(Kernel::GridBarrier, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1)).map(|out| u32::from_le_bytes(out[2][..4].try_into().expect("4 bytes")));
-        // 5 dispatches per timed pass: with the harness's warm-up the counter stays far below 2^32.
-        match (errors, h.time(Kernel::GridBarrier, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1), 5)) {
-            (Ok(e), Ok(us)) => println!("| {label} | {nwg} workgroups, stale reads {e} | {:.2} per barrier |", us / rounds as f64),
-            (Err(e), _) | (_, Err(e)) => println!("| {label} | {nwg} workgroups | error: {e} |"),
+    for atomic in [false, true] {
+        let kernel = Kernel::GridBarrier { atomic };
+        let label = kernel.label();
+        if !label.contains(filter) {
+            continue;
+        }
+        if !h.gpu().describe().contains("H200") {
+            println!("| {label} | skipped: the grid must be resident at once, sized for the H200 only | |");
+            continue;
+        }
+        let rounds = 1000u32;
+        let p = BarrierParams { rounds, _pad: [0; 3] };
+        let zero = vec![0u8; 4];
+        for nwg in [132u32, 264, 528] {
+            let bufs = vec![zero.clone(), vec![0u8; 4 * nwg as usize], zero.clone()];
+            let errors = h.run(kernel, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1)).map(|out| u32::from_le_bytes(out[2][..4].try_into().expect("4 bytes")));
+            // 5 dispatches per timed pass: with the harness's warm-up the counter stays far below 2^32.
+            match (errors, h.time(kernel, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1), 5)) {
+                (Ok(e), Ok(us)) => println!("| {label} | {nwg} workgroups, stale reads {e} of {} | {:.2} per barrier |", rounds * nwg, us / rounds as f64),
+                (Err(e), _) | (_, Err(e)) => println!("| {label} | {nwg} workgroups | error: {e} |"),
+            }
         }
     }
 }

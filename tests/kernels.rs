@@ -2964,12 +2964,13 @@ fn grid_barrier_counts_and_sees_its_writes() {
     let to_bytes = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
     let rounds = 40u32;
     let p = BarrierParams { rounds, _pad: [0; 3] };
-    // A fresh counter, then one that two earlier dispatches of this grid left.
-    for start in [0u32, 2 * rounds] {
-        let out = h.run(Kernel::GridBarrier, &[to_bytes(&[start]), to_bytes(&[0]), to_bytes(&[0])], bytemuck::bytes_of(&p), Step::default(), (1, 1, 1)).unwrap();
-        assert_eq!(words(&out[0]), vec![start + rounds], "counter after a dispatch from {start}");
-        assert_eq!(words(&out[1]), vec![rounds], "the workgroup's last round");
-        assert_eq!(words(&out[2]), vec![0], "reads that saw a slot from before the last barrier");
+    // A fresh counter, then one that two earlier dispatches of this grid left; the slots as
+    // plain values and as atomics.
+    for (start, atomic) in [0u32, 2 * rounds].into_iter().flat_map(|s| [(s, false), (s, true)]) {
+        let out = h.run(Kernel::GridBarrier { atomic }, &[to_bytes(&[start]), to_bytes(&[0]), to_bytes(&[0])], bytemuck::bytes_of(&p), Step::default(), (1, 1, 1)).unwrap();
+        assert_eq!(words(&out[0]), vec![start + rounds], "counter after a dispatch from {start} (atomic slots: {atomic})");
+        assert_eq!(words(&out[1]), vec![rounds], "the workgroup's last round (atomic slots: {atomic})");
+        assert_eq!(words(&out[2]), vec![0], "reads that saw a slot from before the last barrier (atomic slots: {atomic})");
     }
 }
 

@@ -6,6 +6,9 @@
 // the forward pass; it also counts the reads after a barrier that missed a neighbour's write
 // from before it. On the H200 most did (session 7: 103902 of 132000 at 132 workgroups): WGSL's
 // barriers do not make plain storage writes of other workgroups visible, only atomics are.
+// The atomic form (the host's choice: `seen` an array of atomics) hands the slots over as
+// atomics (atomicStore before the barrier, atomicLoad after): whether that hand-off is seen is
+// what a fused "last workgroup does the follower's work" kernel in WGSL would rely on.
 //
 // Requires every workgroup of the grid to be running at once: nothing guarantees that in
 // general, and a workgroup waiting for one that has not started spins forever. The caller
@@ -14,8 +17,9 @@
 //
 // Bindings: counter: atomic u32[1], arrivals of every dispatch so far (it only grows; each
 //   dispatch finds its base, a multiple of rounds · nwg, from the value it first reads);
-//   seen: u32[nwg]; errors: atomic u32[1], the reads that saw a neighbour's slot from before
-//   the last barrier; p: BarrierParams; step: Step (unused, bound for a uniform interface).
+//   seen: u32[nwg] (atomic u32 in the atomic form); errors: atomic u32[1], the reads that saw
+//   a neighbour's slot from before the last barrier; p: BarrierParams; step: Step (unused,
+//   bound for a uniform interface).
 // Launch: 64 threads per workgroup; grid = (nwg, 1, 1); rounds ≥ 2 and rounds · nwg · dispatches
 //   < 2^32 (the counter does not wrap).
 // Round r = 1 … rounds: thread 0 of workgroup i writes r to seen[i], all pass the barrier,
@@ -30,12 +34,15 @@ struct BarrierParams {
 }
 
 @group(0) @binding(0) var<storage, read_write> counter: array<atomic<u32>>;
-@group(0) @binding(1) var<storage, read_write> seen: array<u32>;
+@group(0) @binding(1) var<storage, read_write> seen: {{SEEN}};
 @group(0) @binding(2) var<storage, read_write> errors: array<atomic<u32>>;
 @group(0) @binding(3) var<uniform> p: BarrierParams;
 @group(0) @binding(4) var<uniform> step: Step;
 
 var<workgroup> base: u32;
+
+fn put_slot(i: u32, v: u32) { {{PUT}} }
+fn slot(i: u32) -> u32 { return {{GET}}; }
 
 // One barrier: returns once the counter reaches `all_arrived` (every workgroup's arrival at
 // this round). Every thread of the workgroup calls it.
@@ -64,8 +71,8 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     }
     let b = workgroupUniformLoad(&base);
     for (var r = 1u; r <= p.rounds; r++) {
-        if (lid == 0u) { seen[wid.x] = r; }
+        if (lid == 0u) { put_slot(wid.x, r); }
         grid_barrier(b + r * nwg, lid);
-        if (lid == 0u && seen[(wid.x + 1u) % nwg] < r) { atomicAdd(&errors[0], 1u); }
+        if (lid == 0u && slot((wid.x + 1u) % nwg) < r) { atomicAdd(&errors[0], 1u); }
     }
 }

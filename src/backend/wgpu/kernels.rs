@@ -129,8 +129,9 @@ pub enum Kernel {
     /// vec4 buffer copy: the bandwidth roofline of benchmarks (not part of the forward pass).
     Copy,
     /// Grid-wide barriers among the workgroups of one dispatch: what one costs, for benchmarks
-    /// (not part of the forward pass).
-    GridBarrier,
+    /// (not part of the forward pass). `atomic`: the slots the workgroups hand each other across
+    /// a barrier are atomics (atomicStore / atomicLoad), not plain stores and loads.
+    GridBarrier { atomic: bool },
 }
 
 impl Kernel {
@@ -168,7 +169,7 @@ impl Kernel {
             Kernel::QmmMoe => "qmm_moe_q4".into(),
             Kernel::MoeCombine => "moe_combine".into(),
             Kernel::Copy => "copy".into(),
-            Kernel::GridBarrier => "grid_barrier".into(),
+            Kernel::GridBarrier { atomic } => if atomic { "grid_barrier_atomic".into() } else { "grid_barrier".into() },
         }
     }
 
@@ -282,7 +283,10 @@ impl Kernel {
             Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
             Kernel::MoeCombine => include_str!("../../../wgsl/moe_combine.wgsl").into(),
             Kernel::Copy => include_str!("../../../wgsl/copy.wgsl").into(),
-            Kernel::GridBarrier => include_str!("../../../wgsl/grid_barrier.wgsl").into(),
+            Kernel::GridBarrier { atomic } => {
+                let (ty, put, get) = if atomic { ("array<atomic<u32>>", "atomicStore(&seen[i], v);", "atomicLoad(&seen[i])") } else { ("array<u32>", "seen[i] = v;", "seen[i]") };
+                include_str!("../../../wgsl/grid_barrier.wgsl").replace("{{SEEN}}", ty).replace("{{PUT}}", put).replace("{{GET}}", get)
+            }
         }
     }
 }
@@ -484,7 +488,7 @@ impl Kernel {
             Kernel::AttentionCoop { sums: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, ReadWrite],
             Kernel::QkvNormRope { .. } => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
-            Kernel::GridBarrier => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::GridBarrier { .. } => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::GeluMulSums => &[ReadWrite, Read, Uniform, Uniform, ReadWrite, Read],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
