@@ -3,15 +3,13 @@
 # (0)): whether workgroups can hand each other values across a WGSL grid barrier as atomics
 # (kbench grid_barrier_atomic: stale reads and cost per barrier at 132 / 264 / 528 workgroups,
 # beside the plain form that session 7 found stale), the question a "last workgroup does the
-# follower's work" decode fusion in WGSL depends on; first the kernel tests (grid_barrier's
-# test runs both forms on one workgroup). ≈ 1.5 min. Carry target/carry (tools/device/pack.sh
-# --tests) and .gl.
+# follower's work" decode fusion in WGSL depends on; first final_checks (the kernel tests —
+# grid_barrier's runs both forms on one workgroup —, the fixtures, the 256 MiB mat-vec).
+# ≈ 2 min. Carry target/carry (tools/device/pack.sh --tests) and .gl.
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/p1-grid-barrier-atomic.txt"
-date -u | tee "$F"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee -a "$F"
-echo "== tests/kernels.rs --include-ignored" | tee -a "$F"
-KESTREL_REQUIRE_GPU=1 timeout 300 ./target/release/ktests --include-ignored 2>&1 | grep -E "^test |test result|FAIL|panicked" | head -20 | tee -a "$F"
+final_checks "$F"
 echo "== kbench grid_barrier (plain and atomic slots), copy" | tee -a "$F"
 timeout 120 ./target/release/kbench grid_barrier 2>&1 | grep -E "^\| (copy|grid_barrier)" | tee -a "$F"
 date -u | tee -a "$F"
