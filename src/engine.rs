@@ -88,17 +88,8 @@ pub fn generate(
 
     // ---- prefill, in chunks
     let t0 = Instant::now();
-    let chunk = params.chunk.clamp(1, backend.max_chunk());
-    let mut pos = 0;
-    let mut last = None;
-    for piece in prompt.chunks(chunk) {
-        let is_last = pos + piece.len() == prompt.len();
-        // Chunks before the last only fill the cache (the backend may skip what only logits need).
-        let rb = if is_last { last_readback } else { Readback::Nothing };
-        last = Some(backend.prefill(piece, pos, rb)?);
-        pos += piece.len();
-    }
-    let step = last.expect("prompt is non-empty (checked above)");
+    let step = backend.prefill_prompt(prompt, params.chunk, last_readback)?;
+    let mut pos = prompt.len();
     let mut next = pick(sampler, greedy, step, &history);
     stats.prompt_time = t0.elapsed();
 

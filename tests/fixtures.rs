@@ -92,6 +92,24 @@ fn cpu_reference_matches_transformers() {
     run_all(&["tiny-e2b", "tiny-e4b", "tiny-moe"], &mut |m| Some(Box::new(CpuBackend::new(m.cfg.clone(), m.weights.clone(), 4096))), 128, Readback::AllLogits, "cpu");
 }
 
+/// `Backend::prefill_prompt`, the prompt loop of generate, the speculative driver and the bench:
+/// 7-token chunks, those before the last reading back nothing, end with the reference's last
+/// prompt row and its argmax, which is the first generated id; an empty prompt is an error.
+#[test]
+fn prefill_prompt_in_chunks_matches_transformers() {
+    let model = open_model("tiny-e2b", "hf");
+    let mut b = CpuBackend::new(model.cfg.clone(), model.weights.clone(), 4096);
+    for r in load_refs("tiny-e2b", "reference") {
+        let out = b.prefill_prompt(&r.prompt, 7, Readback::LastLogits).unwrap();
+        let pl = r.prompt_logits.as_ref().expect("the reference has prompt logits");
+        let d = max_abs_diff(&out.logits, &pl[r.prompt.len() - 1]);
+        assert!(d <= LOGIT_TOL, "last prompt row differs by {d} > {LOGIT_TOL}");
+        assert_eq!(out.argmax, vec![r.generated[0]]);
+        b.reset();
+    }
+    assert!(b.prefill_prompt(&[], 7, Readback::Argmax).is_err());
+}
+
 #[test]
 fn wgpu_matches_transformers() {
     for chunk in [128, 7] {

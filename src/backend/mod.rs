@@ -72,6 +72,25 @@ pub trait Backend {
     /// appending their K/V to the cache. `Argmax` and `LastLogits` read back the last row only.
     fn prefill(&mut self, tokens: &[u32], pos: usize, readback: Readback) -> Result<StepOutput>;
 
+    /// Runs a whole prompt from position 0 in chunks of at most `chunk` tokens (and
+    /// [`Backend::max_chunk`]) and returns the last chunk's output, read back as `last`. The
+    /// chunks before it read back `Nothing`: they only fill the cache, so a backend may skip
+    /// what only the logits need.
+    fn prefill_prompt(&mut self, prompt: &[u32], chunk: usize, last: Readback) -> Result<StepOutput> {
+        if prompt.is_empty() {
+            return Err(crate::Error::Invalid("prefill of an empty prompt".into()));
+        }
+        let chunk = chunk.clamp(1, self.max_chunk());
+        let mut pos = 0;
+        let mut out = StepOutput::default();
+        for piece in prompt.chunks(chunk) {
+            let rb = if pos + piece.len() < prompt.len() { Readback::Nothing } else { last };
+            out = self.prefill(piece, pos, rb)?;
+            pos += piece.len();
+        }
+        Ok(out)
+    }
+
     /// Runs one token at position `pos`. Equivalent to a one-token `prefill`, but backends keep
     /// a dedicated, allocation-free path for it.
     fn decode(&mut self, token: u32, pos: usize, readback: Readback) -> Result<StepOutput> {

@@ -18,17 +18,6 @@ fn ids(n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| (1000 + i * 7919) as u32 % vocab.max(2) as u32).collect()
 }
 
-/// Runs `prompt` from position 0 in chunks of `chunk` tokens, as `generate` does.
-fn prefill_prompt(b: &mut WgpuBackend, prompt: &[u32], chunk: usize) -> anyhow::Result<()> {
-    let mut pos = 0;
-    for piece in prompt.chunks(chunk) {
-        let rb = if pos + piece.len() < prompt.len() { Readback::Nothing } else { Readback::Argmax };
-        b.prefill(piece, pos, rb)?;
-        pos += piece.len();
-    }
-    Ok(())
-}
-
 /// Prefill warm-up before the timed passes: at least this many passes of the prompt and this
 /// much wall time (the GPU's clocks ramp over tens to hundreds of milliseconds of load), at
 /// most `WARMUP_MAX_PASSES` passes.
@@ -62,7 +51,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         let t0 = Instant::now();
         for pass in 0..WARMUP_MAX_PASSES {
             b.reset();
-            prefill_prompt(&mut b, &prompt, args.model.chunk)?;
+            b.prefill_prompt(&prompt, args.model.chunk, Readback::Argmax)?;
             if pass + 1 >= WARMUP_MIN_PASSES && t0.elapsed() >= WARMUP_MIN_TIME {
                 break;
             }
@@ -78,7 +67,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         for _ in 0..args.reps {
             b.reset();
             let t0 = Instant::now();
-            prefill_prompt(&mut b, &prompt, args.model.chunk)?;
+            b.prefill_prompt(&prompt, args.model.chunk, Readback::Argmax)?;
             rates.push(args.n_prompt as f64 / t0.elapsed().as_secs_f64());
         }
         rates.sort_by(f64::total_cmp);

@@ -89,17 +89,8 @@ pub fn generate(
 
     // ---- prefill, in chunks; the last chunk's last row is the first token
     let t0 = Instant::now();
-    let chunk = params.chunk.clamp(1, backend.max_chunk());
-    let mut pos = 0;
-    let mut next = 0;
-    for piece in prompt.chunks(chunk) {
-        if pos + piece.len() < prompt.len() {
-            backend.prefill(piece, pos, Readback::Nothing)?;
-        } else {
-            next = *backend.prefill(piece, pos, Readback::Argmax)?.argmax.last().expect("one argmax per step");
-        }
-        pos += piece.len();
-    }
+    let mut next = *backend.prefill_prompt(prompt, params.chunk, Readback::Argmax)?.argmax.last().expect("one argmax per step");
+    let mut pos = prompt.len();
     stats.prompt_time = t0.elapsed();
     // The target hidden that produced `next`: the last row of the last step.
     let h = backend.config().text.hidden_size;
