@@ -411,6 +411,33 @@ fn grid_barrier_rows(h: &mut KernelHarness, filter: &str) {
     }
 }
 
+/// A producer's workgroups handing their shares of an output to the one that arrives last
+/// (last_workgroup.wgsl: store, fence, atomic arrival; the last fences and reads every share),
+/// the hand-off a decode fusion would use to run a follower's one-workgroup work (a residual
+/// norm, attention_combine) inside its producer instead of a dependent dispatch. Shapes of a
+/// decode step's output (2560 values over 640 or 1280 workgroups, E4B's hidden row), a wide
+/// share (132 × 256) and no shares (the arrival alone). Stale reads over 2000 dispatches,
+/// then µs per dispatch in a dependent chain (the copy row is the floor it would replace).
+fn last_workgroup_rows(h: &mut KernelHarness, filter: &str) {
+    for atomic in [false, true] {
+        let kernel = Kernel::LastWorkgroup { atomic };
+        let label = kernel.label();
+        if !label.contains(filter) {
+            continue;
+        }
+        for (nwg, per) in [(640u32, 4u32), (1280, 2), (132, 256), (640, 0)] {
+            let p = BarrierParams { rounds: per, _pad: [0; 3] };
+            let bufs = vec![vec![0u8; 8], vec![0u8; 4 * (nwg * per).max(1) as usize], vec![0u8; 4]];
+            let reps = 2000;
+            let errors = h.run_n(kernel, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1), reps).map(|out| u32::from_le_bytes(out[2][..4].try_into().expect("4 bytes")));
+            match (errors, h.time(kernel, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1), 200)) {
+                (Ok(e), Ok(us)) => println!("| {label} | {nwg} workgroups × {per} values, stale reads {e} of {} | {us:.2} |", reps * nwg * per),
+                (Err(e), _) | (_, Err(e)) => println!("| {label} | {nwg} workgroups × {per} values | error: {e} |"),
+            }
+        }
+    }
+}
+
 /// The one-workgroup and small kernels a decode step is made of, each timed as a chain of 200
 /// dependent dispatches (each writes what the next overwrites, so every one waits for the
 /// last: the per-dispatch cost inside a decode step). The 16-byte `copy` is the floor: a
@@ -441,6 +468,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
         row(h, Kernel::Copy, format!("{} KiB, {wgs} workgroup(s)", vec4s * 16 / 1024), vec![f32s(4 * vec4s, 1.0), f32s(4 * vec4s, 0.0)], bytemuck::bytes_of(&p), (wgs, 1, 1));
     }
     grid_barrier_rows(h, filter);
+    last_workgroup_rows(h, filter);
     // Then a norm with only the sum: 1 value per thread, then 6, no weight and no residual
     // (mode 0), then with its weight.
     for (n, w_off) in [(256usize, u32::MAX), (1536, u32::MAX), (1536, 0)] {

@@ -2974,6 +2974,33 @@ fn grid_barrier_counts_and_sees_its_writes() {
     }
 }
 
+/// last_workgroup (a probe kernel: a producer's workgroups hand their shares of an output to the
+/// workgroup that arrives last) counts arrivals, elects one last workgroup per dispatch (the
+/// generation advances by exactly one each), and that workgroup reads every share of its own
+/// generation; the shares as plain values and as atomics, over 10 dispatches of one pass.
+#[test]
+fn last_workgroup_sees_every_share() {
+    let Some(mut h) = harness() else { return };
+    let to_bytes = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let pattern = |g: u32, i: u32| g.wrapping_mul(2654435761).wrapping_add(i);
+    let (start, reps) = (7u32, 10u32);
+    for atomic in [false, true] {
+        for (nwg, per) in [(5u32, 4u32), (3, 256), (40, 2), (6, 0)] {
+            let p = BarrierParams { rounds: per, _pad: [0; 3] };
+            let data = vec![u32::MAX; (nwg * per).max(1) as usize];
+            let bufs = [to_bytes(&[0, start]), to_bytes(&data), to_bytes(&[0])];
+            let out = h.run_n(Kernel::LastWorkgroup { atomic }, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1), reps).unwrap();
+            let what = format!("{nwg} workgroups × {per} values (atomic: {atomic})");
+            assert_eq!(words(&out[0]), vec![0, start + reps], "arrivals reset, generation advanced once per dispatch: {what}");
+            assert_eq!(words(&out[2]), vec![0], "shares the last workgroup read from another generation: {what}");
+            if per > 0 {
+                let want: Vec<u32> = (0..nwg * per).map(|i| pattern(start + reps - 1, i)).collect();
+                assert_eq!(words(&out[1]), want, "the last dispatch's shares: {what}");
+            }
+        }
+    }
+}
+
 #[test]
 fn harness_rejects_a_wrong_number_of_buffers() {
     let Some(mut h) = harness() else { return };

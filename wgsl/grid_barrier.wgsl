@@ -7,8 +7,8 @@
 // from before it. On the H200 most did (session 7: 103902 of 132000 at 132 workgroups): WGSL's
 // barriers do not make plain storage writes of other workgroups visible, only atomics are.
 // The atomic form (the host's choice: `seen` an array of atomics) hands the slots over as
-// atomics (atomicStore before the barrier, atomicLoad after): whether that hand-off is seen is
-// what a fused "last workgroup does the follower's work" kernel in WGSL would rely on.
+// atomics (atomicStore before the barrier, atomicLoad after): on the H200 none was stale
+// (session 21: 0 of 132000–528000), at 1.5–2.7 µs per barrier, about a dependent dispatch.
 //
 // Requires every workgroup of the grid to be running at once: nothing guarantees that in
 // general, and a workgroup waiting for one that has not started spins forever. The caller

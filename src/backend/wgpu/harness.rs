@@ -63,6 +63,13 @@ impl KernelHarness {
     /// `params` of a kernel with two params blocks: the first padded to [`PARAMS2_AT`] bytes,
     /// then the second.
     pub fn run(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32)) -> Result<Vec<Vec<u8>>> {
+        self.run_n(kernel, buffers, params, step, grid, 1)
+    }
+
+    /// [`run`](Self::run) with `reps` dispatches back to back in one pass before the readback:
+    /// each finds what the previous one left (for kernels that carry state across dispatches,
+    /// such as the last-workgroup probe's generation).
+    pub fn run_n(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32) -> Result<Vec<Vec<u8>>> {
         let label = kernel.label();
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let bound = self.bind(kernel, buffers, params, step)?;
@@ -76,7 +83,9 @@ impl KernelHarness {
             if grid.0 > 0 && grid.1 > 0 && grid.2 > 0 {
                 pass.set_pipeline(&bound.pipeline);
                 pass.set_bind_group(0, &bound.group, &[]);
-                pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+                for _ in 0..reps {
+                    pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+                }
             }
         }
         for (src, dst) in bound.storage.iter().zip(&staging) {

@@ -132,6 +132,10 @@ pub enum Kernel {
     /// (not part of the forward pass). `atomic`: the slots the workgroups hand each other across
     /// a barrier are atomics (atomicStore / atomicLoad), not plain stores and loads.
     GridBarrier { atomic: bool },
+    /// A producer's workgroups hand their shares of an output to the workgroup that arrives
+    /// last (an atomic arrival count, no spinning): whether it sees them, and what the hand-off
+    /// costs, for benchmarks (not part of the forward pass). `atomic`: the shares are atomics.
+    LastWorkgroup { atomic: bool },
 }
 
 impl Kernel {
@@ -170,6 +174,7 @@ impl Kernel {
             Kernel::MoeCombine => "moe_combine".into(),
             Kernel::Copy => "copy".into(),
             Kernel::GridBarrier { atomic } => if atomic { "grid_barrier_atomic".into() } else { "grid_barrier".into() },
+            Kernel::LastWorkgroup { atomic } => if atomic { "last_workgroup_atomic".into() } else { "last_workgroup".into() },
         }
     }
 
@@ -286,6 +291,10 @@ impl Kernel {
             Kernel::GridBarrier { atomic } => {
                 let (ty, put, get) = if atomic { ("array<atomic<u32>>", "atomicStore(&seen[i], v);", "atomicLoad(&seen[i])") } else { ("array<u32>", "seen[i] = v;", "seen[i]") };
                 include_str!("../../../wgsl/grid_barrier.wgsl").replace("{{SEEN}}", ty).replace("{{PUT}}", put).replace("{{GET}}", get)
+            }
+            Kernel::LastWorkgroup { atomic } => {
+                let (ty, put, get) = if atomic { ("array<atomic<u32>>", "atomicStore(&data[i], v);", "atomicLoad(&data[i])") } else { ("array<u32>", "data[i] = v;", "data[i]") };
+                include_str!("../../../wgsl/last_workgroup.wgsl").replace("{{DATA}}", ty).replace("{{PUT}}", put).replace("{{GET}}", get)
             }
         }
     }
@@ -488,7 +497,7 @@ impl Kernel {
             Kernel::AttentionCoop { sums: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, ReadWrite],
             Kernel::QkvNormRope { .. } => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
-            Kernel::GridBarrier { .. } => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::GridBarrier { .. } | Kernel::LastWorkgroup { .. } => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::GeluMulSums => &[ReadWrite, Read, Uniform, Uniform, ReadWrite, Read],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
@@ -1160,11 +1169,11 @@ pub struct CopyParams {
     pub _pad: [u32; 3],
 }
 
-/// Params of grid_barrier.wgsl.
+/// Params of grid_barrier.wgsl and last_workgroup.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
 pub struct BarrierParams {
-    /// Barriers per dispatch (≥ 2).
+    /// Barriers per dispatch (≥ 2); last_workgroup: values per workgroup (≤ 256).
     pub rounds: u32,
     pub _pad: [u32; 3],
 }
