@@ -3001,6 +3001,55 @@ fn last_workgroup_sees_every_share() {
     }
 }
 
+/// moe_norm (decode and verify steps close a MoE block in one dispatch) writes bitwise what the
+/// three dispatches chunks still run write — rmsnorm mode 0 of the dense row, moe_combine, and
+/// rmsnorm mode 1 of the experts' sum onto it — and matches an f64 reference (tolerance: two
+/// norms over K-term sums, tol::NORM): the 26B's row (2816 values, top 8) for one and three
+/// tokens, a row shorter than the workgroup with top 2, and E2B's width with top 4.
+#[test]
+fn moe_norm_is_bitwise_its_three_dispatches() {
+    let Some(mut h) = harness() else { return };
+    let max_wg = h.gpu().limits.max_compute_invocations_per_workgroup;
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let small = || vec![0u8; 16];
+    for (n, k, tokens) in [(2816usize, 8usize, 1usize), (2816, 8, 3), (100, 2, 2), (1536, 4, 1)] {
+        let what = format!("n {n}, top {k}, {tokens} token(s)");
+        let mut rng = Rng(kestrel::synth::SplitMix64(seed_of(&format!("moe_norm {what}"))));
+        let (dense, eo, wts, wt) = (rng.vec(tokens * n), rng.vec(tokens * k * n), rng.vec(tokens * k), rng.vec(3 * n));
+        let eps = 1e-6f32;
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        // The three dispatches: the weights of the two norms at n and 2n.
+        let norm = rmsnorm(n, max_wg);
+        let plain = |w_off: usize, mode: u32| NormParams { n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: w_off as u32, mode, pre: 1.0, post: 1.0, eps, ..Default::default() };
+        let norm_bufs = |x: &[u8], out: &[u8]| vec![x.to_vec(), bytes(&wt), out.to_vec(), small(), small(), small(), small(), small(), small()];
+        let m1 = h.run(norm, &norm_bufs(&bytes(&dense), &vec![0u8; 4 * tokens * n]), bytemuck::bytes_of(&plain(n, 0)), step, (1, tokens as u32, 1)).unwrap().swap_remove(2);
+        let cp = CombineParams { n: n as u32, top_k: k as u32, _pad: [0; 2] };
+        let o = h.run(Kernel::MoeCombine, &[bytes(&wts), bytes(&eo), vec![0u8; 4 * tokens * n]], bytemuck::bytes_of(&cp), step, ((n as u32).div_ceil(64), tokens as u32, 1)).unwrap().swap_remove(2);
+        let want = h.run(norm, &norm_bufs(&o, &m1), bytemuck::bytes_of(&plain(2 * n, 1)), step, (1, tokens as u32, 1)).unwrap().swap_remove(2);
+        // The one.
+        let mp = MoeNormParams { n: n as u32, w1_off: n as u32, w2_off: 2 * n as u32, eps, post1: 1.0, post2: 1.0, _pad: [0; 2] };
+        let bufs = [bytes(&dense), bytes(&eo), bytes(&wts), bytes(&wt), vec![0u8; 4 * tokens * n]];
+        let got = h.run(moe_norm(n, k, max_wg), &bufs, bytemuck::bytes_of(&mp), step, (1, tokens as u32, 1)).unwrap().swap_remove(4);
+        let differ = words(&got).iter().zip(words(&want)).filter(|(a, b)| **a != *b).count();
+        assert_eq!(differ, 0, "{what}: values moe_norm writes that differ from the three dispatches'");
+        // The reference, in f64.
+        let mut reference = vec![0f64; tokens * n];
+        let rms = |v: &[f64]| 1.0 / (v.iter().map(|x| x * x).sum::<f64>() / n as f64 + eps as f64).sqrt();
+        for t in 0..tokens {
+            let d: Vec<f64> = dense[t * n..(t + 1) * n].iter().map(|&x| x as f64).collect();
+            let m: Vec<f64> = (0..n).map(|i| (0..k).map(|j| wts[t * k + j] as f64 * eo[(t * k + j) * n + i] as f64).sum()).collect();
+            let (r1, r2) = (rms(&d), rms(&m));
+            for i in 0..n {
+                reference[t * n + i] = d[i] * r1 * wt[n + i] as f64 + m[i] * r2 * wt[2 * n + i] as f64;
+            }
+        }
+        let got: Vec<f32> = words(&got).into_iter().map(f32::from_bits).collect();
+        if let Err(e) = compare(&got, &reference, tol::NORM) {
+            panic!("{what}: moe_norm against the f64 reference: {e}");
+        }
+    }
+}
+
 #[test]
 fn harness_rejects_a_wrong_number_of_buffers() {
     let Some(mut h) = harness() else { return };

@@ -126,6 +126,10 @@ pub enum Kernel {
     QmmMoe,
     /// MoE: weighted sum of the routed experts' outputs.
     MoeCombine,
+    /// MoE, decode and verify: the block's close in one workgroup per token (the dense
+    /// branch's post-norm, moe_combine, the routed branch's post-norm onto it); `v`, `wg` as
+    /// [`rmsnorm`] picks them for the row, `k` the router's top k.
+    MoeNorm { v: u32, wg: u32, k: u32 },
     /// vec4 buffer copy: the bandwidth roofline of benchmarks (not part of the forward pass).
     Copy,
     /// Grid-wide barriers among the workgroups of one dispatch: what one costs, for benchmarks
@@ -172,6 +176,7 @@ impl Kernel {
             Kernel::MoeMatmulGrouped(f) => format!("moe_matmul_grouped_{}", f.name()),
             Kernel::QmmMoe => "qmm_moe_q4".into(),
             Kernel::MoeCombine => "moe_combine".into(),
+            Kernel::MoeNorm { .. } => "moe_norm".into(),
             Kernel::Copy => "copy".into(),
             Kernel::GridBarrier { atomic } => if atomic { "grid_barrier_atomic".into() } else { "grid_barrier".into() },
             Kernel::LastWorkgroup { atomic } => if atomic { "last_workgroup_atomic".into() } else { "last_workgroup".into() },
@@ -287,6 +292,10 @@ impl Kernel {
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
             Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
             Kernel::MoeCombine => include_str!("../../../wgsl/moe_combine.wgsl").into(),
+            Kernel::MoeNorm { v, wg, k } => {
+                let src = subgroup_text(include_str!("../../../wgsl/moe_norm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string()).replace("{{K}}", &k.to_string());
+                unroll(&src, &[("V", v), ("K", k)])
+            }
             Kernel::Copy => include_str!("../../../wgsl/copy.wgsl").into(),
             Kernel::GridBarrier { atomic } => {
                 let (ty, put, get) = if atomic { ("array<atomic<u32>>", "atomicStore(&seen[i], v);", "atomicLoad(&seen[i])") } else { ("array<u32>", "seen[i] = v;", "seen[i]") };
@@ -506,6 +515,7 @@ impl Kernel {
             Kernel::QmmCoopMoe { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeCombine => &[Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::MoeNorm { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
         }
     }
 }
@@ -723,6 +733,14 @@ pub fn head_norm_wg(d: usize) -> u32 {
 /// heads up to 512 wide is 128: `_wg128`).
 fn wg_label(wg: u32) -> String {
     if wg == HEAD_NORM_WG { String::new() } else { format!("_wg{wg}") }
+}
+
+/// The MoE block's close (moe_norm.wgsl) for rows of `n` values and the router's top `k`: the
+/// threads and registers per thread of the [`rmsnorm`] it replaces, so that its sums are
+/// bitwise that kernel's.
+pub fn moe_norm(n: usize, k: usize, max_threads: u32) -> Kernel {
+    let Kernel::RmsNorm { v, wg } = rmsnorm(n, max_threads) else { unreachable!("rmsnorm returns an RmsNorm") };
+    Kernel::MoeNorm { v, wg, k: k as u32 }
 }
 
 /// Registers per thread of an rmsnorm of `wg` threads over rows of `n` values.
@@ -1167,6 +1185,23 @@ pub struct CopyParams {
     /// vec4 elements to copy.
     pub n: u32,
     pub _pad: [u32; 3],
+}
+
+/// Params of moe_norm.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct MoeNormParams {
+    /// Values per row.
+    pub n: u32,
+    /// Where the dense branch's and the routed branch's post-norm weights start in the norm
+    /// weight buffer.
+    pub w1_off: u32,
+    pub w2_off: u32,
+    pub eps: f32,
+    /// Scales after the dense branch's norm and after the sum.
+    pub post1: f32,
+    pub post2: f32,
+    pub _pad: [u32; 2],
 }
 
 /// Params of grid_barrier.wgsl and last_workgroup.wgsl.

@@ -115,6 +115,11 @@ pub struct WgpuOptions {
     /// a decode step of the last token; steps that return none stop there. `KESTREL_PROMPT_TAIL=0|1`
     /// overrides it for A/B measurements.
     pub prompt_tail: bool,
+    /// Decode and verify steps close a MoE block in one dispatch per token (moe_norm.wgsl: the
+    /// dense branch's post-norm, the experts' weighted sum and the routed branch's post-norm
+    /// onto it) instead of three; the same output bit for bit. `KESTREL_MOE_NORM=0|1`
+    /// overrides it for A/B measurements.
+    pub moe_norm: bool,
 }
 
 impl Default for WgpuOptions {
@@ -131,6 +136,7 @@ impl Default for WgpuOptions {
             norm_splits: true,
             min_k_splits: 1,
             prompt_tail: true,
+            moe_norm: true,
         }
     }
 }
@@ -1915,6 +1921,7 @@ impl<'a> Builder<'a> {
         let (h, eps, vocab) = (t.hidden_size, t.rms_norm_eps, t.vocab_size);
         let kv = KvLayout::new(cfg, self.opts.max_ctx, c);
         let fold_q_norm = switch("KESTREL_ATTN_QNORM", self.opts.fold_q_norm);
+        let moe_norm = switch("KESTREL_MOE_NORM", self.opts.moe_norm);
         // Chunk attention on tensor cores (where the mat-mats run there): A/B knob
         // KESTREL_ATTN_COOP=0.
         let attn_coop = self.tensor_cores() && switch("KESTREL_ATTN_COOP", true);
@@ -2376,7 +2383,14 @@ impl<'a> Builder<'a> {
             if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, _, post1, post2])) = (&gl.moe, &moe_bufs, ln.moe) {
                 // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h))), the
                 // experts reading pre_norm_2(h) from xn2 (chained above)
-                self.norm(&o, &norm_buf, m1, plain(h, post1, 0, 1.0));
+                // Decode and verify steps close the block in one moe_norm dispatch (below) where
+                // its registers hold the row; chunks run this norm, moe_combine and the second.
+                let max_wg = self.gpu.limits.max_compute_invocations_per_workgroup;
+                let closing = Some(kernels::moe_norm(h, tk, max_wg)).filter(|k| matches!(k, Kernel::MoeNorm { v, wg, .. } if moe_norm && h <= (*v * *wg) as usize));
+                let dense_norm = self.norm(&o, &norm_buf, m1, plain(h, post1, 0, 1.0));
+                if closing.is_some() {
+                    self.specs[dense_norm].only = Only::Multi;
+                }
                 let experts_begin = self.specs.len();
                 let sel = if streaming { slot_idx } else { idx };
                 let groups = moe_groups.as_ref().expect("allocated for MoE models");
@@ -2401,7 +2415,16 @@ impl<'a> Builder<'a> {
                 }
                 let res = vec![Res::Buf(wts.clone()), Res::Buf(eo.clone()), Res::Buf(o.clone()), Res::Params, Res::Step];
                 self.spec(Kernel::MoeCombine, res, &CombineParams { n: h as u32, top_k: tk as u32, _pad: [0; 2] }, (h as u32).div_ceil(64), GridY::Tokens);
-                self.norm(&o, &norm_buf, m1, plain(h, post2, 1, 1.0));
+                let combine = self.specs.len() - 1;
+                let routed_norm = self.norm(&o, &norm_buf, m1, plain(h, post2, 1, 1.0));
+                if let Some(kernel) = closing {
+                    self.specs[combine].only = Only::Multi;
+                    self.specs[routed_norm].only = Only::Multi;
+                    let res = vec![Res::Buf(o.clone()), Res::Buf(eo.clone()), Res::Buf(wts.clone()), Res::Buf(norm_buf.clone()), Res::Buf(m1.clone()), Res::Params, Res::Step];
+                    let p = MoeNormParams { n: h as u32, w1_off: post1, w2_off: post2, eps, post1: 1.0, post2: 1.0, _pad: [0; 2] };
+                    self.spec(kernel, res, &p, 1, GridY::Tokens);
+                    self.specs.last_mut().expect("just pushed").only = Only::Single;
+                }
                 ff_out = m1;
             }
             let post_ff_scale = if gl.ple.is_some() { 1.0 } else { lw.layer_scalar };
