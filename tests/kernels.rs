@@ -3005,7 +3005,9 @@ fn last_workgroup_sees_every_share() {
 /// three dispatches chunks still run write — rmsnorm mode 0 of the dense row, moe_combine, and
 /// rmsnorm mode 1 of the experts' sum onto it — and matches an f64 reference (tolerance: two
 /// norms over K-term sums, tol::NORM): the 26B's row (2816 values, top 8) for one and three
-/// tokens, a row shorter than the workgroup with top 2, and E2B's width with top 4.
+/// tokens, a row shorter than the workgroup with top 2, and E2B's width with top 4. Its
+/// residual form writes bitwise what the residual post-norm (rmsnorm mode 2) then writes from
+/// that sum, with 0, 1 and 3 chained norms.
 #[test]
 fn moe_norm_is_bitwise_its_three_dispatches() {
     let Some(mut h) = harness() else { return };
@@ -3029,7 +3031,7 @@ fn moe_norm_is_bitwise_its_three_dispatches() {
         // The one.
         let mp = MoeNormParams { n: n as u32, w1_off: n as u32, w2_off: 2 * n as u32, eps, post1: 1.0, post2: 1.0, _pad: [0; 2] };
         let bufs = [bytes(&dense), bytes(&eo), bytes(&wts), bytes(&wt), vec![0u8; 4 * tokens * n]];
-        let got = h.run(moe_norm(n, k, max_wg), &bufs, bytemuck::bytes_of(&mp), step, (1, tokens as u32, 1)).unwrap().swap_remove(4);
+        let got = h.run(moe_norm(n, k, max_wg, false), &bufs, bytemuck::bytes_of(&mp), step, (1, tokens as u32, 1)).unwrap().swap_remove(4);
         let differ = words(&got).iter().zip(words(&want)).filter(|(a, b)| **a != *b).count();
         assert_eq!(differ, 0, "{what}: values moe_norm writes that differ from the three dispatches'");
         // The reference, in f64.
@@ -3046,6 +3048,29 @@ fn moe_norm_is_bitwise_its_three_dispatches() {
         let got: Vec<f32> = words(&got).into_iter().map(f32::from_bits).collect();
         if let Err(e) = compare(&got, &reference, tol::NORM) {
             panic!("{what}: moe_norm against the f64 reference: {e}");
+        }
+        // The residual form against rmsnorm mode 2 over the sum (weights at 0, chained ones at
+        // n and 2n, a layer scalar as post, a chain stride wider than the row).
+        let res = rng.vec(tokens * n);
+        let stride2 = n + 4;
+        for chain in [0u32, 1, 3] {
+            let np = NormParams {
+                n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: 0, mode: 2, pre: 1.0, post: 0.75, eps,
+                chain, w2_off: n as u32, w3_off: 2 * n as u32, w4_off: 0, out2_stride: stride2 as u32, post2: 1.0, post3: 0.5, post4: 2.0,
+                ..Default::default()
+            };
+            let outs = || vec![0u8; 4 * tokens * stride2];
+            let norm_bufs = vec![want.clone(), bytes(&wt), vec![0u8; 4 * tokens * n], outs(), outs(), outs(), bytes(&res), small(), small()];
+            let norm_out = h.run(norm, &norm_bufs, bytemuck::bytes_of(&np), step, (1, tokens as u32, 1)).unwrap();
+            let mut params = bytemuck::bytes_of(&mp).to_vec();
+            params.resize(PARAMS2_AT, 0);
+            params.extend_from_slice(bytemuck::bytes_of(&np));
+            let bufs = [bytes(&dense), bytes(&eo), bytes(&wts), bytes(&wt), vec![0u8; 4 * tokens * n], bytes(&res), outs(), outs(), outs()];
+            let got = h.run(moe_norm(n, k, max_wg, true), &bufs, &params, step, (1, tokens as u32, 1)).unwrap();
+            for (g, w, name) in [(4, 2, "out"), (6, 3, "out2"), (7, 4, "out3"), (8, 5, "out4")] {
+                let differ = words(&got[g]).iter().zip(words(&norm_out[w])).filter(|(a, b)| **a != *b).count();
+                assert_eq!(differ, 0, "{what}, chain {chain}: values of {name} the residual form writes that differ from rmsnorm mode 2's");
+            }
         }
     }
 }
