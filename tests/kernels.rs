@@ -61,6 +61,11 @@ mod tol {
     pub const DOT: Tol = Tol::Nmse(1e-9);
     /// rmsnorm, head_norm_rope: one f32 sum of n ≤ 10^4 squares (as DOT) plus ≤ 5 roundings per element → NMSE ≲ 4e-11.
     pub const NORM: Tol = Tol::Nmse(1e-9);
+    /// One kernel against another doing the same f32 operations in the same order, where a
+    /// driver may contract a multiply and the add after it into an FMA in one and not the other
+    /// (SPIR-V allows it): ≤ 1 rounding (2^-24 relative) per element and step of a norm's
+    /// sums → NMSE ≲ 1e-13; 100× headroom.
+    pub const SAME_OPS: Tol = Tol::Nmse(1e-11);
     /// embed of q4/q8: exact unless the driver contracts s·q+b into an FMA (SPIR-V allows it): ≤ 1 ulp of |s·q|+|b| ≤ 2, values RMS ≥ 0.3 → NMSE ≤ 1e-12.
     pub const DEQUANT: Tol = Tol::Nmse(1e-10);
     /// attention: score errors ≲ √d·ε·|s| ≈ 1e-5 (d ≤ 512, |s| ≲ 20) become relative softmax-weight errors, WGSL exp adds ≤ (3+2|x|) ulp → NMSE ≲ 1e-10.
@@ -3001,15 +3006,17 @@ fn last_workgroup_sees_every_share() {
     }
 }
 
-/// moe_norm (decode and verify steps close a MoE block in one dispatch) writes bitwise what the
-/// three dispatches chunks still run write — rmsnorm mode 0 of the dense row, moe_combine, and
+/// moe_norm (decode and verify steps close a MoE block in one dispatch) writes what the three
+/// dispatches chunks still run write — rmsnorm mode 0 of the dense row, moe_combine, and
 /// rmsnorm mode 1 of the experts' sum onto it — and matches an f64 reference (tolerance: two
 /// norms over K-term sums, tol::NORM): the 26B's row (2816 values, top 8) for one and three
-/// tokens, a row shorter than the workgroup with top 2, and E2B's width with top 4. Its
-/// residual form writes bitwise what the residual post-norm (rmsnorm mode 2) then writes from
-/// that sum, with 0, 1 and 3 chained norms.
+/// tokens, a row shorter than the workgroup with top 2, and E2B's width with top 4.
+/// Against the three dispatches: the same operations in the same order, bitwise on lavapipe;
+/// on the H200 not bitwise (session 21: the driver may contract a multiply and the add after
+/// it into one FMA in one kernel and not in the other, as SPIR-V allows), so within
+/// tol::SAME_OPS.
 #[test]
-fn moe_norm_is_bitwise_its_three_dispatches() {
+fn moe_norm_matches_its_three_dispatches() {
     let Some(mut h) = harness() else { return };
     let max_wg = h.gpu().limits.max_compute_invocations_per_workgroup;
     let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
@@ -3031,9 +3038,16 @@ fn moe_norm_is_bitwise_its_three_dispatches() {
         // The one.
         let mp = MoeNormParams { n: n as u32, w1_off: n as u32, w2_off: 2 * n as u32, eps, post1: 1.0, post2: 1.0, _pad: [0; 2] };
         let bufs = [bytes(&dense), bytes(&eo), bytes(&wts), bytes(&wt), vec![0u8; 4 * tokens * n]];
-        let got = h.run(moe_norm(n, k, max_wg, false), &bufs, bytemuck::bytes_of(&mp), step, (1, tokens as u32, 1)).unwrap().swap_remove(4);
-        let differ = words(&got).iter().zip(words(&want)).filter(|(a, b)| **a != *b).count();
-        assert_eq!(differ, 0, "{what}: values moe_norm writes that differ from the three dispatches'");
+        let got = h.run(moe_norm(n, k, max_wg), &bufs, bytemuck::bytes_of(&mp), step, (1, tokens as u32, 1)).unwrap().swap_remove(4);
+        let as_f32 = |b: &[u8]| -> Vec<f32> { words(b).into_iter().map(f32::from_bits).collect() };
+        let chain: Vec<f64> = as_f32(&want).into_iter().map(f64::from).collect();
+        match compare(&as_f32(&got), &chain, tol::SAME_OPS) {
+            Ok(nmse) => {
+                let same = words(&got).iter().zip(words(&want)).filter(|(a, b)| **a == *b).count();
+                println!("moe_norm {what}: NMSE {nmse:.1e} against the three dispatches, {same} of {} values bitwise", tokens * n);
+            }
+            Err(e) => panic!("{what}: moe_norm against the three dispatches: {e}"),
+        }
         // The reference, in f64.
         let mut reference = vec![0f64; tokens * n];
         let rms = |v: &[f64]| 1.0 / (v.iter().map(|x| x * x).sum::<f64>() / n as f64 + eps as f64).sqrt();
@@ -3048,29 +3062,6 @@ fn moe_norm_is_bitwise_its_three_dispatches() {
         let got: Vec<f32> = words(&got).into_iter().map(f32::from_bits).collect();
         if let Err(e) = compare(&got, &reference, tol::NORM) {
             panic!("{what}: moe_norm against the f64 reference: {e}");
-        }
-        // The residual form against rmsnorm mode 2 over the sum (weights at 0, chained ones at
-        // n and 2n, a layer scalar as post, a chain stride wider than the row).
-        let res = rng.vec(tokens * n);
-        let stride2 = n + 4;
-        for chain in [0u32, 1, 3] {
-            let np = NormParams {
-                n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: 0, mode: 2, pre: 1.0, post: 0.75, eps,
-                chain, w2_off: n as u32, w3_off: 2 * n as u32, w4_off: 0, out2_stride: stride2 as u32, post2: 1.0, post3: 0.5, post4: 2.0,
-                ..Default::default()
-            };
-            let outs = || vec![0u8; 4 * tokens * stride2];
-            let norm_bufs = vec![want.clone(), bytes(&wt), vec![0u8; 4 * tokens * n], outs(), outs(), outs(), bytes(&res), small(), small()];
-            let norm_out = h.run(norm, &norm_bufs, bytemuck::bytes_of(&np), step, (1, tokens as u32, 1)).unwrap();
-            let mut params = bytemuck::bytes_of(&mp).to_vec();
-            params.resize(PARAMS2_AT, 0);
-            params.extend_from_slice(bytemuck::bytes_of(&np));
-            let bufs = [bytes(&dense), bytes(&eo), bytes(&wts), bytes(&wt), vec![0u8; 4 * tokens * n], bytes(&res), outs(), outs(), outs()];
-            let got = h.run(moe_norm(n, k, max_wg, true), &bufs, &params, step, (1, tokens as u32, 1)).unwrap();
-            for (g, w, name) in [(4, 2, "out"), (6, 3, "out2"), (7, 4, "out3"), (8, 5, "out4")] {
-                let differ = words(&got[g]).iter().zip(words(&norm_out[w])).filter(|(a, b)| **a != *b).count();
-                assert_eq!(differ, 0, "{what}, chain {chain}: values of {name} the residual form writes that differ from rmsnorm mode 2's");
-            }
         }
     }
 }

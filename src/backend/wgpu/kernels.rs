@@ -128,9 +128,8 @@ pub enum Kernel {
     MoeCombine,
     /// MoE, decode and verify: the block's close in one workgroup per token (the dense
     /// branch's post-norm, moe_combine, the routed branch's post-norm onto it); `v`, `wg` as
-    /// [`rmsnorm`] picks them for the row, `k` the router's top k; `resid`: on through the
-    /// block's residual post-norm and its chained norms (four dispatches in one).
-    MoeNorm { v: u32, wg: u32, k: u32, resid: bool },
+    /// [`rmsnorm`] picks them for the row, `k` the router's top k.
+    MoeNorm { v: u32, wg: u32, k: u32 },
     /// vec4 buffer copy: the bandwidth roofline of benchmarks (not part of the forward pass).
     Copy,
     /// Grid-wide barriers among the workgroups of one dispatch: what one costs, for benchmarks
@@ -177,7 +176,7 @@ impl Kernel {
             Kernel::MoeMatmulGrouped(f) => format!("moe_matmul_grouped_{}", f.name()),
             Kernel::QmmMoe => "qmm_moe_q4".into(),
             Kernel::MoeCombine => "moe_combine".into(),
-            Kernel::MoeNorm { resid, .. } => if resid { "moe_norm_resid".into() } else { "moe_norm".into() },
+            Kernel::MoeNorm { .. } => "moe_norm".into(),
             Kernel::Copy => "copy".into(),
             Kernel::GridBarrier { atomic } => if atomic { "grid_barrier_atomic".into() } else { "grid_barrier".into() },
             Kernel::LastWorkgroup { atomic } => if atomic { "last_workgroup_atomic".into() } else { "last_workgroup".into() },
@@ -293,19 +292,9 @@ impl Kernel {
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
             Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
             Kernel::MoeCombine => include_str!("../../../wgsl/moe_combine.wgsl").into(),
-            Kernel::MoeNorm { v, wg, k, resid } => {
-                const RESID_BINDINGS: &str = "@group(0) @binding(7) var<storage, read> res: array<f32>;
-@group(0) @binding(8) var<storage, read_write> out2: array<f32>;
-@group(0) @binding(9) var<storage, read_write> out3: array<f32>;
-@group(0) @binding(10) var<storage, read_write> out4: array<f32>;
-@group(0) @binding(11) var<uniform> np: NormParams;";
-                let src = subgroup_text(include_str!("../../../wgsl/moe_norm.wgsl"), sg)
-                    .replace("{{V}}", &v.to_string())
-                    .replace("{{WG}}", &wg.to_string())
-                    .replace("{{K}}", &k.to_string())
-                    .replace("// {{RESID_BINDINGS}}", if resid { RESID_BINDINGS } else { "" });
-                let src = unroll(&src, &[("V", v), ("K", k), ("PLAIN", u32::from(!resid)), ("RESID", u32::from(resid))]);
-                if resid { format!("{norm_params}\n{src}") } else { src }
+            Kernel::MoeNorm { v, wg, k } => {
+                let src = subgroup_text(include_str!("../../../wgsl/moe_norm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string()).replace("{{K}}", &k.to_string());
+                unroll(&src, &[("V", v), ("K", k)])
             }
             Kernel::Copy => include_str!("../../../wgsl/copy.wgsl").into(),
             Kernel::GridBarrier { atomic } => {
@@ -526,8 +515,7 @@ impl Kernel {
             Kernel::QmmCoopMoe { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeCombine => &[Read, Read, ReadWrite, Uniform, Uniform],
-            Kernel::MoeNorm { resid: false, .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
-            Kernel::MoeNorm { resid: true, .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, ReadWrite, ReadWrite, ReadWrite, Uniform],
+            Kernel::MoeNorm { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
         }
     }
 }
@@ -748,11 +736,11 @@ fn wg_label(wg: u32) -> String {
 }
 
 /// The MoE block's close (moe_norm.wgsl) for rows of `n` values and the router's top `k`: the
-/// threads and registers per thread of the [`rmsnorm`] it replaces, so that its sums are
-/// bitwise that kernel's.
-pub fn moe_norm(n: usize, k: usize, max_threads: u32, resid: bool) -> Kernel {
+/// threads and registers per thread of the [`rmsnorm`] it replaces, so that its sums run in
+/// that kernel's order.
+pub fn moe_norm(n: usize, k: usize, max_threads: u32) -> Kernel {
     let Kernel::RmsNorm { v, wg } = rmsnorm(n, max_threads) else { unreachable!("rmsnorm returns an RmsNorm") };
-    Kernel::MoeNorm { v, wg, k: k as u32, resid }
+    Kernel::MoeNorm { v, wg, k: k as u32 }
 }
 
 /// Registers per thread of an rmsnorm of `wg` threads over rows of `n` values.

@@ -116,10 +116,11 @@ pub struct WgpuOptions {
     /// overrides it for A/B measurements.
     pub prompt_tail: bool,
     /// Decode and verify steps close a MoE block in one dispatch per token (moe_norm.wgsl: the
-    /// dense branch's post-norm, the experts' weighted sum, the routed branch's post-norm onto
-    /// it, then the block's residual post-norm and its chained norms) instead of four; the same
-    /// output bit for bit. `KESTREL_MOE_NORM=0` (four dispatches), `=1` (the first three in
-    /// one, the residual norm apart) override it for A/B measurements.
+    /// dense branch's post-norm, the experts' weighted sum and the routed branch's post-norm
+    /// onto it) instead of three: the same operations in the same order (bitwise on lavapipe;
+    /// within a rounding each on the H200, whose driver contracts them differently). 26B decode
+    /// 217.6 → 225.5 tok/s on the H200 (PERF_NOTES.md, session 21). `KESTREL_MOE_NORM=0|1`
+    /// overrides it for A/B measurements.
     pub moe_norm: bool,
 }
 
@@ -1416,42 +1417,6 @@ impl<'a> Builder<'a> {
         Some(Res::NormSums(Some(self.sum_regions.len() - 1)))
     }
 
-    /// Moves each MoE block's residual post-norm (with the norms chained onto it) into the
-    /// decode and verify form of the block's close (moe_norm.wgsl's residual form), which then
-    /// writes the residual stream and the chained outputs instead of the sum that norm reads;
-    /// the norm runs in chunks only. Runs once the program is recorded, when the chains are
-    /// known. Applies where that norm reads the sum whole (rows of the close's width, one
-    /// segment, its own tokens) and has not been fused into a mat-vec already.
-    fn fold_moe_residual_norms(&mut self) {
-        let buf = |r: &Res| match r {
-            Res::Buf(b) => Some(b.clone()),
-            _ => None,
-        };
-        for i in 0..self.specs.len() {
-            let Kernel::MoeNorm { v, wg, k, resid: false } = self.specs[i].kernel else { continue };
-            let Some(sum) = buf(&self.specs[i].res[4]) else { continue };
-            let reads_sum = |sp: &Spec| sp.res.first().and_then(buf).is_some_and(|b| b == sum);
-            let Some(j) = (i + 1..self.specs.len()).find(|&j| reads_sum(&self.specs[j])) else { continue };
-            let np = self.norm_params(j);
-            let n = np.n;
-            let whole_rows = np.segs == 1 && np.x_stride == n && np.out_stride == n && np.x_row_sel == 0 && np.count_sel == 0 && np.splits == 0;
-            let sp = &self.specs[j];
-            if !matches!(sp.kernel, Kernel::RmsNorm { .. }) || sp.only != Only::Always || np.mode != 2 || !whole_rows || n as usize > (v * wg) as usize {
-                continue;
-            }
-            // The close takes the norm's outputs: the residual stream (2), the chained norms'
-            // (3–5), the residual in (8), and its params as a second block.
-            let take = [sp.res[2].clone(), sp.res[8].clone(), sp.res[3].clone(), sp.res[4].clone(), sp.res[5].clone()];
-            let (off, len) = self.push_params(&np);
-            let close = &mut self.specs[i];
-            close.kernel = Kernel::MoeNorm { v, wg, k, resid: true };
-            let [out, res_in, out2, out3, out4] = take;
-            close.res[4] = out;
-            close.res.extend([res_in, out2, out3, out4, Res::ParamsAt(off, len)]);
-            self.specs[j].only = Only::Multi;
-        }
-    }
-
     /// Gives every chunk norm the rows form (rmsnorm_rows.wgsl) where it applies, and decode
     /// and verify steps rmsnorm.wgsl's form (verify must equal decode bitwise; chunks need
     /// not). Runs once the program is recorded: fuse_norm reads the norms' specs as
@@ -2423,7 +2388,7 @@ impl<'a> Builder<'a> {
                 // Decode and verify steps close the block in one moe_norm dispatch (below) where
                 // its registers hold the row; chunks run this norm, moe_combine and the second.
                 let max_wg = self.gpu.limits.max_compute_invocations_per_workgroup;
-                let closing = Some(kernels::moe_norm(h, tk, max_wg, false)).filter(|k| matches!(k, Kernel::MoeNorm { v, wg, .. } if moe_norm && h <= (*v * *wg) as usize));
+                let closing = Some(kernels::moe_norm(h, tk, max_wg)).filter(|k| matches!(k, Kernel::MoeNorm { v, wg, .. } if moe_norm && h <= (*v * *wg) as usize));
                 let dense_norm = self.norm(&o, &norm_buf, m1, plain(h, post1, 0, 1.0));
                 if closing.is_some() {
                     self.specs[dense_norm].only = Only::Multi;
@@ -2503,9 +2468,6 @@ impl<'a> Builder<'a> {
         self.specs.push(pass(Kernel::SoftcapArgmax, chunks, false, GridY::Out));
         self.specs.push(pass(Kernel::ArgmaxMerge, 0, true, GridY::One));
 
-        if moe_norm && std::env::var("KESTREL_MOE_NORM").as_deref() != Ok("1") {
-            self.fold_moe_residual_norms();
-        }
         self.rows_norms()?;
 
         let tail = match tail_cut {
