@@ -118,9 +118,10 @@ pub struct WgpuOptions {
     /// Decode and verify steps close a MoE block in one dispatch per token (moe_norm.wgsl: the
     /// dense branch's post-norm, the experts' weighted sum and the routed branch's post-norm
     /// onto it) instead of three: the same operations in the same order (bitwise on lavapipe;
-    /// within a rounding each on the H200, whose driver contracts them differently). 26B decode
-    /// 217.6 → 225.5 tok/s on the H200 (PERF_NOTES.md, session 21). `KESTREL_MOE_NORM=0|1`
-    /// overrides it for A/B measurements.
+    /// not on the H200, where the kernel test's bitwise check failed, taken to be the driver
+    /// contracting multiplies and adds differently in the two forms). 26B decode 217.6 → 225.5
+    /// tok/s on the H200 (PERF_NOTES.md, session 21). `KESTREL_MOE_NORM=0|1` overrides it for
+    /// A/B measurements.
     pub moe_norm: bool,
 }
 
