@@ -6,7 +6,7 @@
 // the forward pass; it also counts the reads after a barrier that missed a neighbour's write
 // from before it. On the H200 most did (session 7: 103902 of 132000 at 132 workgroups): WGSL's
 // barriers do not make plain storage writes of other workgroups visible, only atomics are.
-// The atomic form (the host's choice: `seen` an array of atomics) hands the slots over as
+// The atomic form (the host's choice: `slots` an array of atomics) hands the slots over as
 // atomics (atomicStore before the barrier, atomicLoad after): on the H200 none was stale
 // (session 21: 0 of 132000–528000), at 1.5–2.7 µs per barrier, about a dependent dispatch.
 //
@@ -17,24 +17,19 @@
 //
 // Bindings: counter: atomic u32[1], arrivals of every dispatch so far (it only grows; each
 //   dispatch finds its base, a multiple of rounds · nwg, from the value it first reads);
-//   seen: u32[nwg] (atomic u32 in the atomic form); errors: atomic u32[1], the reads that saw
+//   slots: u32[nwg] (atomic u32 in the atomic form); errors: atomic u32[1], the reads that saw
 //   a neighbour's slot from before the last barrier; p: BarrierParams; step: Step (unused,
 //   bound for a uniform interface).
 // Launch: 64 threads per workgroup; grid = (nwg, 1, 1); rounds ≥ 2 and rounds · nwg · dispatches
 //   < 2^32 (the counter does not wrap).
-// Round r = 1 … rounds: thread 0 of workgroup i writes r to seen[i], all pass the barrier,
-// then thread 0 reads seen[(i + 1) % nwg]: r or r + 1 (the neighbour may already be in the next
+// Round r = 1 … rounds: thread 0 of workgroup i writes r to slots[i], all pass the barrier,
+// then thread 0 reads slots[(i + 1) % nwg]: r or r + 1 (the neighbour may already be in the next
 // round), never less.
 
-struct BarrierParams {
-    rounds: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
+// BarrierParams: barrier_params.wgsl (prepended by the host).
 
 @group(0) @binding(0) var<storage, read_write> counter: array<atomic<u32>>;
-@group(0) @binding(1) var<storage, read_write> seen: {{SEEN}};
+@group(0) @binding(1) var<storage, read_write> slots: {{SLOTS}};
 @group(0) @binding(2) var<storage, read_write> errors: array<atomic<u32>>;
 @group(0) @binding(3) var<uniform> p: BarrierParams;
 @group(0) @binding(4) var<uniform> step: Step;

@@ -11,22 +11,17 @@
 //
 // Bindings: counter: atomic u32[2], [0] arrivals in this dispatch (the last workgroup resets it
 //   to 0), [1] the generation (dispatches so far; the last workgroup adds 1);
-//   data: u32[nwg · per] (atomic u32 in the atomic form), workgroup i's share at i · per;
+//   slots: u32[nwg · per] (atomic u32 in the atomic form), workgroup i's share at i · per;
 //   errors: atomic u32[1], the values the last workgroup read that were not this generation's;
 //   p: BarrierParams, `rounds` = per (values per workgroup, ≤ 256);
 //   step: Step (unused, bound for a uniform interface).
 // Launch: 256 threads per workgroup; grid = (nwg, 1, 1). Every workgroup of a dispatch reads the
 // generation before the last one arrives, so all write the same generation's pattern.
 
-struct BarrierParams {
-    rounds: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
+// BarrierParams: barrier_params.wgsl (prepended by the host).
 
 @group(0) @binding(0) var<storage, read_write> counter: array<atomic<u32>>;
-@group(0) @binding(1) var<storage, read_write> data: {{DATA}};
+@group(0) @binding(1) var<storage, read_write> slots: {{SLOTS}};
 @group(0) @binding(2) var<storage, read_write> errors: array<atomic<u32>>;
 @group(0) @binding(3) var<uniform> p: BarrierParams;
 @group(0) @binding(4) var<uniform> step: Step;

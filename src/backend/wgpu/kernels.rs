@@ -297,16 +297,23 @@ impl Kernel {
                 unroll(&src, &[("V", v), ("K", k)])
             }
             Kernel::Copy => include_str!("../../../wgsl/copy.wgsl").into(),
-            Kernel::GridBarrier { atomic } => {
-                let (ty, put, get) = if atomic { ("array<atomic<u32>>", "atomicStore(&seen[i], v);", "atomicLoad(&seen[i])") } else { ("array<u32>", "seen[i] = v;", "seen[i]") };
-                include_str!("../../../wgsl/grid_barrier.wgsl").replace("{{SEEN}}", ty).replace("{{PUT}}", put).replace("{{GET}}", get)
-            }
-            Kernel::LastWorkgroup { atomic } => {
-                let (ty, put, get) = if atomic { ("array<atomic<u32>>", "atomicStore(&data[i], v);", "atomicLoad(&data[i])") } else { ("array<u32>", "data[i] = v;", "data[i]") };
-                include_str!("../../../wgsl/last_workgroup.wgsl").replace("{{DATA}}", ty).replace("{{PUT}}", put).replace("{{GET}}", get)
-            }
+            Kernel::GridBarrier { atomic } => handed_over(include_str!("../../../wgsl/grid_barrier.wgsl"), atomic),
+            Kernel::LastWorkgroup { atomic } => handed_over(include_str!("../../../wgsl/last_workgroup.wgsl"), atomic),
         }
     }
+}
+
+/// A probe kernel (grid_barrier, last_workgroup) after barrier_params.wgsl, with the values its
+/// workgroups hand each other (`slots`: `{{SLOTS}}` its type, `{{PUT}}` / `{{GET}}` the store
+/// and load of `v` at `i`) as plain u32s or, `atomic`, as atomics.
+fn handed_over(src: &str, atomic: bool) -> String {
+    let (ty, put, get) = if atomic {
+        ("array<atomic<u32>>", "atomicStore(&slots[i], v);", "atomicLoad(&slots[i])")
+    } else {
+        ("array<u32>", "slots[i] = v;", "slots[i]")
+    };
+    let src = src.replace("{{SLOTS}}", ty).replace("{{PUT}}", put).replace("{{GET}}", get);
+    format!("{}\n{src}", include_str!("../../../wgsl/barrier_params.wgsl"))
 }
 
 /// `src` with its reductions for subgroups of `sg` lanes (0: none): the workgroup sum
@@ -1204,7 +1211,7 @@ pub struct MoeNormParams {
     pub _pad: [u32; 2],
 }
 
-/// Params of grid_barrier.wgsl and last_workgroup.wgsl.
+/// Params of grid_barrier.wgsl and last_workgroup.wgsl (barrier_params.wgsl).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
 pub struct BarrierParams {

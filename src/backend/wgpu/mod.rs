@@ -2389,7 +2389,10 @@ impl<'a> Builder<'a> {
                 // Decode and verify steps close the block in one moe_norm dispatch (below) where
                 // its registers hold the row; chunks run this norm, moe_combine and the second.
                 let max_wg = self.gpu.limits.max_compute_invocations_per_workgroup;
-                let closing = Some(kernels::moe_norm(h, tk, max_wg)).filter(|k| matches!(k, Kernel::MoeNorm { v, wg, .. } if moe_norm && h <= (*v * *wg) as usize));
+                let closing = match kernels::moe_norm(h, tk, max_wg) {
+                    k @ Kernel::MoeNorm { v, wg, .. } if moe_norm && h <= (v * wg) as usize => Some(k),
+                    _ => None,
+                };
                 let dense_norm = self.norm(&o, &norm_buf, m1, plain(h, post1, 0, 1.0));
                 if closing.is_some() {
                     self.specs[dense_norm].only = Only::Multi;
