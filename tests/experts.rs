@@ -190,3 +190,35 @@ fn wgpu_streamed_experts_match_transformers() {
         }
     }
 }
+
+/// Decode and verify steps of a resident MoE model run the dense branch's two mat-vecs beside
+/// the routed experts' two (`WgpuOptions::moe_overlap`): the same kernels on the same inputs,
+/// with their own output buffers and no barrier between each pair. Logits must be bitwise those
+/// of the branches run one after the other, and the overlap must be recorded where it applies
+/// (the MLX 4-bit forms, whose dense gate and up are stacked: both pairs of every layer).
+#[test]
+fn wgpu_moe_overlap_is_bitwise_the_serial_branches() {
+    for name in MODELS {
+        for (form, reference) in FORMS {
+            let model = open_model(name, form);
+            let make = |moe_overlap| common::wgpu_backend(&model, WgpuOptions { max_ctx: 256, max_chunk: CHUNK, moe_overlap, ..Default::default() });
+            let (Some(mut on), Some(mut off)) = (make(true), make(false)) else { return };
+            let label = format!("{name}/{form}");
+            assert_eq!(off.overlapped_pairs(), 0, "{label}: overlap off");
+            if form == "mlx-4bit" {
+                assert_eq!(on.overlapped_pairs(), 2 * model.cfg.layers.len(), "{label}: pairs recorded");
+            }
+            eprintln!("{label}: {} overlapped pairs, {} decode dispatches", on.overlapped_pairs(), on.decode_dispatches());
+            // One prompt per form (a prompt's 48 steps run every pair of every layer 48 times).
+            for r in load_refs(name, reference).iter().take(1) {
+                let (ids_on, logits_on) = run_prompt(&mut on, r);
+                let (ids_off, logits_off) = run_prompt(&mut off, r);
+                assert_eq!(ids_on, ids_off, "{label}: ids");
+                for (step, (a, b)) in logits_on.iter().zip(&logits_off).enumerate() {
+                    let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "{label}: step {step} logits differ (max {:e})", max_abs_diff(a, b));
+                }
+            }
+        }
+    }
+}

@@ -27,7 +27,9 @@
 //! the step is cut after each MoE layer's router, the top-k comes back to the host, the
 //! [`Streamer`] reads the misses into their slots, then the routed kernels run (once per round
 //! when a step needs more distinct experts than there are slots). The dense shared-expert branch
-//! is submitted before the host waits, so it runs while the misses are read.
+//! is submitted before the host waits, so it runs while the misses are read. With every expert
+//! resident, decode and verify steps run the dense branch's mat-vecs beside the experts' instead
+//! (no barrier between them: [`WgpuOptions::moe_overlap`]).
 //!
 //! Speculative verify steps run the decode form of every kernel for all their tokens (split
 //! attention, per-pair experts, the mat-vec's token tile), so each row's logits are bitwise a
@@ -123,6 +125,13 @@ pub struct WgpuOptions {
     /// tok/s on the H200 (PERF_NOTES.md, session 21). `KESTREL_MOE_NORM=0|1` overrides it for
     /// A/B measurements.
     pub moe_norm: bool,
+    /// Decode and verify steps of a MoE model with every expert resident run the dense
+    /// branch's two mat-vecs beside the routed experts' two, with no barrier between each pair
+    /// (`Dispatch::ready`): the same kernels on the same inputs (logits bitwise those of the
+    /// serial branches). Needs `moe_norm` (it reads the dense branch's own output buffer). 26B
+    /// decode 225.8 → 253.7 tok/s on the H200 (PERF_NOTES.md, session 22).
+    /// `KESTREL_MOE_OVERLAP=0|1` overrides it for A/B measurements.
+    pub moe_overlap: bool,
 }
 
 impl Default for WgpuOptions {
@@ -140,6 +149,7 @@ impl Default for WgpuOptions {
             min_k_splits: 1,
             prompt_tail: true,
             moe_norm: true,
+            moe_overlap: true,
         }
     }
 }
@@ -259,6 +269,14 @@ struct Dispatch {
     x_from_out: bool,
     x_from_tokens: bool,
     y: GridY,
+    /// Buffers moved to the read-only storage state (`transition_resources`) just before this
+    /// dispatch. wgpu puts a barrier before a dispatch only for buffers whose state it changes
+    /// (any buffer it writes that the pass used before, any buffer it reads that was last
+    /// written), and on Vulkan that barrier waits for every dispatch recorded before it. A
+    /// dispatch whose inputs were made ready here and whose outputs are new to the pass gets no
+    /// barrier, so it runs beside this one (the concurrent MoE branches,
+    /// `WgpuOptions::moe_overlap`).
+    ready: Vec<wgpu::Buffer>,
 }
 
 /// Another pipeline for the same bindings, run for some steps instead of a dispatch's own.
@@ -308,6 +326,9 @@ struct Spec {
     x_from_out: bool,
     x_from_tokens: bool,
     y: GridY,
+    /// Buffers moved to the read-only storage state just before this dispatch (one barrier
+    /// with its own), for a dispatch recorded after it: see `Dispatch::ready`.
+    ready: Vec<wgpu::Buffer>,
 }
 
 /// GPU time of one kernel over a profiled step.
@@ -484,6 +505,12 @@ impl WgpuBackend {
 
     pub fn decode_dispatches(&self) -> usize {
         self.program.iter().filter(|d| d.only != Only::Multi).count()
+    }
+
+    /// Dispatches of a decode step that make buffers ready for the next one to run beside
+    /// them ([`WgpuOptions::moe_overlap`]: two per MoE layer where it applies).
+    pub fn overlapped_pairs(&self) -> usize {
+        self.program.iter().filter(|d| d.only != Only::Multi && !d.ready.is_empty()).count()
     }
 
     fn set_timing(&mut self, on: bool, per_dispatch: bool) -> Result<()> {
@@ -782,6 +809,10 @@ impl WgpuBackend {
             let z = if z_tokens { n as u32 } else { z };
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &d.bind_group, &[]);
+            if !d.ready.is_empty() {
+                let ready = d.ready.iter().map(|buffer| wgpu::BufferTransition { buffer, state: wgpu::BufferUses::STORAGE_READ_ONLY });
+                pass.transition_resources(ready, std::iter::empty());
+            }
             pass.dispatch_workgroups(x, y, z);
             if let Some(p) = &self.profiler {
                 executed.push((di, variant));
@@ -1093,6 +1124,17 @@ fn moe_params(m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, 
     }
 }
 
+/// The decode (one token) and verify (`MATMUL_VERIFY_TOK` tokens) kernels of a mat-vec over
+/// `part` of `m`, each with its grid x and token tile: qmv for 4-bit, else the matmul tile.
+fn decode_forms(m: &GpuMatrix, part: &GpuPart, x_stride: usize) -> ((Kernel, u32, u32), (Kernel, u32, u32)) {
+    let rows = part.rows as u32;
+    let form = |tok: u32| match if m.format == Format::Q4 { qmv_shape(part.rows, m.cols, x_stride, tok) } else { None } {
+        Some((k, rows_per_wg)) => (k, rows.div_ceil(rows_per_wg), tok),
+        None => (Kernel::Matmul(m.format, tok), rows.div_ceil(matmul_rows(tok)), tok),
+    };
+    (form(1), form(MATMUL_VERIFY_TOK))
+}
+
 impl<'a> Builder<'a> {
     fn new(gpu: Gpu, cfg: &'a Config, w: &'a Arc<ModelWeights>, opts: WgpuOptions) -> Result<WgpuBackend> {
         let norm_splits = switch("KESTREL_NORM_SPLITS", opts.norm_splits);
@@ -1333,7 +1375,7 @@ impl<'a> Builder<'a> {
 
     fn spec<T: bytemuck::Pod>(&mut self, kernel: Kernel, res: Vec<Res>, p: &T, x: u32, y: GridY) {
         let (param_off, param_len) = self.push_params(p);
-        self.specs.push(Spec { only: Only::Always, kernel, single: None, verify: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y });
+        self.specs.push(Spec { only: Only::Always, kernel, single: None, verify: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y, ready: Vec::new() });
     }
 
     /// The `which` scratch buffer, at least `elems` floats (a larger one replaces it; the
@@ -1566,19 +1608,10 @@ impl<'a> Builder<'a> {
             if !decode {
                 continue;
             }
-            let vt = MATMUL_VERIFY_TOK;
-            let qmv = |tok| if m.format == Format::Q4 { qmv_shape(part.rows, m.cols, x_stride, tok) } else { None };
-            let single = match qmv(1) {
-                Some((k, rows_per_wg)) => (k, (part.rows as u32).div_ceil(rows_per_wg), 1),
-                None => (Kernel::Matmul(m.format, 1), (part.rows as u32).div_ceil(matmul_rows(1)), 1),
-            };
-            let verify = match qmv(vt) {
-                Some((k, rows_per_wg)) => (k, (part.rows as u32).div_ceil(rows_per_wg), vt),
-                None => (Kernel::Matmul(m.format, vt), (part.rows as u32).div_ceil(matmul_rows(vt)), vt),
-            };
+            let (single, verify) = decode_forms(m, part, x_stride);
             if splits > 1 || xsum.is_some() {
                 // Decode and verify steps write y directly, from a spec of their own.
-                let gy = if on_out { GridY::OutTiles(vt) } else { GridY::TokenTiles(vt) };
+                let gy = if on_out { GridY::OutTiles(verify.2) } else { GridY::TokenTiles(verify.2) };
                 self.spec(verify.0, weight_res(part, &[x, y]), &p, verify.1, gy);
                 self.specs.last_mut().expect("just pushed").only = Only::Single;
             }
@@ -1589,11 +1622,26 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
+    /// The decode and verify forms of `matmul` alone, one spec per part, where a program
+    /// records them apart from the chunk forms (`matmul_steps` with `decode` false).
+    fn matvec_single(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize) {
+        for part in &m.parts {
+            let p = MatmulParams { rows: part.rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: y_stride as u32, y_off: part.row0 as u32, count_sel: 0, k_splits: 0 };
+            let (single, verify) = decode_forms(m, part, x_stride);
+            self.spec(verify.0, weight_res(part, &[x, y]), &p, verify.1, GridY::TokenTiles(verify.2));
+            let sp = self.specs.last_mut().expect("just pushed");
+            sp.only = Only::Single;
+            sp.single = Some(single);
+            sp.verify = Some(verify);
+        }
+    }
+
     /// `y[t, r] = gelu_tanh(G x[t]) · (U x[t])` for a stacked [G; U] 4-bit matrix `m` of
     /// `2 · rows` rows, into the first `rows` of each `2 · rows`-wide row of `y`. Chunks run the
-    /// stacked mat-mat and gelu_mul over the two halves; decode and verify steps one qmv_glu.
-    /// Returns where the output's group sums are (the tensor-core form writes them).
-    fn matmul_glu(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, from: NormOut) -> Result<XFrom> {
+    /// stacked mat-mat and gelu_mul over the two halves; decode and verify steps one qmv_glu
+    /// (recorded here when `decode`, else by the caller's `glu_single`). Returns where the
+    /// output's group sums are (the tensor-core form writes them).
+    fn matmul_glu(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, from: NormOut, decode: bool) -> Result<XFrom> {
         let part = &m.parts[0];
         debug_assert_eq!((m.parts.len(), part.rows), (1, 2 * rows), "a stacked matrix is one part");
         let p = MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
@@ -1621,8 +1669,17 @@ impl<'a> Builder<'a> {
             self.gelu_mul(y, &dummy, GeluParams { n: rows as u32, a_stride: 2 * rows as u32, b_off: rows as u32, b_in_a: 1, ..Default::default() });
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
         }
+        if decode {
+            self.glu_single(m, rows, x, x_stride, y);
+        }
+        Ok(sums)
+    }
 
-        let res = weight_res(part, &[x, y]);
+    /// The decode and verify forms of `matmul_glu` (one qmv_glu spec), where a program records
+    /// them apart from the chunk forms (`matmul_glu` with `decode` false).
+    fn glu_single(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer) {
+        let p = MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
+        let res = weight_res(&m.parts[0], &[x, y]);
         let shape = |tok| {
             let (k, per_wg) = qmv_glu_shape(rows, m.cols, x_stride, tok).expect("stacked only where qmv applies");
             (k, (rows as u32).div_ceil(per_wg), tok)
@@ -1633,7 +1690,6 @@ impl<'a> Builder<'a> {
         sp.only = Only::Single;
         sp.single = Some(shape(1));
         sp.verify = Some((vk, vx, vt));
-        Ok(sums)
     }
 
     /// `y[t, r] = gelu_tanh(G x[t])[r] · b[t · b_stride + b_off + r]` for the `rows`-row gate `m`
@@ -1875,6 +1931,7 @@ impl<'a> Builder<'a> {
             x_from_out: false,
             x_from_tokens: false,
             y: GridY::TokenTiles(PRO_VERIFY_TOK),
+            ready: Vec::new(),
         };
         self.specs[norm].only = Only::Multi;
         let c = &mut self.specs[ci];
@@ -1925,6 +1982,7 @@ impl<'a> Builder<'a> {
         let kv = KvLayout::new(cfg, self.opts.max_ctx, c);
         let fold_q_norm = switch("KESTREL_ATTN_QNORM", self.opts.fold_q_norm);
         let moe_norm = switch("KESTREL_MOE_NORM", self.opts.moe_norm);
+        let moe_overlap = switch("KESTREL_MOE_OVERLAP", self.opts.moe_overlap);
         // Chunk attention on tensor cores (where the mat-mats run there): A/B knob
         // KESTREL_ATTN_COOP=0.
         let attn_coop = self.tensor_cores() && switch("KESTREL_ATTN_COOP", true);
@@ -2344,6 +2402,26 @@ impl<'a> Builder<'a> {
 
             // feed-forward block
             let ff_from = self.chain_norm(post_attn, ln.pre_ff, 1.0, &xn, h);
+            // Decode and verify steps close a MoE block in one moe_norm dispatch where its
+            // registers hold the row; chunks run the dense post-norm, moe_combine and the
+            // routed post-norm.
+            let max_wg = self.gpu.limits.max_compute_invocations_per_workgroup;
+            let closing = match kernels::moe_norm(h, tk, max_wg) {
+                k @ Kernel::MoeNorm { v, wg, .. } if moe_norm && gl.moe.is_some() && h <= (v * wg) as usize => Some(k),
+                _ => None,
+            };
+            // Decode and verify steps of a resident MoE model run the dense branch beside the
+            // routed one: its GeGLU mat-vec with the experts' and its down projection with
+            // theirs, each pair without a barrier between (`Dispatch::ready`). For that the
+            // dense branch's decode forms write buffers of their own per layer (new to the pass
+            // when they write them), and moe_norm reads the dense output from there.
+            let overlap = match (&gl.mlp, closing) {
+                (Mlp::Stacked(_), Some(_)) if moe_overlap && !streaming => {
+                    let rows = VERIFY_MAX;
+                    Some((self.act("ffn gate (dense branch, decode)", rows * 2 * l.mlp_width)?, self.act("moe dense out (decode)", rows * h)?))
+                }
+                _ => None,
+            };
             // MoE layers route first, so that a streamed step can hand the top-k to the host and
             // run the dense branch while the host reads the missing experts.
             let mut route_end = None;
@@ -2374,25 +2452,18 @@ impl<'a> Builder<'a> {
                 }
                 Mlp::Stacked(gu) => {
                     let first = self.specs.len();
-                    let sums = self.matmul_glu(gu, l.mlp_width, &xn, h, &g, ff_from)?;
+                    let sums = self.matmul_glu(gu, l.mlp_width, &xn, h, &g, ff_from, overlap.is_none())?;
                     if gl.moe.is_none() {
                         self.fuse_norm(post_attn, first, h);
                     }
                     (2 * l.mlp_width, sums)
                 }
             };
-            self.matmul_from(&gl.down, &g, down_x_stride, &o, h, down_from)?;
+            self.matmul_steps(&gl.down, &g, down_x_stride, &o, h, false, overlap.is_none(), down_from)?;
             let mut ff_out = &o;
             if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, _, post1, post2])) = (&gl.moe, &moe_bufs, ln.moe) {
                 // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h))), the
                 // experts reading pre_norm_2(h) from xn2 (chained above)
-                // Decode and verify steps close the block in one moe_norm dispatch (below) where
-                // its registers hold the row; chunks run this norm, moe_combine and the second.
-                let max_wg = self.gpu.limits.max_compute_invocations_per_workgroup;
-                let closing = match kernels::moe_norm(h, tk, max_wg) {
-                    k @ Kernel::MoeNorm { v, wg, .. } if moe_norm && h <= (v * wg) as usize => Some(k),
-                    _ => None,
-                };
                 let dense_norm = self.norm(&o, &norm_buf, m1, plain(h, post1, 0, 1.0));
                 if closing.is_some() {
                     self.specs[dense_norm].only = Only::Multi;
@@ -2404,6 +2475,13 @@ impl<'a> Builder<'a> {
                 let (gm, gstride, goff) = &moe.gate;
                 // Fused gate_up: decode/verify run one GeGLU mat-vec; chunks the grouped kernels.
                 let glu = moe.up.is_none() && self.moe_glu(gm, *gstride, *goff, moe.up_off, iw, sel, &xn2, h, 0, eg, tk);
+                if let (Some((g1, _)), Mlp::Stacked(gu)) = (&overlap, &gl.mlp) {
+                    // The dense GeGLU beside the experts' (xn made ready by their dispatch).
+                    if glu {
+                        self.specs.last_mut().expect("just pushed").ready.push(xn.clone());
+                    }
+                    self.glu_single(gu, l.mlp_width, &xn, h, g1);
+                }
                 self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, &xn2, h, 0, eg, tk, !glu, xn2_from.map_or(XFrom::Any, XFrom::Norm))?;
                 let (um, ustride, uoff) = match &moe.up {
                     Some(u) => (u, iw, 0),
@@ -2414,7 +2492,14 @@ impl<'a> Builder<'a> {
                 if glu {
                     self.specs.last_mut().expect("just pushed").only = Only::Multi;
                 }
+                let routed_down = self.specs.len();
                 self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk, true, XFrom::Any)?;
+                if let Some((g1, d1)) = &overlap {
+                    // The dense down projection beside the experts' (its decode spec, recorded
+                    // first, makes the dense GeGLU's output ready).
+                    self.specs[routed_down].ready.push(g1.clone());
+                    self.matvec_single(&gl.down, g1, down_x_stride, d1, h);
+                }
                 if streaming {
                     let route_end = route_end.expect("recorded above for MoE layers");
                     self.marks.push(Mark { layer: li, route_end, experts_begin, experts_end: self.specs.len() });
@@ -2426,7 +2511,8 @@ impl<'a> Builder<'a> {
                 if let Some(kernel) = closing {
                     self.specs[combine].only = Only::Multi;
                     self.specs[routed_norm].only = Only::Multi;
-                    let res = vec![Res::Buf(o.clone()), Res::Buf(eo.clone()), Res::Buf(wts.clone()), Res::Buf(norm_buf.clone()), Res::Buf(m1.clone()), Res::Params, Res::Step];
+                    let dense = overlap.as_ref().map_or(&o, |(_, d1)| d1);
+                    let res = vec![Res::Buf(dense.clone()), Res::Buf(eo.clone()), Res::Buf(wts.clone()), Res::Buf(norm_buf.clone()), Res::Buf(m1.clone()), Res::Params, Res::Step];
                     let p = MoeNormParams { n: h as u32, w1_off: post1, w2_off: post2, eps, post1: 1.0, post2: 1.0, _pad: [0; 2] };
                     self.spec(kernel, res, &p, 1, GridY::Tokens);
                     self.specs.last_mut().expect("just pushed").only = Only::Single;
@@ -2468,6 +2554,7 @@ impl<'a> Builder<'a> {
             x_from_out,
             x_from_tokens: false,
             y,
+            ready: Vec::new(),
         };
         self.specs.push(pass(Kernel::SoftcapArgmax, chunks, false, GridY::Out));
         self.specs.push(pass(Kernel::ArgmaxMerge, 0, true, GridY::One));
@@ -2551,7 +2638,7 @@ impl<'a> Builder<'a> {
             if let Some(e) = pollster::block_on(scope.pop()) {
                 return Err(Error::Gpu(format!("binding {label}: {e}")));
             }
-            program.push(Dispatch { label: s.kernel.label(), only: s.only, pipeline, single, verify, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y });
+            program.push(Dispatch { label: s.kernel.label(), only: s.only, pipeline, single, verify, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y, ready: s.ready });
         }
 
         let streaming = match (&w.expert_files, &moe_bufs) {
