@@ -564,7 +564,7 @@ pub fn qmv_moe_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize
     if !cols.is_multiple_of(64) || !x_tok_stride.is_multiple_of(4) || !x_slot_stride.is_multiple_of(4) {
         return None;
     }
-    let (lanes, rpt) = qmv_tile(rows * top_k, cols);
+    let (lanes, rpt) = qmv_tile_override(rows * top_k, cols).unwrap_or_else(|| qmv_tile(rows * top_k, cols));
     Some((Kernel::QmvMoe { lanes, rpt }, QMV_WG / lanes * rpt))
 }
 
@@ -575,7 +575,7 @@ pub fn qmv_moe_glu_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: u
     if !cols.is_multiple_of(64) || !x_tok_stride.is_multiple_of(4) || !x_slot_stride.is_multiple_of(4) {
         return None;
     }
-    let (lanes, rpt) = qmv_tile(2 * rows * top_k, cols);
+    let (lanes, rpt) = qmv_tile_override(2 * rows * top_k, cols).unwrap_or_else(|| qmv_tile(2 * rows * top_k, cols));
     let pairs = (rpt / 2).max(1);
     Some((Kernel::QmvMoeGlu { lanes, pairs }, QMV_WG / lanes * pairs))
 }
@@ -856,7 +856,7 @@ fn qmv_dense_tile(rows: usize, cols: usize) -> (u32, u32) {
 }
 
 /// `KESTREL_QMV_TILES="ROWSxCOLS=LANESxRPT,…"`: the tile of those exact shapes (a stacked
-/// gate|up counts its 2 · rows), for A/B runs of a rule change end to end. An experiment knob,
+/// gate|up counts its 2 · rows; routed experts their rows times top_k), for A/B runs of a rule change end to end. An experiment knob,
 /// not a setting: entries that do not parse, or name a tile qmv has no variant for, are ignored.
 fn qmv_tile_override(rows: usize, cols: usize) -> Option<(u32, u32)> {
     let spec = std::env::var("KESTREL_QMV_TILES").ok()?;
