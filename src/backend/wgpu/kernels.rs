@@ -856,8 +856,9 @@ fn qmv_dense_tile(rows: usize, cols: usize) -> (u32, u32) {
 }
 
 /// `KESTREL_QMV_TILES="ROWSxCOLS=LANESxRPT,…"`: the tile of those exact shapes (a stacked
-/// gate|up counts its 2 · rows; routed experts their rows times top_k), for A/B runs of a rule change end to end. An experiment knob,
-/// not a setting: entries that do not parse, or name a tile qmv has no variant for, are ignored.
+/// gate|up counts its 2 · rows; routed experts their rows times top_k), for A/B runs of a rule
+/// change end to end. An experiment knob, not a setting: entries that do not parse, or name a
+/// tile qmv has no variant for, are ignored.
 fn qmv_tile_override(rows: usize, cols: usize) -> Option<(u32, u32)> {
     let spec = std::env::var("KESTREL_QMV_TILES").ok()?;
     spec.split(',').find_map(|entry| {
