@@ -2,10 +2,10 @@
 # Session 22, final call: final_checks (the kernel tests with the tensor-core ones, the
 # fixtures end to end, the 256 MiB mat-vec) and tests/experts.rs's overlap test on this GPU;
 # then per arch, the 26B first (a call cut short still brings its row back), the BENCHMARKS.md
-# run (`kestrel bench -p 512 -n 128`) and the transformers peer (eager); on the 26B after its
-# default run the decode A/B of the concurrent MoE branches (KESTREL_MOE_OVERLAP 0, 1: tg128,
-# the step line and the MoE rows of the per-dispatch profile). ≈ 8 min. Carry target/carry
-# (tools/device/pack.sh --tests) and .gl.
+# run (`kestrel bench -p 512 -n 128`) and the transformers peer (eager). The overlap's A/B is in
+# session22-p2.sh's and -p4.sh's output (two device starts were refused before this call, so it
+# was trimmed to fit the budget left). ≈ 6.5 min. Carry target/carry (tools/device/pack.sh
+# --tests) and .gl.
 set -uo pipefail
 . tools/device/env.sh
 K=./target/release/kestrel
@@ -20,11 +20,6 @@ for arch in 26b-a4b e4b e2b; do
   $K bench --model /tmp/$arch -p 512 -n 128 >> "$F" 2>&1
   grep -A3 "^| test" "$F" | tail -2
   grep -E "decode step:|GPU time of one 512" "$F" | tail -2
-  if [ $arch = 26b-a4b ]; then
-    for s in 0 1; do
-      ab_bench "$F" $arch "-p 512 -n 128" "tg128|decode step:|^\| (qmv_|moe_|router)" KESTREL_MOE_OVERLAP=$s
-    done
-  fi
   python3 tools/peer/hf_bench.py --config /tmp/$arch/config.json -p 512 -n 128 --modes eager --json "$OUT/peer-$arch.json" 2>&1 | grep -E "transformers|model|Error|error" | tee -a "$F"
   rm -rf /tmp/$arch
 done
