@@ -128,7 +128,8 @@ pub struct WgpuOptions {
     /// Decode and verify steps of a MoE model with every expert resident run the dense
     /// branch's two mat-vecs beside the routed experts' two, with no barrier between each pair
     /// (`Dispatch::ready`): the same kernels on the same inputs (logits bitwise those of the
-    /// serial branches). Needs `moe_norm` (it reads the dense branch's own output buffer). 26B
+    /// serial branches). Needs `moe_norm` (it reads the dense branch's own output buffer) and
+    /// the dense gate and up stacked (4-bit checkpoints; the one-dispatch GeGLU mat-vec). 26B
     /// decode 225.8 → 253.7 tok/s on the H200 (PERF_NOTES.md, session 22).
     /// `KESTREL_MOE_OVERLAP=0|1` overrides it for A/B measurements.
     pub moe_overlap: bool,
