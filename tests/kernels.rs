@@ -3012,9 +3012,9 @@ fn last_workgroup_sees_every_share() {
 /// norms over K-term sums, tol::NORM): the 26B's row (2816 values, top 8) for one and three
 /// tokens, a row shorter than the workgroup with top 2, and E2B's width with top 4.
 /// Against the three dispatches: the same operations in the same order, bitwise on lavapipe;
-/// on the H200 not bitwise (session 21: the driver may contract a multiply and the add after
-/// it into one FMA in one kernel and not in the other, as SPIR-V allows), so within
-/// tol::SAME_OPS.
+/// on the H200 not bitwise (the driver may contract a multiply and the add after it into one
+/// FMA in one kernel and not in the other, as SPIR-V allows; session 22 measured NMSE ≤ 4.6e-15
+/// there), so within tol::SAME_OPS.
 #[test]
 fn moe_norm_matches_its_three_dispatches() {
     let Some(mut h) = harness() else { return };

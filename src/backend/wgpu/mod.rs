@@ -120,10 +120,10 @@ pub struct WgpuOptions {
     /// Decode and verify steps close a MoE block in one dispatch per token (moe_norm.wgsl: the
     /// dense branch's post-norm, the experts' weighted sum and the routed branch's post-norm
     /// onto it) instead of three: the same operations in the same order (bitwise on lavapipe;
-    /// not on the H200, where the kernel test's bitwise check failed, taken to be the driver
-    /// contracting multiplies and adds differently in the two forms). 26B decode 217.6 → 225.5
-    /// tok/s on the H200 (PERF_NOTES.md, session 21). `KESTREL_MOE_NORM=0|1` overrides it for
-    /// A/B measurements.
+    /// on the H200 last-bit differences, NMSE ≤ 4.6e-15 against the three with 52–70 % of
+    /// values bitwise, PERF_NOTES.md session 22: the driver may contract a multiply and its add
+    /// into an FMA in one form and not the other). 26B decode 217.6 → 225.5 tok/s on the H200
+    /// (session 21). `KESTREL_MOE_NORM=0|1` overrides it for A/B measurements.
     pub moe_norm: bool,
     /// Decode and verify steps of a MoE model with every expert resident run the dense
     /// branch's two mat-vecs beside the routed experts' two, with no barrier between each pair
@@ -1129,11 +1129,35 @@ fn moe_params(m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, 
 /// `part` of `m`, each with its grid x and token tile: qmv for 4-bit, else the matmul tile.
 fn decode_forms(m: &GpuMatrix, part: &GpuPart, x_stride: usize) -> ((Kernel, u32, u32), (Kernel, u32, u32)) {
     let rows = part.rows as u32;
-    let form = |tok: u32| match if m.format == Format::Q4 { qmv_shape(part.rows, m.cols, x_stride, tok) } else { None } {
-        Some((k, rows_per_wg)) => (k, rows.div_ceil(rows_per_wg), tok),
-        None => (Kernel::Matmul(m.format, tok), rows.div_ceil(matmul_rows(tok)), tok),
+    let form = |tok: u32| {
+        let qmv = if m.format == Format::Q4 { qmv_shape(part.rows, m.cols, x_stride, tok) } else { None };
+        match qmv {
+            Some((k, rows_per_wg)) => (k, rows.div_ceil(rows_per_wg), tok),
+            None => (Kernel::Matmul(m.format, tok), rows.div_ceil(matmul_rows(tok)), tok),
+        }
     };
     (form(1), form(MATMUL_VERIFY_TOK))
+}
+
+/// The params of a mat-mat or mat-vec over `part` of `m` (its rows of y at `part.row0`);
+/// `on_out`: its tokens are the step's output rows (the LM head).
+fn part_params(m: &GpuMatrix, part: &GpuPart, x_stride: usize, y_stride: usize, on_out: bool) -> MatmulParams {
+    MatmulParams {
+        rows: part.rows as u32,
+        cols: m.cols as u32,
+        gs: m.gs as u32,
+        x_stride: x_stride as u32,
+        y_stride: y_stride as u32,
+        y_off: part.row0 as u32,
+        count_sel: on_out as u32,
+        k_splits: 0,
+    }
+}
+
+/// The params of the stacked [G; U] GeGLU over `rows` gate rows of `m` (`matmul_glu`): y holds
+/// `2 · rows` per token, the GeGLU in its first half.
+fn glu_params(m: &GpuMatrix, rows: usize, x_stride: usize) -> MatmulParams {
+    MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, k_splits: 0 }
 }
 
 impl<'a> Builder<'a> {
@@ -1545,16 +1569,7 @@ impl<'a> Builder<'a> {
     #[allow(clippy::too_many_arguments)]
     fn matmul_steps(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, on_out: bool, decode: bool, from: XFrom) -> Result<()> {
         for part in &m.parts {
-            let p = MatmulParams {
-                rows: part.rows as u32,
-                cols: m.cols as u32,
-                gs: m.gs as u32,
-                x_stride: x_stride as u32,
-                y_stride: y_stride as u32,
-                y_off: part.row0 as u32,
-                count_sel: on_out as u32,
-                k_splits: 0,
-            };
+            let p = part_params(m, part, x_stride, y_stride, on_out);
             // Chunks: the tiled 4-bit mat-mat where it applies, else the 8-token matmul tile.
             // The LM head never on tensor cores: it is then one spec with its decode variants,
             // as on every device without them, so a chunk's single output row takes the
@@ -1627,7 +1642,7 @@ impl<'a> Builder<'a> {
     /// records them apart from the chunk forms (`matmul_steps` with `decode` false).
     fn matvec_single(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize) {
         for part in &m.parts {
-            let p = MatmulParams { rows: part.rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: y_stride as u32, y_off: part.row0 as u32, count_sel: 0, k_splits: 0 };
+            let p = part_params(m, part, x_stride, y_stride, false);
             let (single, verify) = decode_forms(m, part, x_stride);
             self.spec(verify.0, weight_res(part, &[x, y]), &p, verify.1, GridY::TokenTiles(verify.2));
             let sp = self.specs.last_mut().expect("just pushed");
@@ -1645,7 +1660,7 @@ impl<'a> Builder<'a> {
     fn matmul_glu(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, from: NormOut, decode: bool) -> Result<XFrom> {
         let part = &m.parts[0];
         debug_assert_eq!((m.parts.len(), part.rows), (1, 2 * rows), "a stacked matrix is one part");
-        let p = MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
+        let p = glu_params(m, rows, x_stride);
         // Chunks: the GeGLU in the tensor-core mat-mat's epilogue where it runs unsplit, else
         // the stacked mat-mat and gelu_mul.
         let (glu, per_wg, tok) = qmm_coop_glu_shape();
@@ -1679,7 +1694,7 @@ impl<'a> Builder<'a> {
     /// The decode and verify forms of `matmul_glu` (one qmv_glu spec), where a program records
     /// them apart from the chunk forms (`matmul_glu` with `decode` false).
     fn glu_single(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer) {
-        let p = MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
+        let p = glu_params(m, rows, x_stride);
         let res = weight_res(&m.parts[0], &[x, y]);
         let shape = |tok| {
             let (k, per_wg) = qmv_glu_shape(rows, m.cols, x_stride, tok).expect("stacked only where qmv applies");
