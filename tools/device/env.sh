@@ -45,15 +45,35 @@ attn_ab() {
   pp_ab "$file" KESTREL_ATTN_COOP "^\| pp512 |GPU time of one 512|^\| attention_(d|coop)" "$@"
 }
 # What a final call checks first: `final_checks FILE` appends the GPU and its clocks, the kernel
-# tests (with the ignored tensor-core ones) and the fixtures end to end on this GPU, and kbench's
+# tests (with the ignored tensor-core ones; KTESTS=0 skips them, where an earlier call of the
+# session ran them with the same kernels) and the fixtures end to end on this GPU, and kbench's
 # 256 MiB mat-vec (the single-kernel bar) to FILE.
 final_checks() {
   local file=$1
   date -u | tee "$file"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee -a "$file"
-  echo "== tests/kernels.rs (incl. the ignored tensor-core tests: qmm_coop, attention_coop)" | tee -a "$file"
-  KESTREL_REQUIRE_GPU=1 ./target/release/ktests --include-ignored 2>&1 | grep -E "^test |test result|FAIL|panicked" | head -20 | tee -a "$file"
+  if [ "${KTESTS:-1}" != 0 ]; then
+    echo "== tests/kernels.rs (incl. the ignored tensor-core tests: qmm_coop, attention_coop)" | tee -a "$file"
+    KESTREL_REQUIRE_GPU=1 ./target/release/ktests --include-ignored 2>&1 | grep -E "^test |test result|FAIL|panicked" | head -20 | tee -a "$file"
+  fi
   echo "== tests/fixtures.rs wgpu" | tee -a "$file"
   KESTREL_REQUIRE_GPU=1 ./target/release/kfixtures wgpu 2>&1 | grep -E "^test |test result|panicked|differ" | tee -a "$file"
   echo "== kbench 256 MiB" | tee -a "$file"
   KBENCH_SHAPES="256 MiB" ./target/release/kbench qmv_q4_t 2>&1 | grep -E "copy roofline|^\| 256" | tee -a "$file"
+}
+# One row of BENCHMARKS.md's table: `table_row FILE ARCH` makes /tmp/ARCH (`kestrel synth`,
+# 4-bit), appends its `kestrel bench -p 512 -n 128` to FILE (printing the tg/pp and step lines),
+# runs the transformers peer (eager) on the same config into $OUT/peer-ARCH.json, and removes
+# the model. `TABLE_AB` (a function name), if set, runs between the bench and the peer with FILE
+# and ARCH (a call's A/B on the same model).
+table_row() {
+  local file=$1 arch=$2
+  date -u | tee -a "$file"
+  ./target/release/kestrel synth --arch $arch --quant 4bit /tmp/$arch > /dev/null 2>&1
+  echo "== $arch (default, ./target/release/kestrel)" | tee -a "$file"
+  ./target/release/kestrel bench --model /tmp/$arch -p 512 -n 128 >> "$file" 2>&1
+  grep -A3 "^| test" "$file" | tail -2
+  grep -E "decode step:|GPU time of one 512" "$file" | tail -2
+  if [ -n "${TABLE_AB:-}" ]; then "$TABLE_AB" "$file" $arch; fi
+  python3 tools/peer/hf_bench.py --config /tmp/$arch/config.json -p 512 -n 128 --modes eager --json "$OUT/peer-$arch.json" 2>&1 | grep -E "transformers|model|Error|error" | tee -a "$file"
+  rm -rf /tmp/$arch
 }

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Session 22, first call (it also runs session22-p1.sh's check, which no machine could be
-# started for): final_checks; moe_norm's kernel test with its NMSE and bitwise-equal counts per
-# shape; tests/experts.rs's overlap test on this GPU (where the paired dispatches do run side by
-# side: logits bitwise those of the serial branches on every tiny MoE fixture); then the 26B's
-# decode A/B at the table's context (`kestrel bench -p 512 -n 128`): KESTREL_MOE_OVERLAP 0 (the
-# branches one after the other), 1 (the dense branch beside the experts, the default), router
-# (KESTREL_MOE_OVERLAP_WITH=router: beside the router and its top-k), twice: tg128, the step
-# line and the MoE rows of the per-dispatch profile. ≈ 8 min. Carry target/carry
-# (tools/device/pack.sh --tests) and .gl.
+# Session 22, first call (it also runs the check session 21 planned as session22-p1.sh, for which
+# no machine could be started; that script is removed): final_checks; moe_norm's kernel test with
+# its NMSE and bitwise-equal counts per shape; tests/experts.rs's overlap test on this GPU (where
+# the paired dispatches do run side by side: logits bitwise those of the serial branches on every
+# tiny MoE fixture); then the 26B's decode A/B at the table's context (`kestrel bench -p 512 -n
+# 128`): KESTREL_MOE_OVERLAP 0 (the branches one after the other), 1 (the dense branch beside the
+# experts, the default), router (KESTREL_MOE_OVERLAP_WITH=router: beside the router and its
+# top-k), twice: tg128, the step line and the MoE rows of the per-dispatch profile. ≈ 8 min. Carry
+# target/carry (tools/device/pack.sh --tests) and .gl.
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/p2-moe-overlap.txt"
