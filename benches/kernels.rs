@@ -26,7 +26,7 @@
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
     attention_chunk, attention_chunk_coop, attention_split, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, HEAD_NORM_WG, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
-    RouterParams, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
+    RouterParams, chain_layout, chain_params, ChainPrefetch, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
 struct Shape {
@@ -335,6 +335,7 @@ fn main() {
 
     prefill_attention_table(&mut h, &filter);
     latency_table(&mut h, &filter);
+    persistent_chain_table(&mut h, &filter, copy);
 }
 
 /// Prefill attention (attention.wgsl, and attention_coop.wgsl where the device has tensor cores)
@@ -532,5 +533,108 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     let logits: Vec<u8> = (0..128).flat_map(|i| ((i * 37 % 128) as f32 * 0.01).to_le_bytes()).collect();
     for staged in [false, true] {
         row(h, Kernel::RouterTopk { staged }, "top 8 of 128".into(), vec![logits.clone(), f32s(128, 1.0), vec![0u8; 32], f32s(8, 0.0)], bytemuck::bytes_of(&p), (1, 1, 1));
+    }
+}
+
+/// The persistent decode kernel's question (persistent_chain.wgsl): a chain of 4-bit mat-vecs
+/// shaped as 32 layers of E2B or E4B (q|k|v, o, gate|up, down; each stage reads the first values
+/// of the one before's output) run as one dispatch per stage — one workgroup per row block, or
+/// 132 striding over the blocks — against one persistent dispatch of 132 workgroups (one per
+/// H200 SM) with a grid barrier between stages, each workgroup loading its first weights of a
+/// stage after the barrier, before it, or inside it (after its arrival). Workgroups of 256, 512
+/// and 1024 threads; lanes load `pf` vec4s at once (`KBENCH_CHAIN_PF`, default 4). The same
+/// arithmetic in every form, so the differences are the dispatch boundaries, the barriers and
+/// where the first loads go. Each form's activations (outputs poisoned before it runs) are
+/// checked bitwise against the first's: the hand-off across the grid barrier on a real grid
+/// (the kernel test runs one workgroup). H200 only: the persistent grid must be resident at
+/// once. Session 23 found 264 workgroups of 256 threads not resident at once (the dispatch
+/// spun until killed): one workgroup per SM is what every form here uses.
+fn persistent_chain_table(h: &mut KernelHarness, filter: &str, copy: f64) {
+    let pf: u32 = std::env::var("KBENCH_CHAIN_PF").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    if !(Kernel::PersistentChain { xcap: 10240, pf, wg: 256 }).label().contains(filter) {
+        return;
+    }
+    println!("\n| chain (32 layers) | form (batches of {pf} vec4s) | threads × workgroups | µs per chain | µs per layer | µs per stage | GB/s | % of copy | same bits |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    if !h.gpu().describe().contains("H200") {
+        println!("| | skipped: the persistent grid must be resident at once, sized for the H200 only | | | | | | | |");
+        return;
+    }
+    let layers: [(&str, [(u32, u32); 4]); 2] = [
+        ("E2B", [(2560, 1536), (1536, 2048), (12288, 1536), (1536, 6144)]),
+        ("E4B", [(3072, 2560), (2560, 2048), (20480, 2560), (2560, 10240)]),
+    ];
+    for (name, layer) in layers {
+        let shapes: Vec<(u32, u32)> = (0..32).flat_map(|_| layer).collect();
+        let layout = match chain_layout(&shapes) {
+            Ok(l) => l,
+            Err(e) => {
+                println!("| {name} | error: {e} | | | | | | | |");
+                continue;
+            }
+        };
+        // Random nibbles; scale 0.2 / √cols and bias −7.5 scales keep each stage's output near
+        // its input's size over 128 stages (finite values, as a model's).
+        let w = random_bytes(16 * layout.w_vec4s, 0x5eed ^ layout.w_vec4s as u64);
+        let mut sb = Vec::with_capacity(4 * layout.sb_words);
+        for st in &layout.stages {
+            let s = half::bf16::from_f32(0.2 / (st.cols as f32).sqrt());
+            let b = half::bf16::from_f32(-7.5 * s.to_f32());
+            let word = u32::from(s.to_bits()) | u32::from(b.to_bits()) << 16;
+            sb.extend(std::iter::repeat_n(word.to_le_bytes(), (st.rows * st.cols / 64) as usize).flatten());
+        }
+        // The input, then every output poisoned (a quiet NaN) until a form writes it.
+        let mut act: Vec<u8> = std::iter::repeat_n(0x7fc0_deadu32.to_le_bytes(), layout.act_values).flatten().collect();
+        for (i, v) in act[..4 * shapes[0].1 as usize].chunks_exact_mut(4).enumerate() {
+            v.copy_from_slice(&((i % 7) as f32 * 0.25 - 0.75).to_le_bytes());
+        }
+        let bufs = [w, sb, act, vec![0u8; 4]];
+        let bytes = (bufs[0].len() + bufs[1].len()) as f64;
+        let n = layout.stages.len() as u32;
+        let params = |first: u32, count: u32, prefetch: ChainPrefetch| bytemuck::bytes_of(&chain_params(&layout, first, count, prefetch)).to_vec();
+        let mut first_act: Option<Vec<u8>> = None;
+        for wg in [256u32, 512, 1024] {
+            let kernel = Kernel::PersistentChain { xcap: 10240, pf, wg };
+            let rb = wg / 16;
+            let up = match h.upload_chain(kernel, &bufs) {
+                Ok(up) => up,
+                Err(e) => {
+                    println!("| {name} | error: {e} | | | | | | | |");
+                    continue;
+                }
+            };
+            let per_stage = |wgs: Option<u32>| -> Vec<(Vec<u8>, (u32, u32, u32))> {
+                layout.stages.iter().enumerate().map(|(i, st)| (params(i as u32, 1, ChainPrefetch::After), (wgs.map_or(st.rows / rb, |g| g.min(st.rows / rb)), 1, 1))).collect()
+            };
+            let persistent = |prefetch: ChainPrefetch| vec![(params(0, n, prefetch), (132, 1, 1))];
+            let forms: Vec<(&str, &str, Vec<(Vec<u8>, (u32, u32, u32))>)> = vec![
+                ("one dispatch per stage", "rows / block", per_stage(None)),
+                ("one dispatch per stage", "132", per_stage(Some(132))),
+                ("persistent, loads after each barrier", "132", persistent(ChainPrefetch::After)),
+                ("persistent, loads before each barrier", "132", persistent(ChainPrefetch::Before)),
+                ("persistent, loads inside each barrier", "132", persistent(ChainPrefetch::Inside)),
+            ];
+            for (form, wgs, links) in forms {
+                h.rewrite(&up, 2, &bufs[2]);
+                let same = match h.run_chain(&up, &links, Step::default()) {
+                    Ok(out) => match &first_act {
+                        None => {
+                            let finite = out[2].chunks_exact(4).all(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")).is_finite());
+                            first_act = Some(out[2].clone());
+                            if finite { "(reference)".to_string() } else { "(reference, not all finite)".to_string() }
+                        }
+                        Some(f) => if f == &out[2] { "yes".to_string() } else { "NO".to_string() },
+                    },
+                    Err(e) => format!("error: {e}"),
+                };
+                match h.time_chain(&up, &links, Step::default(), 3) {
+                    Ok(us) => {
+                        let gbs = bytes / us / 1e3;
+                        println!("| {name} | {form} | {wg} × {wgs} | {us:.1} | {:.2} | {:.2} | {gbs:.0} | {:.1} % | {same} |", us / 32.0, us / n as f64, 100.0 * gbs / copy);
+                    }
+                    Err(e) => println!("| {name} | {form} | {wg} × {wgs} | error: {e} | | | | | {same} |"),
+                }
+            }
+        }
     }
 }

@@ -3217,3 +3217,90 @@ fn gelu_mul_over_split_partials_is_bitwise_qmm_sum_then_gelu_mul() {
         println!("{} [wgpu]: a and asum bitwise qmm_sum then gelu_mul OK", c.name());
     }
 }
+
+/// persistent_chain (a probe kernel: a chain of 4-bit mat-vecs as one dispatch per stage or one
+/// persistent dispatch with grid barriers) computes each stage of its chain against an f64
+/// reference (tol::DOT: f32 sums of ≤ 1024 products per row, the error of the stage before
+/// carried at its size), and every form writes the same bits: one dispatch per stage with one
+/// workgroup per row block or two striding over them, and the persistent dispatch with the
+/// next stage's first weights loaded before each barrier, inside it or after it. One workgroup in the
+/// persistent form: lavapipe runs one workgroup per worker thread (grid_barrier's test says
+/// why); the bench runs 132 and 264 on the H200.
+#[test]
+fn persistent_chain_forms_match_the_reference_and_each_other() {
+    let Some(mut h) = harness() else { return };
+    let shapes = [(1024u32, 512u32), (512, 1024), (48, 512)];
+    let layout = chain_layout(&shapes).unwrap();
+    let mut rng = Rng(kestrel::synth::SplitMix64(seed_of("persistent_chain")));
+    let w: Vec<u32> = (0..4 * layout.w_vec4s).map(|_| rng.next_u64() as u32).collect();
+    // Scales 2^-6 … 2^-5 and biases within −8 scales: values of either sign, as MLX's.
+    let sb: Vec<u32> = (0..layout.sb_words)
+        .map(|_| {
+            let s = bf16::from_f32((1.0 + rng.uniform().abs()) / 64.0);
+            let b = bf16::from_f32(-8.0 * s.to_f32() * rng.uniform().abs());
+            u32::from(s.to_bits()) | u32::from(b.to_bits()) << 16
+        })
+        .collect();
+    let x0 = rng.vec(shapes[0].1 as usize);
+    let mut act = vec![POISON; layout.act_values];
+    act[..x0.len()].copy_from_slice(&bits(&x0));
+    // The f64 reference chain.
+    let mut want: Vec<f64> = x0.iter().map(|&v| v as f64).collect();
+    let mut wants = Vec::new();
+    for st in &layout.stages {
+        let (rows, cols) = (st.rows as usize, st.cols as usize);
+        let y: Vec<f64> = (0..rows)
+            .map(|r| {
+                (0..cols)
+                    .map(|k| {
+                        let word = w[4 * st.w as usize + r * cols / 8 + k / 8];
+                        let q = (word >> (4 * (k % 8))) & 15;
+                        let g = sb[st.sb as usize + r * cols / 64 + k / 64];
+                        let (s, b) = (bf16::from_bits(g as u16).to_f64(), bf16::from_bits((g >> 16) as u16).to_f64());
+                        (s * q as f64 + b) * want[k]
+                    })
+                    .sum()
+            })
+            .collect();
+        wants.push(y.clone());
+        want = y;
+    }
+    let bufs = [to_bytes(&w), to_bytes(&sb), to_bytes(&act), to_bytes(&[0])];
+    let params = |first: u32, count: u32, prefetch: ChainPrefetch| bytemuck::bytes_of(&chain_params(&layout, first, count, prefetch)).to_vec();
+    let per_stage = |grid: Option<u32>| -> Vec<(Vec<u8>, (u32, u32, u32))> {
+        layout.stages.iter().enumerate().map(|(i, st)| (params(i as u32, 1, ChainPrefetch::After), (grid.unwrap_or(st.rows / 16), 1, 1))).collect()
+    };
+    let n = layout.stages.len() as u32;
+    let forms = [
+        ("one dispatch per stage", per_stage(None)),
+        ("one dispatch per stage, 2 workgroups", per_stage(Some(2))),
+        ("persistent, loads before each barrier", vec![(params(0, n, ChainPrefetch::Before), (1, 1, 1))]),
+        ("persistent, loads inside each barrier", vec![(params(0, n, ChainPrefetch::Inside), (1, 1, 1))]),
+        ("persistent, loads after each barrier", vec![(params(0, n, ChainPrefetch::After), (1, 1, 1))]),
+    ];
+    let mut first_out: Option<Vec<u8>> = None;
+    // Batches of 4 vec4s (lanes of 2 vec4s per row in the 1024-wide stage: a partial batch)
+    // and of 1.
+    for (pf, (what, links)) in [4u32, 1].into_iter().flat_map(|pf| forms.iter().map(move |f| (pf, f))) {
+        let kernel = Kernel::PersistentChain { xcap: 1024, pf, wg: 256 };
+        let what = format!("{what}, batches of {pf}");
+        // Fresh buffers per form: the counter from 0, the outputs poisoned.
+        let up = h.upload_chain(kernel, &bufs).unwrap();
+        let out = h.run_chain(&up, links, Step::default()).unwrap();
+        let got: Vec<f32> = words(&out[2]).into_iter().map(f32::from_bits).collect();
+        assert_eq!(got[..x0.len()], x0[..], "{what}: the input changed");
+        for (i, (st, y)) in layout.stages.iter().zip(&wants).enumerate() {
+            let at = st.y as usize;
+            if let Err(e) = compare(&got[at..at + y.len()], y, tol::DOT) {
+                panic!("{what}: stage {i} ({} × {}): {e}", st.rows, st.cols);
+            }
+        }
+        let barriers = if links.len() == 1 { n - 1 } else { 0 };
+        assert_eq!(words(&out[3]), vec![barriers], "{what}: barrier arrivals");
+        match &first_out {
+            None => first_out = Some(out[2].clone()),
+            Some(f) => assert!(f == &out[2], "{what}: not bitwise the first form's activations"),
+        }
+    }
+}
+

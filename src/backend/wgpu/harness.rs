@@ -136,6 +136,24 @@ impl KernelHarness {
         let reps = reps.max(1);
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let bound: Vec<Bound> = (0..copies.max(1)).map(|_| self.bind(kernel, buffers, params, step)).collect::<Result<_>>()?;
+        let best = self.time_passes(&label, reps, warm, |pass, i| {
+            if i == 0 {
+                pass.set_pipeline(&bound[0].pipeline);
+            }
+            pass.set_bind_group(0, &bound[i % bound.len()].group, &[]);
+            pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("{label} with grid {grid:?}: {e}")));
+        }
+        best
+    }
+
+    /// GPU time of what `record` records, in µs per repetition: each pass records `reps`
+    /// untimed repetitions (`record(pass, i)` the i-th), then, when timed, `reps` more between
+    /// two timestamps (the untimed ones fill the GPU first). Untimed passes for `warm` first,
+    /// then the best of three timed ones.
+    fn time_passes(&self, label: &str, reps: u32, warm: std::time::Duration, record: impl Fn(&mut wgpu::ComputePass, usize)) -> Result<f64> {
         let gpu = &self.gpu;
         let dev = &gpu.device;
         let queries = dev.create_query_set(&wgpu::QuerySetDescriptor { label: Some("kernel timing"), ty: wgpu::QueryType::Timestamp, count: 2 });
@@ -146,22 +164,17 @@ impl KernelHarness {
             mapped_at_creation: false,
         });
         let read = gpu.staging("kernel timing readback", 16);
-        // One pass of `reps` untimed dispatches, then, when `timed`, `reps` more between two
-        // timestamps: their time per dispatch in µs (the untimed ones fill the GPU first).
         let pass = |timed: bool| -> Result<f64> {
-            let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
+            let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
             {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&label), timestamp_writes: None });
-                pass.set_pipeline(&bound[0].pipeline);
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None });
                 for i in 0..reps as usize {
-                    pass.set_bind_group(0, &bound[i % bound.len()].group, &[]);
-                    pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+                    record(&mut pass, i);
                 }
                 if timed {
                     pass.write_timestamp(&queries, 0);
                     for i in 0..reps as usize {
-                        pass.set_bind_group(0, &bound[i % bound.len()].group, &[]);
-                        pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+                        record(&mut pass, i);
                     }
                     pass.write_timestamp(&queries, 1);
                 }
@@ -183,19 +196,16 @@ impl KernelHarness {
         // Warm-up: at rest the GPU runs at a low clock and ramps up over seconds of work (the
         // H200's SM clock read 345 MHz before a kbench process; three consecutive processes
         // measured the copy at 1.8, 2.6 and 4.0 TB/s as it rose, PERF_NOTES.md session 5):
-        // untimed passes of this kernel for `warm` first.
+        // untimed passes for `warm` first.
         let t0 = std::time::Instant::now();
         pass(false)?;
         while t0.elapsed() < warm {
             pass(false)?;
         }
-        // The best of three timed runs: the minimum is what the kernel can do.
+        // The best of three timed runs: the minimum is what the work can do.
         let mut best = f64::INFINITY;
         for _ in 0..3 {
             best = best.min(pass(true)?);
-        }
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Gpu(format!("{label} with grid {grid:?}: {e}")));
         }
         Ok(best)
     }
@@ -227,16 +237,26 @@ impl KernelHarness {
 
     /// Uploads `buffers` and the two uniforms, and binds them for `kernel`.
     fn bind(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step) -> Result<Bound> {
+        let storage = self.upload(kernel, buffers)?;
+        let (pipeline, group) = self.group(kernel, &storage, params, step)?;
+        Ok(Bound { pipeline, group, storage })
+    }
+
+    /// `buffers` uploaded as `kernel`'s storage bindings (their number checked).
+    fn upload(&self, kernel: Kernel, buffers: &[Vec<u8>]) -> Result<Vec<wgpu::Buffer>> {
         let label = kernel.label();
         let want = Self::storage_bindings(kernel);
         if buffers.len() != want {
             return Err(Error::Invalid(format!("{label} takes {want} storage buffers, got {}", buffers.len())));
         }
+        Ok(buffers.iter().enumerate().map(|(i, b)| self.gpu.upload(&format!("{label} binding {i}"), b)).collect())
+    }
+
+    /// `kernel`'s pipeline and a bind group of `storage` with fresh uniforms of `params` and `step`.
+    fn group(&mut self, kernel: Kernel, storage: &[wgpu::Buffer], params: &[u8], step: Step) -> Result<(wgpu::ComputePipeline, wgpu::BindGroup)> {
+        let label = kernel.label();
         let (pipeline, layout) = self.pipelines.get(&self.gpu.device, kernel)?.clone();
-        let gpu = &self.gpu;
-        let dev = &gpu.device;
-        let storage: Vec<wgpu::Buffer> =
-            buffers.iter().enumerate().map(|(i, b)| gpu.upload(&format!("{label} binding {i}"), b)).collect();
+        let dev = &self.gpu.device;
         let uniform = |what: &str, bytes: &[u8]| {
             // Uniform bindings are sized in 16-byte units; the WGSL structs already are.
             let mut v = bytes.to_vec();
@@ -272,7 +292,101 @@ impl KernelHarness {
             })
             .collect();
         let group = dev.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(&label), layout: &layout, entries: &entries });
-        Ok(Bound { pipeline, group, storage })
+        Ok((pipeline, group))
+    }
+
+    /// `buffers` uploaded once as `kernel`'s storage bindings, for [`run_chain`](Self::run_chain)
+    /// and [`time_chain`](Self::time_chain) to run several chains over (a probe's weights can
+    /// be gigabytes).
+    pub fn upload_chain(&self, kernel: Kernel, buffers: &[Vec<u8>]) -> Result<Uploaded> {
+        Ok(Uploaded { kernel, storage: self.upload(kernel, buffers)?, lens: buffers.iter().map(Vec::len).collect() })
+    }
+
+    /// Overwrites storage binding `binding` of `up` from its start with `bytes` (ordered before
+    /// the next chain run over it).
+    pub fn rewrite(&self, up: &Uploaded, binding: usize, bytes: &[u8]) {
+        self.gpu.queue.write_buffer(&up.storage[binding], 0, bytes);
+    }
+
+    /// A chain of dispatches of one kernel over `up`'s storage buffers, each dispatch with its
+    /// own params and grid (`links`), in one pass and in order (wgpu's barriers between them,
+    /// as between a decode step's dependent dispatches). Returns the read-write bindings'
+    /// contents after the chain, in binding order, with an empty vector for each read-only one
+    /// (the kernel cannot write those). The buffers keep what the chain left.
+    pub fn run_chain(&mut self, up: &Uploaded, links: &[(Vec<u8>, (u32, u32, u32))], step: Step) -> Result<Vec<Vec<u8>>> {
+        let kernel = up.kernel;
+        let label = kernel.label();
+        let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let groups: Vec<_> = links.iter().map(|(p, _)| self.group(kernel, &up.storage, p, step)).collect::<Result<_>>()?;
+        let gpu = &self.gpu;
+        let writable: Vec<bool> = kernel.bindings().iter().filter(|b| **b != Bind::Uniform).map(|b| *b == Bind::ReadWrite).collect();
+        let staging: Vec<Option<wgpu::Buffer>> = up
+            .storage
+            .iter()
+            .zip(&writable)
+            .enumerate()
+            .map(|(i, (b, &w))| w.then(|| gpu.staging(&format!("{label} readback {i}"), b.size())))
+            .collect();
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&label), timestamp_writes: None });
+            record_chain(&mut pass, &groups, links);
+        }
+        for (src, dst) in up.storage.iter().zip(&staging) {
+            if let Some(dst) = dst {
+                enc.copy_buffer_to_buffer(src, 0, dst, 0, Some(src.size()));
+            }
+        }
+        gpu.queue.submit([enc.finish()]);
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("{label} chain of {} dispatches: {e}", links.len())));
+        }
+        let mut out = Vec::with_capacity(up.lens.len());
+        for (&len, s) in up.lens.iter().zip(&staging) {
+            let mut v = Vec::new();
+            if let Some(s) = s {
+                gpu.read(s, s.size(), &mut v)?;
+                v.truncate(len);
+            }
+            out.push(v);
+        }
+        Ok(out)
+    }
+
+    /// GPU time of [`run_chain`](Self::run_chain)'s chain, in µs for the whole chain: `reps`
+    /// chains between two timestamps after `reps` untimed ones in the same pass, after untimed
+    /// passes for [`WARM_UP`]; the best of three (as [`time`](Self::time)). Nothing is read back.
+    pub fn time_chain(&mut self, up: &Uploaded, links: &[(Vec<u8>, (u32, u32, u32))], step: Step, reps: u32) -> Result<f64> {
+        let kernel = up.kernel;
+        let label = kernel.label();
+        if !self.gpu.can_profile() {
+            return Err(Error::Gpu("this adapter has no timestamp queries inside passes: kernels cannot be timed".into()));
+        }
+        let reps = reps.max(1);
+        let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let groups: Vec<_> = links.iter().map(|(p, _)| self.group(kernel, &up.storage, p, step)).collect::<Result<_>>()?;
+        let best = self.time_passes(&label, reps, WARM_UP, |pass, _| record_chain(pass, &groups, links));
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("{label} chain of {} dispatches: {e}", links.len())));
+        }
+        best
+    }
+}
+
+/// Storage buffers uploaded for one kernel, run over by [`KernelHarness::run_chain`] and
+/// [`KernelHarness::time_chain`].
+pub struct Uploaded {
+    kernel: Kernel,
+    storage: Vec<wgpu::Buffer>,
+    lens: Vec<usize>,
+}
+
+/// Records `groups` (pipeline and bind group of each link) as dispatches of `links`' grids.
+fn record_chain(pass: &mut wgpu::ComputePass, groups: &[(wgpu::ComputePipeline, wgpu::BindGroup)], links: &[(Vec<u8>, (u32, u32, u32))]) {
+    for ((pipeline, group), (_, grid)) in groups.iter().zip(links) {
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, group, &[]);
+        pass.dispatch_workgroups(grid.0, grid.1, grid.2);
     }
 }
 

@@ -140,6 +140,12 @@ pub enum Kernel {
     /// last (an atomic arrival count, no spinning): whether it sees them, and what the hand-off
     /// costs, for benchmarks (not part of the forward pass). `atomic`: the shares are atomics.
     LastWorkgroup { atomic: bool },
+    /// A chain of 4-bit mat-vecs run as one dispatch per stage or as one persistent dispatch
+    /// with grid barriers between stages (persistent_chain.wgsl), for benchmarks (not part of
+    /// the forward pass). `xcap`: the widest stage input it holds, in values (a multiple of 512);
+    /// `pf`: vec4s of weights a lane loads at once, and ahead of a grid barrier; `wg`: threads
+    /// per workgroup (16 per row of a block; stages' rows a multiple of wg / 16).
+    PersistentChain { xcap: u32, pf: u32, wg: u32 },
 }
 
 impl Kernel {
@@ -180,6 +186,7 @@ impl Kernel {
             Kernel::Copy => "copy".into(),
             Kernel::GridBarrier { atomic } => if atomic { "grid_barrier_atomic".into() } else { "grid_barrier".into() },
             Kernel::LastWorkgroup { atomic } => if atomic { "last_workgroup_atomic".into() } else { "last_workgroup".into() },
+            Kernel::PersistentChain { xcap, pf, wg } => format!("persistent_chain_x{xcap}_pf{pf}_wg{wg}"),
         }
     }
 
@@ -299,6 +306,11 @@ impl Kernel {
             Kernel::Copy => include_str!("../../../wgsl/copy.wgsl").into(),
             Kernel::GridBarrier { atomic } => handed_over(include_str!("../../../wgsl/grid_barrier.wgsl"), atomic),
             Kernel::LastWorkgroup { atomic } => handed_over(include_str!("../../../wgsl/last_workgroup.wgsl"), atomic),
+            Kernel::PersistentChain { xcap, pf, wg } => include_str!("../../../wgsl/persistent_chain.wgsl")
+                .replace("{{XCAP4}}", &(xcap / 4).to_string())
+                .replace("{{PF}}", &pf.to_string())
+                .replace("{{WG}}", &wg.to_string())
+                .replace("{{MAX_STAGES}}", &MAX_CHAIN_STAGES.to_string()),
         }
     }
 }
@@ -514,6 +526,7 @@ impl Kernel {
             Kernel::QkvNormRope { .. } => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GridBarrier { .. } | Kernel::LastWorkgroup { .. } => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::PersistentChain { .. } => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::GeluMulSums => &[ReadWrite, Read, Uniform, Uniform, ReadWrite, Read],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
@@ -1219,6 +1232,90 @@ pub struct BarrierParams {
     /// Barriers per dispatch (≥ 2); last_workgroup: values per workgroup (≤ 256).
     pub rounds: u32,
     pub _pad: [u32; 3],
+}
+
+/// Stages one [`ChainParams`] holds (persistent_chain.wgsl's `{{MAX_STAGES}}`).
+pub const MAX_CHAIN_STAGES: usize = 128;
+
+/// One mat-vec of persistent_chain.wgsl: `rows` × `cols` (multiples of 16 and 512), its
+/// weights from vec4 `w` and scale-bias words from `sb`, reading activations at `x` and
+/// writing them at `y`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct ChainStage {
+    pub rows: u32,
+    pub cols: u32,
+    pub w: u32,
+    pub sb: u32,
+    pub x: u32,
+    pub y: u32,
+    pub _pad: [u32; 2],
+}
+
+/// Params of persistent_chain.wgsl: the stages this dispatch runs (`first`, `count`), where a
+/// stage's first weights are loaded against the grid barrier before it (`prefetch`, a
+/// [`ChainPrefetch`]), and the whole chain's stage table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct ChainParams {
+    pub first: u32,
+    pub count: u32,
+    pub prefetch: u32,
+    pub _pad: u32,
+    pub stages: [ChainStage; MAX_CHAIN_STAGES],
+}
+
+/// Where persistent_chain.wgsl finds a chain's parts: the stage table, and the vec4s of
+/// weights, scale-bias words and activation values the chain spans.
+#[derive(Clone, Debug)]
+pub struct ChainLayout {
+    pub stages: Vec<ChainStage>,
+    pub w_vec4s: usize,
+    pub sb_words: usize,
+    pub act_values: usize,
+}
+
+/// The layout of a chain of mat-vecs of `shapes` (rows, cols): stage 0 reads the input at
+/// activation 0, each later stage the first `cols` values of the stage before's output; every
+/// stage's weights, scale-bias words and output follow the previous one's.
+pub fn chain_layout(shapes: &[(u32, u32)]) -> Result<ChainLayout> {
+    if shapes.is_empty() || shapes.len() > MAX_CHAIN_STAGES {
+        return Err(Error::Invalid(format!("a chain has 1 to {MAX_CHAIN_STAGES} stages, not {}", shapes.len())));
+    }
+    let (mut w, mut sb, mut x, mut act) = (0usize, 0usize, 0usize, shapes[0].1 as usize);
+    let mut stages = Vec::with_capacity(shapes.len());
+    for (i, &(rows, cols)) in shapes.iter().enumerate() {
+        let prev = if i == 0 { cols } else { shapes[i - 1].0 };
+        if rows == 0 || rows % 16 != 0 || cols == 0 || cols % 512 != 0 || cols > prev {
+            return Err(Error::Invalid(format!("chain stage {i}: {rows} × {cols} needs rows a multiple of 16, cols a multiple of 512 and at most the {prev} values before it")));
+        }
+        let at = |v: usize| u32::try_from(v).map_err(|_| Error::Invalid(format!("chain stage {i}: offsets past 2^32")));
+        stages.push(ChainStage { rows, cols, w: at(w)?, sb: at(sb)?, x: at(x)?, y: at(act)?, _pad: [0; 2] });
+        w += rows as usize * cols as usize / 32;
+        sb += rows as usize * cols as usize / 64;
+        x = act;
+        act += rows as usize;
+    }
+    Ok(ChainLayout { stages, w_vec4s: w, sb_words: sb, act_values: act })
+}
+
+/// Where a persistent_chain workgroup loads its first weights of a stage, against the grid
+/// barrier before the stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainPrefetch {
+    /// After the barrier, as a new dispatch would.
+    After = 0,
+    /// Before the barrier's release fence.
+    Before = 1,
+    /// Between this workgroup's arrival and its wait for the others.
+    Inside = 2,
+}
+
+/// Params of a persistent_chain dispatch running stages `first` … `first + count − 1` of `layout`.
+pub fn chain_params(layout: &ChainLayout, first: u32, count: u32, prefetch: ChainPrefetch) -> ChainParams {
+    let mut stages = [ChainStage::default(); MAX_CHAIN_STAGES];
+    stages[..layout.stages.len()].copy_from_slice(&layout.stages);
+    ChainParams { first, count, prefetch: prefetch as u32, _pad: 0, stages }
 }
 
 #[repr(C)]
