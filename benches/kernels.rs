@@ -335,7 +335,57 @@ fn main() {
 
     prefill_attention_table(&mut h, &filter);
     latency_table(&mut h, &filter);
+    stream_table(&mut h, &filter, copy);
     persistent_chain_table(&mut h, &filter, copy);
+}
+
+/// What one dispatch can stream at a given size, in a dependent chain with its bytes read from
+/// memory (dispatches cycling through copies of ≥ 512 MiB in all, as the mat-vec table's memory
+/// column): `stream_read` reads the bytes and writes nothing, 1, 2, 4 or 8 vec4s per thread all
+/// loaded at once; `copy` (grid-stride, 4 vec4s per thread) reads and writes them. The sizes of
+/// the E4B decode mat-vecs' weights (q|k|v, down, gate|up, with their scales: the kbench rows
+/// above) and powers of two around them: the floor of one mat-vec of that size is this row, not
+/// the 1 GiB copy roofline.
+fn stream_table(h: &mut KernelHarness, filter: &str, copy: f64) {
+    if !"stream_read".contains(filter) {
+        return;
+    }
+    println!("\n| stream (one dispatch, from memory) | bytes read | stream_read µs, 1 / 2 / 4 / 8 vec4s per thread | best GB/s | % of copy | copy µs | copy GB/s (read + write) |");
+    println!("|---|---|---|---|---|---|---|");
+    let sizes: [(&str, usize); 9] = [
+        ("1 MiB", 1 << 20),
+        ("E4B q|k|v", 4_423_680),
+        ("8 MiB", 8 << 20),
+        ("E4B down", 14_745_600),
+        ("16 MiB", 16 << 20),
+        ("E4B gate|up", 29_491_200),
+        ("64 MiB", 64 << 20),
+        ("128 MiB", 128 << 20),
+        ("256 MiB", 256 << 20),
+    ];
+    for (name, bytes) in sizes {
+        let n = (bytes / 16) as u32;
+        let copies = (512usize << 20).div_ceil(bytes).max(2);
+        let mut reads = Vec::new();
+        let max_groups = h.gpu().limits.max_compute_workgroups_per_dimension;
+        for vpt in [1u32, 2, 4, 8] {
+            let grid = (n.div_ceil(256 * vpt), 1, 1);
+            if grid.0 > max_groups {
+                reads.push(Err(kestrel::Error::Invalid(format!("{} workgroups", grid.0))));
+                continue;
+            }
+            // Zero data and `never` = 1: the OR of zeros never reaches it, so nothing is stored.
+            let bufs = [vec![0u8; bytes], vec![0u8; 16 * 256 * grid.0 as usize]];
+            reads.push(h.time_cold(Kernel::StreamRead { vpt }, &bufs, bytemuck::bytes_of(&CopyParams { n, _pad: [1, 0, 0] }), Step::default(), grid, 100, copies));
+        }
+        let cp = h.time_cold(Kernel::Copy, &[vec![0u8; bytes], vec![0u8; bytes]], bytemuck::bytes_of(&CopyParams { n, _pad: [0; 3] }), Step::default(), (n.div_ceil(1024), 1, 1), 100, copies);
+        let fmt = |r: &kestrel::Result<f64>| r.as_ref().map_or_else(|e| format!("— ({e})"), |us| format!("{us:.2}"));
+        let best = reads.iter().filter_map(|r| r.as_ref().ok()).copied().fold(f64::INFINITY, f64::min);
+        let gbs = bytes as f64 / best / 1e3;
+        let cols: Vec<String> = reads.iter().map(fmt).collect();
+        let copy_gbs = cp.as_ref().map_or(0.0, |c| 2.0 * bytes as f64 / c / 1e3);
+        println!("| {name} | {bytes} | {} | {gbs:.0} | {:.1} % | {} | {copy_gbs:.0} |", cols.join(" / "), 100.0 * gbs / copy, fmt(&cp));
+    }
 }
 
 /// Prefill attention (attention.wgsl, and attention_coop.wgsl where the device has tensor cores)

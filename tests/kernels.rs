@@ -3304,3 +3304,30 @@ fn persistent_chain_forms_match_the_reference_and_each_other() {
     }
 }
 
+
+/// stream_read (a benchmark kernel: the read bandwidth of one dispatch) stores nothing while
+/// the OR of a thread's values misses `never`, and stores that OR where it reaches it — so the
+/// benchmark's loads cannot be dropped and its zero data write nothing. 4 vec4s per thread
+/// over 3000 (the last thread's indices clamped to the end).
+#[test]
+fn stream_read_stores_only_on_its_never_pattern() {
+    let Some(mut h) = harness() else { return };
+    let (n, vpt) = (3000u32, 4u32);
+    let grid = (n.div_ceil(256 * vpt), 1, 1);
+    let threads = 256 * grid.0;
+    let dst = vec![0u8; 16 * threads as usize];
+    let out = h.run(Kernel::StreamRead { vpt }, &[vec![0u8; 16 * n as usize], dst.clone()], bytemuck::bytes_of(&CopyParams { n, _pad: [1, 0, 0] }), Step::default(), grid).unwrap();
+    assert!(out[1].iter().all(|&b| b == 0), "zero data, never = 1: nothing stored");
+    // Value i's bits in lane 0 of vec4 i: thread t's OR is that of i = t + k · threads, k < 4
+    // (clamped to n − 1); `never` set to thread 5's OR: thread 5 (and any other reaching it)
+    // stores its OR.
+    let data: Vec<u32> = (0..n).flat_map(|i| [i, 0, 0, 0]).collect();
+    let or_of = |t: u32| (0..vpt).fold(0u32, |a, k| a | (t + k * threads).min(n - 1));
+    let never = or_of(5);
+    let out = h.run(Kernel::StreamRead { vpt }, &[to_bytes(&data), dst], bytemuck::bytes_of(&CopyParams { n, _pad: [never, 0, 0] }), Step::default(), grid).unwrap();
+    let got = words(&out[1]);
+    for t in 0..threads {
+        let want = if or_of(t) == never { [or_of(t), 0, 0, 0] } else { [0; 4] };
+        assert_eq!(got[4 * t as usize..4 * t as usize + 4], want, "thread {t}");
+    }
+}

@@ -132,6 +132,9 @@ pub enum Kernel {
     MoeNorm { v: u32, wg: u32, k: u32 },
     /// vec4 buffer copy: the bandwidth roofline of benchmarks (not part of the forward pass).
     Copy,
+    /// Read-only vec4 stream (stream_read.wgsl), `vpt` vec4s per thread: the read bandwidth of
+    /// one dispatch at a size, for benchmarks (not part of the forward pass).
+    StreamRead { vpt: u32 },
     /// Grid-wide barriers among the workgroups of one dispatch: what one costs, for benchmarks
     /// (not part of the forward pass). `atomic`: the slots the workgroups hand each other across
     /// a barrier are atomics (atomicStore / atomicLoad), not plain stores and loads.
@@ -184,6 +187,7 @@ impl Kernel {
             Kernel::MoeCombine => "moe_combine".into(),
             Kernel::MoeNorm { .. } => "moe_norm".into(),
             Kernel::Copy => "copy".into(),
+            Kernel::StreamRead { vpt } => format!("stream_read_v{vpt}"),
             Kernel::GridBarrier { atomic } => if atomic { "grid_barrier_atomic".into() } else { "grid_barrier".into() },
             Kernel::LastWorkgroup { atomic } => if atomic { "last_workgroup_atomic".into() } else { "last_workgroup".into() },
             Kernel::PersistentChain { xcap, pf, wg } => format!("persistent_chain_x{xcap}_pf{pf}_wg{wg}"),
@@ -304,6 +308,7 @@ impl Kernel {
                 unroll(&src, &[("V", v), ("K", k)])
             }
             Kernel::Copy => include_str!("../../../wgsl/copy.wgsl").into(),
+            Kernel::StreamRead { vpt } => unroll(&include_str!("../../../wgsl/stream_read.wgsl").replace("{{VPT}}", &vpt.to_string()), &[("VPT", vpt)]),
             Kernel::GridBarrier { atomic } => handed_over(include_str!("../../../wgsl/grid_barrier.wgsl"), atomic),
             Kernel::LastWorkgroup { atomic } => handed_over(include_str!("../../../wgsl/last_workgroup.wgsl"), atomic),
             Kernel::PersistentChain { xcap, pf, wg } => include_str!("../../../wgsl/persistent_chain.wgsl")
@@ -524,7 +529,7 @@ impl Kernel {
             // osum (6): the output's sums over each 64-dim value stage, the o projection's x sums.
             Kernel::AttentionCoop { sums: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, ReadWrite],
             Kernel::QkvNormRope { .. } => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::AttentionCombine | Kernel::Copy => &[Read, ReadWrite, Uniform, Uniform],
+            Kernel::AttentionCombine | Kernel::Copy | Kernel::StreamRead { .. } => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::GridBarrier { .. } | Kernel::LastWorkgroup { .. } => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::PersistentChain { .. } => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
