@@ -18,7 +18,7 @@
 //   stores were stale); counter: atomic u32[1], barrier arrivals (it only grows, as in
 //   grid_barrier.wgsl); p: ChainParams; step: Step (unused, bound for a uniform interface).
 // Launch: WG threads; grid = (nwg, 1, 1). Stages p.first … p.first + p.count − 1 run in this
-//   dispatch: count 1 is the dispatch form (nwg = rows / 16, or fewer striding over the row
+//   dispatch: count 1 is the dispatch form (nwg = rows / RB, or fewer striding over the row
 //   blocks); count > 1 needs every workgroup resident at once (a workgroup waiting for one that
 //   has not started spins forever: the caller sizes nwg for the device).
 // Stage: y[r] = Σ_k (scale · q[r][k] + bias) · x[k] over groups of 64; rows a multiple of RB,

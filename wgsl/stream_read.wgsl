@@ -1,6 +1,6 @@
-// stream_read: reads src[i] for i < p.n vec4 elements (VPT per thread) and writes nothing a caller reads — the
-// read-only half of `copy`, for the bandwidth a mat-vec's weight stream can reach at a given
-// size (benches/kernels.rs's stream table; not part of the forward pass). Each thread folds
+// stream_read: reads src[i] for i < p.n vec4 elements (VPT per thread) and writes nothing a
+// caller reads — the read-only half of `copy`, for the bandwidth a mat-vec's weight stream can
+// reach at a given size (benches/kernels.rs's stream table; not part of the forward pass). Each thread folds
 // its values into one (bitwise OR of their bits, which no compiler can drop) and stores it only
 // where that equals p.never, a pattern the host never lets the data reach: the loads stay, the
 // stores do not happen.
