@@ -6,17 +6,7 @@
 //   a uniform interface).
 // Launch: 256 threads per workgroup, any grid: a grid-stride loop covers n.
 
-struct CopyParams {
-    n: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
-@group(0) @binding(2) var<uniform> p: CopyParams;
-@group(0) @binding(3) var<uniform> step: Step;
+// CopyParams and the bindings: copy_bindings.wgsl (prepended by the host).
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

@@ -1,12 +1,12 @@
 // stream_read: reads src[i] for i < p.n vec4 elements (VPT per thread) and writes nothing a
 // caller reads — the read-only half of `copy`, for the bandwidth a mat-vec's weight stream can
-// reach at a given size (benches/kernels.rs's stream table; not part of the forward pass). Each thread folds
-// its values into one (bitwise OR of their bits, which no compiler can drop) and stores it only
-// where that equals p.never, a pattern the host never lets the data reach: the loads stay, the
-// stores do not happen.
+// reach at a given size (benches/kernels.rs's stream table; not part of the forward pass). Each
+// thread folds its values into one (bitwise OR of their bits, which no compiler can drop) and
+// stores it only where that equals `never` (p._pad0), a pattern the host never lets the data
+// reach: the loads stay, the stores do not happen.
 //
 // Bindings: src: vec4<f32>[n]; dst: vec4<f32>[threads] (written only on the impossible
-//   pattern); p: CopyParams (n; _pad0 holds `never`); step: Step (unused, bound for a uniform
+//   pattern); p: CopyParams (n; _pad0: `never`); step: Step (unused, bound for a uniform
 //   interface).
 // Launch: 256 threads per workgroup; grid = ceil(n / (256 · VPT)): thread g reads elements
 //   g + k · threads for k < VPT (threads = the grid's), all VPT loads issued before any is used
@@ -14,17 +14,7 @@
 
 const VPT: u32 = {{VPT}}u;
 
-struct CopyParams {
-    n: u32,
-    never: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
-@group(0) @binding(2) var<uniform> p: CopyParams;
-@group(0) @binding(3) var<uniform> step: Step;
+// CopyParams and the bindings: copy_bindings.wgsl (prepended by the host).
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -38,7 +28,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         acc |= v[k];
     }
     let folded = acc.x | acc.y | acc.z | acc.w;
-    if (folded == p.never) {
+    if (folded == p._pad0) {
         dst[gid.x] = bitcast<vec4<f32>>(acc);
     }
 }

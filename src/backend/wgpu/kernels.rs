@@ -307,8 +307,11 @@ impl Kernel {
                 let src = subgroup_text(include_str!("../../../wgsl/moe_norm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string()).replace("{{K}}", &k.to_string());
                 unroll(&src, &[("V", v), ("K", k)])
             }
-            Kernel::Copy => include_str!("../../../wgsl/copy.wgsl").into(),
-            Kernel::StreamRead { vpt } => unroll(&include_str!("../../../wgsl/stream_read.wgsl").replace("{{VPT}}", &vpt.to_string()), &[("VPT", vpt)]),
+            Kernel::Copy => format!("{}\n{}", include_str!("../../../wgsl/copy_bindings.wgsl"), include_str!("../../../wgsl/copy.wgsl")),
+            Kernel::StreamRead { vpt } => {
+                let src = include_str!("../../../wgsl/stream_read.wgsl").replace("{{VPT}}", &vpt.to_string());
+                format!("{}\n{}", include_str!("../../../wgsl/copy_bindings.wgsl"), unroll(&src, &[("VPT", vpt)]))
+            }
             Kernel::GridBarrier { atomic } => handed_over(include_str!("../../../wgsl/grid_barrier.wgsl"), atomic),
             Kernel::LastWorkgroup { atomic } => handed_over(include_str!("../../../wgsl/last_workgroup.wgsl"), atomic),
             Kernel::PersistentChain { xcap, pf, wg } => include_str!("../../../wgsl/persistent_chain.wgsl")
