@@ -53,7 +53,7 @@ final_checks() {
   date -u | tee "$file"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv | tee -a "$file"
   if [ "${KTESTS:-1}" != 0 ]; then
     echo "== tests/kernels.rs (incl. the ignored tensor-core tests: qmm_coop, attention_coop)" | tee -a "$file"
-    KESTREL_REQUIRE_GPU=1 ./target/release/ktests --include-ignored 2>&1 | grep -E "^test |test result|FAIL|panicked" | head -20 | tee -a "$file"
+    KESTREL_REQUIRE_GPU=1 ./target/release/ktests --include-ignored 2>&1 | grep -E "^test |test result|FAIL|panicked" | head -40 | tee -a "$file"
   fi
   echo "== tests/fixtures.rs wgpu" | tee -a "$file"
   KESTREL_REQUIRE_GPU=1 ./target/release/kfixtures wgpu 2>&1 | grep -E "^test |test result|panicked|differ" | tee -a "$file"
