@@ -347,7 +347,7 @@ fn main() {
 /// above) and powers of two around them: the floor of one mat-vec of that size is this row, not
 /// the 1 GiB copy roofline.
 fn stream_table(h: &mut KernelHarness, filter: &str, copy: f64) {
-    if !"stream_read".contains(filter) {
+    if !(Kernel::StreamRead { vpt: 1 }).label().contains(filter) {
         return;
     }
     println!("\n| stream (one dispatch, from memory) | bytes read | stream_read µs, 1 / 2 / 4 / 8 vec4s per thread | best GB/s | % of copy | copy µs | copy GB/s (read + write) |");
@@ -586,6 +586,9 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     }
 }
 
+/// Layers of the persistent_chain table's chains (4 stages each: MAX_CHAIN_STAGES in all).
+const CHAIN_LAYERS: usize = 32;
+
 /// The persistent decode kernel's question (persistent_chain.wgsl): a chain of 4-bit mat-vecs
 /// shaped as 32 layers of E2B or E4B (q|k|v, o, gate|up, down; each stage reads the first values
 /// of the one before's output) run as one dispatch per stage — one workgroup per row block, or
@@ -615,7 +618,7 @@ fn persistent_chain_table(h: &mut KernelHarness, filter: &str, copy: f64) {
         ("E4B", [(3072, 2560), (2560, 2048), (20480, 2560), (2560, 10240)]),
     ];
     for (name, layer) in layers {
-        let shapes: Vec<(u32, u32)> = (0..32).flat_map(|_| layer).collect();
+        let shapes: Vec<(u32, u32)> = (0..CHAIN_LAYERS).flat_map(|_| layer).collect();
         let layout = match chain_layout(&shapes) {
             Ok(l) => l,
             Err(e) => {
@@ -680,7 +683,7 @@ fn persistent_chain_table(h: &mut KernelHarness, filter: &str, copy: f64) {
                 match h.time_chain(&up, &links, Step::default(), 3) {
                     Ok(us) => {
                         let gbs = bytes / us / 1e3;
-                        println!("| {name} | {form} | {wg} × {wgs} | {us:.1} | {:.2} | {:.2} | {gbs:.0} | {:.1} % | {same} |", us / 32.0, us / n as f64, 100.0 * gbs / copy);
+                        println!("| {name} | {form} | {wg} × {wgs} | {us:.1} | {:.2} | {:.2} | {gbs:.0} | {:.1} % | {same} |", us / CHAIN_LAYERS as f64, us / n as f64, 100.0 * gbs / copy);
                     }
                     Err(e) => println!("| {name} | {form} | {wg} × {wgs} | error: {e} | | | | | {same} |"),
                 }

@@ -3223,9 +3223,9 @@ fn gelu_mul_over_split_partials_is_bitwise_qmm_sum_then_gelu_mul() {
 /// reference (tol::DOT: f32 sums of ≤ 1024 products per row, the error of the stage before
 /// carried at its size), and every form writes the same bits: one dispatch per stage with one
 /// workgroup per row block or two striding over them, and the persistent dispatch with the
-/// next stage's first weights loaded before each barrier, inside it or after it. One workgroup in the
-/// persistent form: lavapipe runs one workgroup per worker thread (grid_barrier's test says
-/// why); the bench runs 132 and 264 on the H200.
+/// next stage's first weights loaded before each barrier, inside it or after it. One workgroup
+/// in the persistent form: lavapipe runs one workgroup per worker thread (grid_barrier's test says
+/// why); the bench runs 132 on the H200.
 #[test]
 fn persistent_chain_forms_match_the_reference_and_each_other() {
     let Some(mut h) = harness() else { return };
@@ -3303,7 +3303,6 @@ fn persistent_chain_forms_match_the_reference_and_each_other() {
         }
     }
 }
-
 
 /// stream_read (a benchmark kernel: the read bandwidth of one dispatch) stores nothing while
 /// the OR of a thread's values misses `never`, and stores that OR where it reaches it — so the

@@ -73,13 +73,8 @@ impl KernelHarness {
         let label = kernel.label();
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let bound = self.bind(kernel, buffers, params, step)?;
-        let gpu = &self.gpu;
-        let dev = &gpu.device;
-        let staging: Vec<wgpu::Buffer> =
-            bound.storage.iter().enumerate().map(|(i, b)| gpu.staging(&format!("{label} readback {i}"), b.size())).collect();
-        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&label), timestamp_writes: None });
+        let lens: Vec<usize> = buffers.iter().map(Vec::len).collect();
+        let record = |pass: &mut wgpu::ComputePass| {
             if grid.0 > 0 && grid.1 > 0 && grid.2 > 0 {
                 pass.set_pipeline(&bound.pipeline);
                 pass.set_bind_group(0, &bound.group, &[]);
@@ -87,21 +82,54 @@ impl KernelHarness {
                     pass.dispatch_workgroups(grid.0, grid.1, grid.2);
                 }
             }
+        };
+        let submitted = || match pollster::block_on(scope.pop()) {
+            Some(e) => Err(Error::Gpu(format!("{label} with grid {grid:?}: {e}"))),
+            None => Ok(()),
+        };
+        let out = self.record_and_read(&label, &bound.storage, &lens, &vec![true; lens.len()], record, submitted)?;
+        Ok(out.into_iter().map(|v| v.unwrap_or_default()).collect())
+    }
+
+    /// Records one compute pass with `record`, then copies out the storage buffers marked in
+    /// `readback` and submits; `submitted` then says whether the work was valid (an error
+    /// returns before any readback), and the marked buffers' contents come back cut to `lens`
+    /// (`None` for the others).
+    fn record_and_read(
+        &self,
+        label: &str,
+        storage: &[wgpu::Buffer],
+        lens: &[usize],
+        readback: &[bool],
+        record: impl FnOnce(&mut wgpu::ComputePass),
+        submitted: impl FnOnce() -> Result<()>,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let gpu = &self.gpu;
+        let staging: Vec<Option<wgpu::Buffer>> =
+            storage.iter().zip(readback).enumerate().map(|(i, (b, &r))| r.then(|| gpu.staging(&format!("{label} readback {i}"), b.size()))).collect();
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None });
+            record(&mut pass);
         }
-        for (src, dst) in bound.storage.iter().zip(&staging) {
-            enc.copy_buffer_to_buffer(src, 0, dst, 0, Some(src.size()));
+        for (src, dst) in storage.iter().zip(&staging) {
+            if let Some(dst) = dst {
+                enc.copy_buffer_to_buffer(src, 0, dst, 0, Some(src.size()));
+            }
         }
         gpu.queue.submit([enc.finish()]);
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Gpu(format!("{label} with grid {grid:?}: {e}")));
-        }
-
-        let mut out = Vec::with_capacity(buffers.len());
-        for (b, s) in buffers.iter().zip(&staging) {
-            let mut v = Vec::new();
-            gpu.read(s, s.size(), &mut v)?;
-            v.truncate(b.len());
-            out.push(v);
+        submitted()?;
+        let mut out = Vec::with_capacity(lens.len());
+        for (&len, s) in lens.iter().zip(&staging) {
+            out.push(match s {
+                Some(s) => {
+                    let mut v = Vec::new();
+                    gpu.read(s, s.size(), &mut v)?;
+                    v.truncate(len);
+                    Some(v)
+                }
+                None => None,
+            });
         }
         Ok(out)
     }
@@ -318,39 +346,13 @@ impl KernelHarness {
         let label = kernel.label();
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let groups: Vec<_> = links.iter().map(|(p, _)| self.group(kernel, &up.storage, p, step)).collect::<Result<_>>()?;
-        let gpu = &self.gpu;
         let writable: Vec<bool> = kernel.bindings().iter().filter(|b| **b != Bind::Uniform).map(|b| *b == Bind::ReadWrite).collect();
-        let staging: Vec<Option<wgpu::Buffer>> = up
-            .storage
-            .iter()
-            .zip(&writable)
-            .enumerate()
-            .map(|(i, (b, &w))| w.then(|| gpu.staging(&format!("{label} readback {i}"), b.size())))
-            .collect();
-        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(&label) });
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&label), timestamp_writes: None });
-            record_chain(&mut pass, &groups, links);
-        }
-        for (src, dst) in up.storage.iter().zip(&staging) {
-            if let Some(dst) = dst {
-                enc.copy_buffer_to_buffer(src, 0, dst, 0, Some(src.size()));
-            }
-        }
-        gpu.queue.submit([enc.finish()]);
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Gpu(format!("{label} chain of {} dispatches: {e}", links.len())));
-        }
-        let mut out = Vec::with_capacity(up.lens.len());
-        for (&len, s) in up.lens.iter().zip(&staging) {
-            let mut v = Vec::new();
-            if let Some(s) = s {
-                gpu.read(s, s.size(), &mut v)?;
-                v.truncate(len);
-            }
-            out.push(v);
-        }
-        Ok(out)
+        let submitted = || match pollster::block_on(scope.pop()) {
+            Some(e) => Err(Error::Gpu(format!("{label} chain of {} dispatches: {e}", links.len()))),
+            None => Ok(()),
+        };
+        let out = self.record_and_read(&label, &up.storage, &up.lens, &writable, |pass| record_chain(pass, &groups, links), submitted)?;
+        Ok(out.into_iter().map(|v| v.unwrap_or_default()).collect())
     }
 
     /// GPU time of [`run_chain`](Self::run_chain)'s chain, in µs for the whole chain: `reps`
