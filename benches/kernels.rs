@@ -336,6 +336,7 @@ fn main() {
     prefill_attention_table(&mut h, &filter);
     latency_table(&mut h, &filter);
     stream_table(&mut h, &filter, copy);
+    layout_table(&mut h, &filter);
     persistent_chain_table(&mut h, &filter, copy);
 }
 
@@ -385,6 +386,53 @@ fn stream_table(h: &mut KernelHarness, filter: &str, copy: f64) {
         let cols: Vec<String> = reads.iter().map(fmt).collect();
         let copy_gbs = cp.as_ref().map_or(0.0, |c| 2.0 * bytes as f64 / c / 1e3);
         println!("| {name} | {bytes} | {} | {gbs:.0} | {:.1} % | {} | {copy_gbs:.0} |", cols.join(" / "), 100.0 * gbs / copy, fmt(&cp));
+    }
+}
+
+/// Whether where the bytes live changes what one dispatch reads (`kbench stream_layout`): the
+/// stream table's bare read (2 vec4s per thread) and the decode mat-vecs at E4B and E2B
+/// shapes, µs per dispatch in a dependent chain, their buffers read from memory as separate
+/// copies placed by wgpu's allocator (the stream and mat-vec tables' form), packed back to back
+/// in one arena buffer cycled over 512 MiB or over ≥ 2 GiB (a decode step's span: more
+/// address space than a TLB may cover), and from one copy (the L2, where it fits).
+fn layout_table(h: &mut KernelHarness, filter: &str) {
+    if !filter.is_empty() && !"stream_layout".contains(filter) {
+        return;
+    }
+    println!("\n| where the bytes live | bytes | kernel | separate, ≥ 512 MiB | packed, 512 MiB | packed, ≥ 2 GiB | one copy (L2) |");
+    println!("|---|---|---|---|---|---|---|");
+    let max_groups = h.gpu().limits.max_compute_workgroups_per_dimension;
+    let rotate = |bytes: usize, span: usize| span.div_ceil(bytes).max(2);
+    let row = |h: &mut KernelHarness, name: &str, bytes: usize, kernel: Kernel, bufs: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32)| {
+        let fmt = |r: kestrel::Result<f64>| r.map_or_else(|e| format!("— ({e})"), |us| format!("{us:.2}"));
+        let c512 = rotate(bytes, 512 << 20);
+        let c2g = rotate(bytes, 2 << 30);
+        let sep = fmt(h.time_cold(kernel, bufs, params, step, grid, c512.max(100) as u32, c512));
+        let p512 = fmt(h.time_packed(kernel, bufs, params, step, grid, c512.max(100) as u32, c512));
+        let p2g = fmt(h.time_packed(kernel, bufs, params, step, grid, c2g.max(100) as u32, c2g));
+        let warm = fmt(h.time(kernel, bufs, params, step, grid, 200));
+        println!("| {name} | {bytes} | {} | {sep} | {p512} | {p2g} | {warm} |", kernel.label());
+    };
+    for (name, bytes) in [("1 MiB", 1usize << 20), ("E4B q|k|v", 4_423_680), ("8 MiB", 8 << 20), ("E4B down", 14_745_600), ("E4B gate|up", 29_491_200)] {
+        let n = (bytes / 16) as u32;
+        let grid = (n.div_ceil(256 * 2), 1, 1);
+        let bufs = [vec![0u8; bytes], vec![0u8; 16 * 256 * grid.0 as usize]];
+        row(h, name, bytes, Kernel::StreamRead { vpt: 2 }, &bufs, bytemuck::bytes_of(&CopyParams { n, _pad: [1, 0, 0] }), Step::default(), grid);
+    }
+    for name in ["E4B q|k|v", "E4B down", "E4B gate|up", "E2B q|k|v", "E2B down", "E2B gate|up"] {
+        let sh = SHAPES.iter().find(|s| s.name == name).expect("a SHAPES entry");
+        let (rows, cols) = (sh.rows, sh.cols);
+        let Some((kernel, per_wg)) = qmv_shape(rows, cols, cols, 1) else { continue };
+        let groups = rows * cols / 64;
+        let w = random_bytes(rows * cols / 2, rows as u64 * 31 + cols as u64);
+        let sb: Vec<u8> = std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
+        let x: Vec<u8> = std::iter::repeat_n(0.5f32.to_le_bytes(), cols).flatten().collect();
+        let bytes = w.len() + 2 * sb.len();
+        let bufs = [w, sb.clone(), sb, x, vec![0u8; 4 * rows]];
+        let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
+        let step = Step { n_tokens: 1, n_out: 1, out_row0: 0, ..Default::default() };
+        let (gx, gz) = fold_grid((rows as u32).div_ceil(per_wg), max_groups);
+        row(h, name, bytes, kernel, &bufs, bytemuck::bytes_of(&p), step, (gx, 1, gz));
     }
 }
 

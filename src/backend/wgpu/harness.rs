@@ -23,6 +23,16 @@ const WARM_UP: std::time::Duration = std::time::Duration::from_millis(100);
 /// boost from rest (it took two kbench processes' worth of work, a few seconds, in session 5).
 const CLOCK_RAMP: std::time::Duration = std::time::Duration::from_secs(4);
 
+/// A saturating copy before each timed pass: long enough to lift the SM clock to its boost. The
+/// H200's governor drops the clock within ≈ 0.5 s of light load (the host uploading a kernel's
+/// buffers) and raises it again only slowly under a chain of small dispatches, which read a
+/// third to half lower at 600–1300 MHz than at 1980 (nvidia-smi every 50 ms beside kbench,
+/// PERF_NOTES.md session 24); under a saturating load it reaches 1980 within 0.1 s.
+const CLOCK_BURST: std::time::Duration = std::time::Duration::from_millis(40);
+
+/// Bytes each buffer of the clock burst's copy holds.
+const CLOCK_BURST_BYTES: u64 = 64 << 20;
+
 /// Where a second params block starts in [`KernelHarness::run`]'s `params`.
 pub const PARAMS2_AT: usize = 256;
 
@@ -30,6 +40,8 @@ pub const PARAMS2_AT: usize = 256;
 pub struct KernelHarness {
     gpu: Gpu,
     pipelines: Pipelines,
+    /// The copy that keeps the clock up before a timed pass (made on first use).
+    burst: Option<Bound>,
 }
 
 impl KernelHarness {
@@ -42,7 +54,7 @@ impl KernelHarness {
     /// A harness on a device the caller already opened.
     pub fn with_gpu(gpu: Gpu) -> Self {
         let pipelines = Pipelines::new(&gpu);
-        KernelHarness { gpu, pipelines }
+        KernelHarness { gpu, pipelines, burst: None }
     }
 
     pub fn gpu(&self) -> &Gpu {
@@ -136,8 +148,8 @@ impl KernelHarness {
 
     /// GPU time of one dispatch of `kernel`, in µs: `reps` identical dispatches back to back in
     /// one compute pass (each waits for the previous one's writes, as in a decode step), timed
-    /// by timestamps at the pass's ends, after `reps` untimed ones (clocks up, caches as in a
-    /// steady state); the best of three such passes. Arguments as for [`run`](Self::run);
+    /// by timestamps at the pass's ends, after `reps` untimed ones (caches as in a steady
+    /// state); the best of three such passes, each right after a clock burst (`CLOCK_BURST`). Arguments as for [`run`](Self::run);
     /// nothing is read back.
     pub fn time(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32) -> Result<f64> {
         self.time_after(kernel, buffers, params, step, grid, reps, WARM_UP, 1)
@@ -152,6 +164,88 @@ impl KernelHarness {
     #[allow(clippy::too_many_arguments)]
     pub fn time_cold(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32, copies: usize) -> Result<f64> {
         self.time_after(kernel, buffers, params, step, grid, reps, WARM_UP, copies)
+    }
+
+    /// [`time_cold`](Self::time_cold) with the copies laid out as a model's weights could be:
+    /// every copy's read-only buffers back to back in one arena buffer (each range aligned to the
+    /// device's storage offset alignment), bound as ranges of it, and the read-write buffers
+    /// uploaded once and shared by every copy (so each dispatch waits for the one before, as in a
+    /// decode step). Against `time_cold`, whose copies are separate buffers placed by wgpu's
+    /// allocator, it says whether where the bytes live changes what one dispatch can read.
+    /// `copies` is cut to what fits one buffer of the device's limit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn time_packed(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32, copies: usize) -> Result<f64> {
+        let label = kernel.label();
+        if !self.gpu.can_profile() {
+            return Err(Error::Gpu("this adapter has no timestamp queries inside passes: kernels cannot be timed".into()));
+        }
+        let want = Self::storage_bindings(kernel);
+        if buffers.len() != want {
+            return Err(Error::Invalid(format!("{label} takes {want} storage buffers, got {}", buffers.len())));
+        }
+        let writable: Vec<bool> = kernel.bindings().iter().filter(|b| **b != Bind::Uniform).map(|b| *b == Bind::ReadWrite).collect();
+        let align = u64::from(self.gpu.limits.min_storage_buffer_offset_alignment).max(4);
+        let padded = |b: &Vec<u8>| (b.len().max(4) as u64).next_multiple_of(align);
+        let per_copy: u64 = buffers.iter().zip(&writable).filter(|(_, w)| !**w).map(|(b, _)| padded(b)).sum();
+        let limit = self.gpu.limits.max_buffer_size;
+        let copies = (copies.max(1) as u64).min(limit / per_copy.max(1)).max(1) as usize;
+        if per_copy * copies as u64 > limit {
+            return Err(Error::Invalid(format!("{label}: one copy of its read-only buffers ({per_copy} bytes) exceeds the buffer limit")));
+        }
+        let dev = &self.gpu.device;
+        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let arena = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(&format!("{label} packed copies")),
+            size: per_copy * copies as u64,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: true,
+        });
+        // (offset, size) of each read-only binding of each copy.
+        let mut ranges: Vec<Vec<(u64, u64)>> = Vec::with_capacity(copies);
+        {
+            let mut view = arena.slice(..).get_mapped_range_mut().map_err(|e| Error::Gpu(format!("{label}: mapping the arena: {e}")))?;
+            let mut off = 0u64;
+            for _ in 0..copies {
+                let mut r = Vec::new();
+                for (b, _) in buffers.iter().zip(&writable).filter(|(_, w)| !**w) {
+                    view.slice(off as usize..off as usize + b.len()).copy_from_slice(b);
+                    r.push((off, (b.len().max(4) as u64).next_multiple_of(4)));
+                    off += padded(b);
+                }
+                ranges.push(r);
+            }
+        }
+        arena.unmap();
+        let shared: Vec<Option<wgpu::Buffer>> = buffers.iter().zip(&writable).enumerate().map(|(i, (b, w))| w.then(|| self.gpu.upload(&format!("{label} binding {i}"), b))).collect();
+        let groups: Vec<(wgpu::ComputePipeline, wgpu::BindGroup)> = ranges
+            .iter()
+            .map(|r| {
+                let mut ro = r.iter();
+                let bindings: Vec<wgpu::BufferBinding> = shared
+                    .iter()
+                    .map(|s| match s {
+                        Some(buf) => buf.as_entire_buffer_binding(),
+                        None => {
+                            let &(offset, size) = ro.next().expect("one range per read-only binding");
+                            wgpu::BufferBinding { buffer: &arena, offset, size: std::num::NonZeroU64::new(size) }
+                        }
+                    })
+                    .collect();
+                self.group(kernel, &bindings, params, step)
+            })
+            .collect::<Result<_>>()?;
+        let best = self.time_passes(&label, reps.max(1), WARM_UP, |pass, i| {
+            let (pipeline, group) = &groups[i % groups.len()];
+            if i == 0 {
+                pass.set_pipeline(pipeline);
+            }
+            pass.set_bind_group(0, group, &[]);
+            pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("{label} with grid {grid:?}, packed: {e}")));
+        }
+        best
     }
 
     /// `time` after `warm` of untimed passes, cycling through `copies` uploads of the buffers.
@@ -181,8 +275,10 @@ impl KernelHarness {
     /// untimed repetitions (`record(pass, i)` the i-th), then, when timed, `reps` more between
     /// two timestamps (the untimed ones fill the GPU first). Untimed passes for `warm` first,
     /// then the best of three timed ones.
-    fn time_passes(&self, label: &str, reps: u32, warm: std::time::Duration, record: impl Fn(&mut wgpu::ComputePass, usize)) -> Result<f64> {
-        let gpu = &self.gpu;
+    fn time_passes(&mut self, label: &str, reps: u32, warm: std::time::Duration, record: impl Fn(&mut wgpu::ComputePass, usize)) -> Result<f64> {
+        // A handle of its own (the device is shared): the passes below borrow it while
+        // clock_up borrows the harness.
+        let gpu = &self.gpu.clone();
         let dev = &gpu.device;
         let queries = dev.create_query_set(&wgpu::QuerySetDescriptor { label: Some("kernel timing"), ty: wgpu::QueryType::Timestamp, count: 2 });
         let resolve = dev.create_buffer(&wgpu::BufferDescriptor {
@@ -230,12 +326,41 @@ impl KernelHarness {
         while t0.elapsed() < warm {
             pass(false)?;
         }
-        // The best of three timed runs: the minimum is what the work can do.
+        // The best of three timed runs, each right after a clock burst: the minimum is what the
+        // work can do at the clock a busy GPU runs at.
         let mut best = f64::INFINITY;
         for _ in 0..3 {
+            self.clock_up()?;
             best = best.min(pass(true)?);
         }
         Ok(best)
+    }
+
+    /// Copies for [`CLOCK_BURST`], each submitted and waited for: the SM clock at its boost for
+    /// the timed pass that follows (see CLOCK_BURST).
+    fn clock_up(&mut self) -> Result<()> {
+        if self.burst.is_none() {
+            let bytes = CLOCK_BURST_BYTES.min(self.gpu.max_binding) / 16 * 16;
+            let p = CopyParams { n: (bytes / 16) as u32, _pad: [0; 3] };
+            let buf = vec![0u8; bytes as usize];
+            self.burst = Some(self.bind(Kernel::Copy, &[buf.clone(), buf], bytemuck::bytes_of(&p), Step::default())?);
+        }
+        let b = self.burst.as_ref().expect("made above");
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < CLOCK_BURST {
+            let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("clock burst") });
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("clock burst"), timestamp_writes: None });
+                pass.set_pipeline(&b.pipeline);
+                pass.set_bind_group(0, &b.group, &[]);
+                for _ in 0..4 {
+                    pass.dispatch_workgroups(2048, 1, 1);
+                }
+            }
+            self.gpu.queue.submit([enc.finish()]);
+            self.gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+        }
+        Ok(())
     }
 
     /// Copy bandwidth of this device in GB/s (bytes read + bytes written per second) through
@@ -266,7 +391,7 @@ impl KernelHarness {
     /// Uploads `buffers` and the two uniforms, and binds them for `kernel`.
     fn bind(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step) -> Result<Bound> {
         let storage = self.upload(kernel, buffers)?;
-        let (pipeline, group) = self.group(kernel, &storage, params, step)?;
+        let (pipeline, group) = self.group(kernel, &whole(&storage), params, step)?;
         Ok(Bound { pipeline, group, storage })
     }
 
@@ -280,8 +405,9 @@ impl KernelHarness {
         Ok(buffers.iter().enumerate().map(|(i, b)| self.gpu.upload(&format!("{label} binding {i}"), b)).collect())
     }
 
-    /// `kernel`'s pipeline and a bind group of `storage` with fresh uniforms of `params` and `step`.
-    fn group(&mut self, kernel: Kernel, storage: &[wgpu::Buffer], params: &[u8], step: Step) -> Result<(wgpu::ComputePipeline, wgpu::BindGroup)> {
+    /// `kernel`'s pipeline and a bind group of `storage` (whole buffers or ranges of one) with
+    /// fresh uniforms of `params` and `step`.
+    fn group(&mut self, kernel: Kernel, storage: &[wgpu::BufferBinding], params: &[u8], step: Step) -> Result<(wgpu::ComputePipeline, wgpu::BindGroup)> {
         let label = kernel.label();
         let (pipeline, layout) = self.pipelines.get(&self.gpu.device, kernel)?.clone();
         let dev = &self.gpu.device;
@@ -310,12 +436,12 @@ impl KernelHarness {
             .enumerate()
             .map(|(i, b)| {
                 let buf = match b {
-                    Bind::Uniform => uniforms.next(),
-                    Bind::Read | Bind::ReadWrite => storage_iter.next(),
+                    Bind::Uniform => uniforms.next().map(|u| u.as_entire_buffer_binding()),
+                    Bind::Read | Bind::ReadWrite => storage_iter.next().cloned(),
                 };
                 wgpu::BindGroupEntry {
                     binding: i as u32,
-                    resource: buf.expect("bindings() lists storage first, then params and step").as_entire_binding(),
+                    resource: wgpu::BindingResource::Buffer(buf.expect("bindings() lists storage first, then params and step")),
                 }
             })
             .collect();
@@ -345,7 +471,7 @@ impl KernelHarness {
         let kernel = up.kernel;
         let label = kernel.label();
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let groups: Vec<_> = links.iter().map(|(p, _)| self.group(kernel, &up.storage, p, step)).collect::<Result<_>>()?;
+        let groups: Vec<_> = links.iter().map(|(p, _)| self.group(kernel, &whole(&up.storage), p, step)).collect::<Result<_>>()?;
         let writable: Vec<bool> = kernel.bindings().iter().filter(|b| **b != Bind::Uniform).map(|b| *b == Bind::ReadWrite).collect();
         let submitted = || match pollster::block_on(scope.pop()) {
             Some(e) => Err(Error::Gpu(format!("{label} chain of {} dispatches: {e}", links.len()))),
@@ -366,7 +492,7 @@ impl KernelHarness {
         }
         let reps = reps.max(1);
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let groups: Vec<_> = links.iter().map(|(p, _)| self.group(kernel, &up.storage, p, step)).collect::<Result<_>>()?;
+        let groups: Vec<_> = links.iter().map(|(p, _)| self.group(kernel, &whole(&up.storage), p, step)).collect::<Result<_>>()?;
         let best = self.time_passes(&label, reps, WARM_UP, |pass, _| record_chain(pass, &groups, links));
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("{label} chain of {} dispatches: {e}", links.len())));
@@ -381,6 +507,11 @@ pub struct Uploaded {
     kernel: Kernel,
     storage: Vec<wgpu::Buffer>,
     lens: Vec<usize>,
+}
+
+/// Each buffer bound whole.
+fn whole(storage: &[wgpu::Buffer]) -> Vec<wgpu::BufferBinding<'_>> {
+    storage.iter().map(wgpu::Buffer::as_entire_buffer_binding).collect()
 }
 
 /// Records `groups` (pipeline and bind group of each link) as dispatches of `links`' grids.
