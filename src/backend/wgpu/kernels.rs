@@ -853,8 +853,8 @@ pub const QMV_WG: u32 = 128;
 /// 11's sweep; no matrix of the three models is that long), the LM head (≥ 65536 rows) 8 × 4
 /// (session 7's sweep with the weights read from memory: E2B 117.7 → 104.0 µs, E4B 183.7 → 170.8;
 /// still the best with the integer loop, session 11); the rest about two 32-value chunks
-/// per lane (lanes = the power of two ≥ chunks / 2, at most the workgroup), four rows per team
-/// while that still leaves ≥ 256 workgroups (2 per SM), fewer otherwise.
+/// per lane (lanes = the power of two ≥ chunks / 2, at most [`QMV_MAX_LANES`]), four rows per
+/// team while that still leaves ≥ 256 workgroups (2 per SM), fewer otherwise.
 pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
     if !cols.is_multiple_of(64) || !x_stride.is_multiple_of(4) {
         return None;
@@ -895,11 +895,24 @@ fn qmv_tile_override(rows: usize, cols: usize) -> Option<(u32, u32)> {
 /// Lanes per row and rows per team of the general rule (the routed experts' rule, whose loop
 /// is not staged) for `rows` rows spread over the grid.
 fn qmv_tile(rows: usize, cols: usize) -> (u32, u32) {
-    let lanes = ((cols / 32) as u32).div_ceil(2).next_power_of_two().clamp(8, QMV_WG);
+    let lanes = ((cols / 32) as u32).div_ceil(2).next_power_of_two().clamp(8, qmv_max_lanes());
     let teams = (QMV_WG / lanes) as usize;
     let rpt = [4u32, 2].into_iter().find(|&r| rows.div_ceil(teams * r as usize) >= 256).unwrap_or(1);
     (lanes, rpt)
 }
+
+/// The general rule's widest team: [`QMV_MAX_LANES`], or `KESTREL_QMV_MAX_LANES` (a power of two,
+/// 8 to 128; 128 is the rule before session 24) as an A/B knob.
+fn qmv_max_lanes() -> u32 {
+    std::env::var("KESTREL_QMV_MAX_LANES").ok().and_then(|v| v.parse().ok()).filter(|l: &u32| l.is_power_of_two() && (8..=QMV_WG).contains(l)).unwrap_or(QMV_MAX_LANES)
+}
+
+/// At most one subgroup of lanes per row in the general rule: no reduction across warps, and
+/// rows of more than 64 chunks take the staged loop. Measured on the H200 with the clock held up
+/// (session 24): kbench's E4B q|k|v 9.17 µs at 64 lanes × 4 rows, 7.87 at 32 × 2; decode, one
+/// call alternating with the 128-lane rule, E2B 350.0 → 358.4, E4B 213.2 → 232.6, 26B 253.7 →
+/// 258.2 tok/s (p5).
+const QMV_MAX_LANES: u32 = 32;
 
 /// The `qmv_glu` variant for a stacked [gate; up] matrix of `2 · rows` rows × `cols` and a
 /// token tile of `tok`, and its output rows per workgroup; `None` where qmv does not apply.
