@@ -907,8 +907,8 @@ fn qmv_max_lanes() -> u32 {
     std::env::var("KESTREL_QMV_MAX_LANES").ok().and_then(|v| v.parse().ok()).filter(|l: &u32| l.is_power_of_two() && (8..=QMV_WG).contains(l)).unwrap_or(QMV_MAX_LANES)
 }
 
-/// At most one subgroup of lanes per row in the general rule: no reduction across warps, and
-/// rows of more than 64 chunks take the staged loop. Measured on the H200 with the clock held up
+/// The general rule's lanes per row at most one subgroup of 32 (on NVIDIA: a row's sum without a
+/// reduction across warps), so dense rows of more than 64 chunks take the staged loop. Measured on the H200 with the clock held up
 /// (session 24): kbench's E4B q|k|v 9.17 µs at 64 lanes × 4 rows, 7.87 at 32 × 2; decode, one
 /// call alternating with the 128-lane rule, E2B 350.0 → 358.4, E4B 213.2 → 232.6, 26B 253.7 →
 /// 258.2 tok/s (p5).
