@@ -176,13 +176,8 @@ impl KernelHarness {
     #[allow(clippy::too_many_arguments)]
     pub fn time_packed(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32, copies: usize) -> Result<f64> {
         let label = kernel.label();
-        if !self.gpu.can_profile() {
-            return Err(Error::Gpu("this adapter has no timestamp queries inside passes: kernels cannot be timed".into()));
-        }
-        let want = Self::storage_bindings(kernel);
-        if buffers.len() != want {
-            return Err(Error::Invalid(format!("{label} takes {want} storage buffers, got {}", buffers.len())));
-        }
+        self.timeable()?;
+        check_bindings(kernel, buffers)?;
         let writable: Vec<bool> = kernel.bindings().iter().filter(|b| **b != Bind::Uniform).map(|b| *b == Bind::ReadWrite).collect();
         let align = u64::from(self.gpu.limits.min_storage_buffer_offset_alignment).max(4);
         let padded = |b: &Vec<u8>| (b.len().max(4) as u64).next_multiple_of(align);
@@ -200,61 +195,78 @@ impl KernelHarness {
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: true,
         });
-        // (offset, size) of each read-only binding of each copy.
-        let mut ranges: Vec<Vec<(u64, u64)>> = Vec::with_capacity(copies);
-        {
-            let mut view = arena.slice(..).get_mapped_range_mut().map_err(|e| Error::Gpu(format!("{label}: mapping the arena: {e}")))?;
-            let mut off = 0u64;
-            for _ in 0..copies {
-                let mut r = Vec::new();
-                for (b, _) in buffers.iter().zip(&writable).filter(|(_, w)| !**w) {
-                    view.slice(off as usize..off as usize + b.len()).copy_from_slice(b);
-                    r.push((off, (b.len().max(4) as u64).next_multiple_of(4)));
-                    off += padded(b);
+        // Every path out of this block pops the validation scope below.
+        let best = 'run: {
+            // (offset, size) of each read-only binding of each copy.
+            let mut ranges: Vec<Vec<(u64, u64)>> = Vec::with_capacity(copies);
+            {
+                let mut view = match arena.slice(..).get_mapped_range_mut() {
+                    Ok(v) => v,
+                    Err(e) => break 'run Err(Error::Gpu(format!("{label}: mapping the arena: {e}"))),
+                };
+                let mut off = 0u64;
+                for _ in 0..copies {
+                    let mut r = Vec::new();
+                    for (b, _) in buffers.iter().zip(&writable).filter(|(_, w)| !**w) {
+                        view.slice(off as usize..off as usize + b.len()).copy_from_slice(b);
+                        r.push((off, (b.len().max(4) as u64).next_multiple_of(4)));
+                        off += padded(b);
+                    }
+                    ranges.push(r);
                 }
-                ranges.push(r);
             }
-        }
-        arena.unmap();
-        let shared: Vec<Option<wgpu::Buffer>> = buffers.iter().zip(&writable).enumerate().map(|(i, (b, w))| w.then(|| self.gpu.upload(&format!("{label} binding {i}"), b))).collect();
-        let groups: Vec<(wgpu::ComputePipeline, wgpu::BindGroup)> = ranges
-            .iter()
-            .map(|r| {
-                let mut ro = r.iter();
-                let bindings: Vec<wgpu::BufferBinding> = shared
-                    .iter()
-                    .map(|s| match s {
-                        Some(buf) => buf.as_entire_buffer_binding(),
-                        None => {
-                            let &(offset, size) = ro.next().expect("one range per read-only binding");
-                            wgpu::BufferBinding { buffer: &arena, offset, size: std::num::NonZeroU64::new(size) }
-                        }
-                    })
-                    .collect();
-                self.group(kernel, &bindings, params, step)
+            arena.unmap();
+            let shared: Vec<Option<wgpu::Buffer>> = buffers.iter().zip(&writable).enumerate().map(|(i, (b, w))| w.then(|| self.gpu.upload(&format!("{label} binding {i}"), b))).collect();
+            let groups: Result<Vec<(wgpu::ComputePipeline, wgpu::BindGroup)>> = ranges
+                .iter()
+                .map(|r| {
+                    let mut ro = r.iter();
+                    let bindings: Vec<wgpu::BufferBinding> = shared
+                        .iter()
+                        .map(|s| match s {
+                            Some(buf) => buf.as_entire_buffer_binding(),
+                            None => {
+                                let &(offset, size) = ro.next().expect("one range per read-only binding");
+                                wgpu::BufferBinding { buffer: &arena, offset, size: std::num::NonZeroU64::new(size) }
+                            }
+                        })
+                        .collect();
+                    self.group(kernel, &bindings, params, step)
+                })
+                .collect::<Result<_>>();
+            let groups = match groups {
+                Ok(g) => g,
+                Err(e) => break 'run Err(e),
+            };
+            self.time_passes(&label, reps.max(1), WARM_UP, |pass, i| {
+                let (pipeline, group) = &groups[i % groups.len()];
+                if i == 0 {
+                    pass.set_pipeline(pipeline);
+                }
+                pass.set_bind_group(0, group, &[]);
+                pass.dispatch_workgroups(grid.0, grid.1, grid.2);
             })
-            .collect::<Result<_>>()?;
-        let best = self.time_passes(&label, reps.max(1), WARM_UP, |pass, i| {
-            let (pipeline, group) = &groups[i % groups.len()];
-            if i == 0 {
-                pass.set_pipeline(pipeline);
-            }
-            pass.set_bind_group(0, group, &[]);
-            pass.dispatch_workgroups(grid.0, grid.1, grid.2);
-        });
+        };
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("{label} with grid {grid:?}, packed: {e}")));
         }
         best
     }
 
+    /// An error unless this adapter can time kernels (timestamps inside a compute pass).
+    fn timeable(&self) -> Result<()> {
+        if self.gpu.can_profile() {
+            Ok(())
+        } else {
+            Err(Error::Gpu("this adapter has no timestamp queries inside passes: kernels cannot be timed".into()))
+        }
+    }
+
     /// `time` after `warm` of untimed passes, cycling through `copies` uploads of the buffers.
     #[allow(clippy::too_many_arguments)]
     fn time_after(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32, warm: std::time::Duration, copies: usize) -> Result<f64> {
         let label = kernel.label();
-        if !self.gpu.can_profile() {
-            return Err(Error::Gpu("this adapter has no timestamp queries inside passes: kernels cannot be timed".into()));
-        }
+        self.timeable()?;
         let reps = reps.max(1);
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let bound: Vec<Bound> = (0..copies.max(1)).map(|_| self.bind(kernel, buffers, params, step)).collect::<Result<_>>()?;
@@ -397,11 +409,8 @@ impl KernelHarness {
 
     /// `buffers` uploaded as `kernel`'s storage bindings (their number checked).
     fn upload(&self, kernel: Kernel, buffers: &[Vec<u8>]) -> Result<Vec<wgpu::Buffer>> {
+        check_bindings(kernel, buffers)?;
         let label = kernel.label();
-        let want = Self::storage_bindings(kernel);
-        if buffers.len() != want {
-            return Err(Error::Invalid(format!("{label} takes {want} storage buffers, got {}", buffers.len())));
-        }
         Ok(buffers.iter().enumerate().map(|(i, b)| self.gpu.upload(&format!("{label} binding {i}"), b)).collect())
     }
 
@@ -487,9 +496,7 @@ impl KernelHarness {
     pub fn time_chain(&mut self, up: &Uploaded, links: &[(Vec<u8>, (u32, u32, u32))], step: Step, reps: u32) -> Result<f64> {
         let kernel = up.kernel;
         let label = kernel.label();
-        if !self.gpu.can_profile() {
-            return Err(Error::Gpu("this adapter has no timestamp queries inside passes: kernels cannot be timed".into()));
-        }
+        self.timeable()?;
         let reps = reps.max(1);
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let groups: Vec<_> = links.iter().map(|(p, _)| self.group(kernel, &whole(&up.storage), p, step)).collect::<Result<_>>()?;
@@ -507,6 +514,15 @@ pub struct Uploaded {
     kernel: Kernel,
     storage: Vec<wgpu::Buffer>,
     lens: Vec<usize>,
+}
+
+/// An error naming `kernel` unless `buffers` has one entry per storage binding it takes.
+fn check_bindings(kernel: Kernel, buffers: &[Vec<u8>]) -> Result<()> {
+    let want = KernelHarness::storage_bindings(kernel);
+    if buffers.len() != want {
+        return Err(Error::Invalid(format!("{} takes {want} storage buffers, got {}", kernel.label(), buffers.len())));
+    }
+    Ok(())
 }
 
 /// Each buffer bound whole.
