@@ -55,6 +55,16 @@ use crate::streamer::{ExpertFiles, ExpertSlots, StreamStats, Streamer};
 pub use context::Gpu;
 use kernels::*;
 
+/// `KESTREL_SKIP`'s label prefixes (see `WgpuBackend::skip`), with a warning, since every
+/// output is wrong while it is set.
+fn skip_list() -> Vec<String> {
+    let list: Vec<String> = std::env::var("KESTREL_SKIP").unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+    if !list.is_empty() {
+        eprintln!("warning: KESTREL_SKIP={} leaves those kernels out of every step: timings only, the output is wrong", list.join(","));
+    }
+    list
+}
+
 /// An option's A/B override from the environment: `name=1` on, `name=0` off, else `default`.
 fn switch(name: &str, default: bool) -> bool {
     match std::env::var(name).as_deref() {
@@ -392,6 +402,10 @@ pub struct WgpuBackend {
     rope_host: Vec<f32>,
     read_scratch: Vec<u8>,
     profiler: Option<Profiler>,
+    /// Kernel label prefixes whose dispatches are left out of every step (`KESTREL_SKIP=a,b`):
+    /// a measurement knob that gives a kernel's marginal cost in the pipelined step (the step
+    /// without it against the step with it). The output is wrong while it is set.
+    skip: Vec<String>,
     /// Per-kernel GPU time of the last profiled step.
     profile: Vec<KernelTime>,
     /// Weight bytes one decode step reads: every matrix but the per-layer embedding table (one
@@ -808,6 +822,15 @@ impl WgpuBackend {
             // 4 · 65535 for the expert and attention kernels that use them).
             debug_assert!(!z_tokens || z == 1, "slot grid with a folded x");
             let z = if z_tokens { n as u32 } else { z };
+            if !self.skip.is_empty() {
+                let label = match (variant, &d.single, &d.verify) {
+                    (1, Some(v), _) | (2, _, Some(v)) => &v.label,
+                    _ => &d.label,
+                };
+                if self.skip.iter().any(|s| label.starts_with(s.as_str())) {
+                    continue;
+                }
+            }
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &d.bind_group, &[]);
             if !d.ready.is_empty() {
@@ -2695,6 +2718,7 @@ impl<'a> Builder<'a> {
             rope_host: Vec::new(),
             read_scratch: Vec::new(),
             profiler: None,
+            skip: skip_list(),
             profile: Vec::new(),
             decode_bytes: self.weight_bytes - self.gather_only_bytes - self.expert_bytes + self.routed_decode_bytes,
             weight_bytes: self.weight_bytes,
