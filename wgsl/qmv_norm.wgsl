@@ -14,8 +14,8 @@
 // size (1536: 306 → 339 tok/s) and loses at 2560 and 2816 (E4B, 26B: 207 → 198, 202 → 184):
 // every workgroup reads 16 bytes per input value before its first weight load, and the wider
 // consumers have more workgroups (session 8). Session 25, with 32-lane teams, by consumer at
-// 2560: the GeGLU and the gated per-layer gate gain, the plain q|k|v still loses; the host
-// fuses every kind up to PRO_MAX_HIDDEN and past it those two (kernels::fuse_norm_into).
+// 2560: the gated per-layer gate (64 workgroups) gains, the GeGLU and the plain q|k|v do not;
+// the host fuses every kind up to PRO_MAX_HIDDEN and past it the gate (kernels::fuse_norm_into).
 // The sums reduce over the workgroup in a fixed order that does not depend on TOK: decode and
 // verify tiles form bitwise-equal inputs (and so bitwise-equal rows).
 //

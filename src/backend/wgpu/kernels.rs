@@ -960,15 +960,33 @@ pub struct NormPro {
 /// and neither a three-pass prologue nor tiles of more rows per workgroup closed the gap.
 pub const PRO_MAX_HIDDEN: usize = 2048;
 
-/// Whether a residual norm of width `h` moves into the decode mat-vec `consumer` (`fuse_norm`
-/// in mod.rs): every kind up to `up_to` (0: none), and past it, where `wide_kinds`, the GeGLU
-/// and gated forms. Measured on the H200 with today's 32-lane teams (PERF_NOTES.md, session 25
-/// p2, E4B at 2560, one kind at a time): into the gated per-layer gate (64 workgroups)
-/// 4359 → 4242 µs per step, into the GeGLU (1280 workgroups) a further −167 µs, but into the
-/// plain q|k|v (384) +256 µs, and the 26B's q|k|v +184 µs; why the plain form loses where the
-/// GeGLU gains is not known (both read the same 40 KB prologue per workgroup).
-pub fn fuse_norm_into(consumer: Kernel, h: usize, up_to: usize, wide_kinds: bool) -> bool {
-    up_to > 0 && (h <= up_to || (wide_kinds && matches!(consumer, Kernel::QmvGlu { .. } | Kernel::QmvGeluB { .. })))
+/// Which decode mat-vecs take a residual norm past [`PRO_MAX_HIDDEN`] (`fuse_norm` in mod.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WideFuse {
+    /// None: the width rule alone (sessions 7–24).
+    None,
+    /// The gated form (Gemma 4's per-layer gate).
+    Gated,
+    /// The gated form and the GeGLU.
+    GatedGlu,
+}
+
+/// Whether a residual norm of width `h` moves into the decode mat-vec `consumer`: every kind up
+/// to `up_to` (0: none), and past it the kinds `wide` names. Measured on the H200 with today's
+/// 32-lane teams (PERF_NOTES.md, session 25, E4B at 2560, -p 16 -n 128): the width rule
+/// 229.3 / 229.4 / 229.8 / 229.4 tok/s; into the gated per-layer gate (64 workgroups) 235.7;
+/// the gate and the GeGLU (1280 workgroups) 231.7 / 231.8; plus the plain q|k|v 230.9; the
+/// gate, GeGLU and the q|k|v of fewer than 400 workgroups 222.3; the 26B's q|k|v 255.8 → 244.3.
+/// Why the GeGLU and q|k|v lose what the gate gains is not known (all read the same 40 KB
+/// prologue per workgroup; the gate has 64 workgroups, the others 256–1280).
+pub fn fuse_norm_into(consumer: Kernel, h: usize, up_to: usize, wide: WideFuse) -> bool {
+    up_to > 0
+        && (h <= up_to
+            || match consumer {
+                Kernel::QmvGeluB { .. } => wide != WideFuse::None,
+                Kernel::QmvGlu { .. } => wide == WideFuse::GatedGlu,
+                _ => false,
+            })
 }
 
 /// Token tile of the fused-norm qmv's verify form: the tile's inputs live in workgroup memory
@@ -1486,21 +1504,21 @@ mod tests {
     }
 
     /// The fused-norm policy (session 25): below PRO_MAX_HIDDEN every kind, past it only the
-    /// GeGLU and gated consumers, never with `up_to` 0 (the unfused option the tests use).
+    /// kinds `wide` names, never with `up_to` 0 (the unfused option the tests use).
     #[test]
-    fn norms_fuse_into_wide_glu_and_gated_consumers_only() {
-        use super::{fuse_norm_into, Kernel, PRO_MAX_HIDDEN};
+    fn norms_fuse_past_the_width_only_into_the_kinds_named() {
+        use super::{fuse_norm_into, Kernel, WideFuse, PRO_MAX_HIDDEN};
         let plain = Kernel::Qmv { tok: 1, lanes: 32, rpt: 2, pro: 0 };
         let glu = Kernel::QmvGlu { tok: 1, lanes: 16, pairs: 1, pro: 0 };
         let gated = Kernel::QmvGeluB { tok: 1, lanes: 32, rpt: 1, pro: 0 };
         for k in [plain, glu, gated] {
-            assert!(fuse_norm_into(k, 1536, PRO_MAX_HIDDEN, true), "{k:?} at 1536");
-            assert!(!fuse_norm_into(k, 1536, 0, true), "{k:?} with fusion off");
-            assert!(fuse_norm_into(k, 2560, usize::MAX, true), "{k:?} at 2560, everything fused");
+            assert!(fuse_norm_into(k, 1536, PRO_MAX_HIDDEN, WideFuse::None), "{k:?} at 1536");
+            assert!(!fuse_norm_into(k, 1536, 0, WideFuse::GatedGlu), "{k:?} with fusion off");
+            assert!(fuse_norm_into(k, 2560, usize::MAX, WideFuse::None), "{k:?} at 2560, everything fused");
+            assert!(!fuse_norm_into(k, 2560, PRO_MAX_HIDDEN, WideFuse::None), "{k:?} at 2560, the width rule");
         }
-        assert!(!fuse_norm_into(plain, 2560, PRO_MAX_HIDDEN, true), "q|k|v at 2560");
-        assert!(fuse_norm_into(glu, 2560, PRO_MAX_HIDDEN, true) && fuse_norm_into(gated, 2816, PRO_MAX_HIDDEN, true));
-        assert!(!fuse_norm_into(glu, 2560, PRO_MAX_HIDDEN, false), "the hidden-size rule alone");
+        assert!(fuse_norm_into(gated, 2560, PRO_MAX_HIDDEN, WideFuse::Gated) && !fuse_norm_into(glu, 2560, PRO_MAX_HIDDEN, WideFuse::Gated));
+        assert!(fuse_norm_into(glu, 2816, PRO_MAX_HIDDEN, WideFuse::GatedGlu) && !fuse_norm_into(plain, 2816, PRO_MAX_HIDDEN, WideFuse::GatedGlu));
     }
 
     #[test]

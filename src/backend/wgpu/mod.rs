@@ -94,9 +94,9 @@ pub struct WgpuOptions {
     /// Expert slots per MoE layer of an installation (`All`: every expert resident).
     pub expert_slots: ExpertSlots,
     /// The widest hidden size whose residual norms decode and verify steps compute inside the
-    /// next mat-vec of any kind; past it only GeGLU and gated mat-vecs take them
-    /// (`kernels::fuse_norm_into`; 0: every norm its own dispatch). `KESTREL_FUSE_NORMS=0|all|hidden`
-    /// overrides it for A/B measurements.
+    /// next mat-vec of any kind; past it only the gated mat-vec (Gemma 4's per-layer gate) takes
+    /// them (`kernels::fuse_norm_into`; 0: every norm its own dispatch).
+    /// `KESTREL_FUSE_NORMS=0|all|hidden|glu` overrides it for A/B measurements.
     pub fuse_norms_up_to: usize,
     /// Run the 4-bit prefill mat-mats (`qmm_coop`, `qmm_coop_moe`) and prefill attention
     /// (`attention_coop`, head dims that are multiples of 64) on tensor cores where the device
@@ -1925,14 +1925,14 @@ impl<'a> Builder<'a> {
         let plain_rows = np.segs == 1 && np.x_stride == h as u32 && np.out_stride == h as u32 && np.x_row_sel == 0 && np.count_sel == 0;
         let applies = np.mode == 2 && np.chain <= 1 && np.pre == 1.0 && np.w_off != NO_WEIGHT && np.w_off % 4 == 0 && plain_rows && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT && np.w2_off % 4 == 0));
         // A/B knobs for measurements: KESTREL_FUSE_NORMS=0, every norm its own dispatch; =all,
-        // fused into every kind at every hidden size; =hidden, by the hidden size alone (the
-        // rule before session 25: no wide GeGLU or gated consumer).
-        let knob = std::env::var("KESTREL_FUSE_NORMS");
-        let (up_to, wide_kinds) = match knob.as_deref() {
-            Ok("0") => (0, false),
-            Ok("all") => (usize::MAX, true),
-            Ok("hidden") => (self.opts.fuse_norms_up_to, false),
-            _ => (self.opts.fuse_norms_up_to, true),
+        // into every kind at every hidden size; =hidden, by the hidden size alone (the rule
+        // before session 25); =glu, past it into the gated and the GeGLU mat-vecs.
+        let (up_to, wide) = match std::env::var("KESTREL_FUSE_NORMS").as_deref() {
+            Ok("0") => (0, WideFuse::None),
+            Ok("all") => (usize::MAX, WideFuse::None),
+            Ok("hidden") => (self.opts.fuse_norms_up_to, WideFuse::None),
+            Ok("glu") => (self.opts.fuse_norms_up_to, WideFuse::GatedGlu),
+            _ => (self.opts.fuse_norms_up_to, WideFuse::Gated),
         };
         if up_to == 0 || !applies || !matches!(sp.only, Only::Always) {
             return;
@@ -1947,7 +1947,7 @@ impl<'a> Builder<'a> {
         let (Some((sk, sx, _)), Some((vk, vx, _))) = (c.single, c.verify) else {
             return;
         };
-        if !fuse_norm_into(sk, h, up_to, wide_kinds) {
+        if !fuse_norm_into(sk, h, up_to, wide) {
             return;
         }
         let (Some(sk), Some(vk)) = (with_norm(sk, 1, h, max_wg), with_norm(vk, PRO_VERIFY_TOK, h, max_wg)) else {
