@@ -951,13 +951,14 @@ pub struct NormPro {
     pub _pad: [u32; 2],
 }
 
-/// The widest residual stream whose norms the decode mat-vecs take over (`fuse_norm` in
-/// mod.rs). Measured on the H200 (PERF_NOTES.md, sessions 7 and 8, same binary, fused vs
+/// The widest residual stream whose norms every kind of decode mat-vec takes over (`fuse_norm`
+/// in mod.rs; past it, the kinds [`fuse_norm_into`] names). Measured on the H200 (PERF_NOTES.md, sessions 7 and 8, same binary, fused vs
 /// `KESTREL_FUSE_NORMS=0` / `all`): E2B (1536) 306 → 339 tok/s, but E4B (2560) 207 → 198 and
 /// 26B (2816) 202 → 184. The prologue's cost follows the bytes every workgroup reads again
 /// (the norm's input, the residual and the weights: 40–45 KB per workgroup there, against 24 KB
 /// at 1536); at 2560 no consumer kind gains alone (q|k|v 200, gate|up 191, per-layer gate 205),
-/// and neither a three-pass prologue nor tiles of more rows per workgroup closed the gap.
+/// and neither a three-pass prologue nor tiles of more rows per workgroup closed the gap
+/// (session 25, with 32-lane teams, the per-layer gate alone does: [`fuse_norm_into`]).
 pub const PRO_MAX_HIDDEN: usize = 2048;
 
 /// Which decode mat-vecs take a residual norm past [`PRO_MAX_HIDDEN`] (`fuse_norm` in mod.rs).
@@ -974,11 +975,11 @@ pub enum WideFuse {
 /// Whether a residual norm of width `h` moves into the decode mat-vec `consumer`: every kind up
 /// to `up_to` (0: none), and past it the kinds `wide` names. Measured on the H200 with today's
 /// 32-lane teams (PERF_NOTES.md, session 25, E4B at 2560, -p 16 -n 128): the width rule
-/// 229.3 / 229.4 / 229.8 / 229.4 tok/s; into the gated per-layer gate (64 workgroups) 235.7;
-/// the gate and the GeGLU (1280 workgroups) 231.7 / 231.8; plus the plain q|k|v 230.9; the
-/// gate, GeGLU and the q|k|v of fewer than 400 workgroups 222.3; the 26B's q|k|v 255.8 → 244.3.
-/// Why the GeGLU and q|k|v lose what the gate gains is not known (all read the same 40 KB
-/// prologue per workgroup; the gate has 64 workgroups, the others 256–1280).
+/// 229.3 / 229.4 (p2) and 229.8 / 229.4 (final call) tok/s; into the gated per-layer gate (64
+/// workgroups) 235.7 (p2, one run: the default); the gate and q|k|v (256–384) 222.3 (p2); the
+/// gate and the GeGLU (1280) 231.7 / 231.8 (final call); all three 230.9 (p2); the 26B's q|k|v
+/// (its only fusable consumer) 255.8 → 244.3. Why the GeGLU and q|k|v take back what the gate
+/// gains is not known (all read the same 40 KB prologue per workgroup).
 pub fn fuse_norm_into(consumer: Kernel, h: usize, up_to: usize, wide: WideFuse) -> bool {
     up_to > 0
         && (h <= up_to
