@@ -195,58 +195,49 @@ impl KernelHarness {
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: true,
         });
-        // Every path out of this block pops the validation scope below.
-        let best = 'run: {
-            // (offset, size) of each read-only binding of each copy.
-            let mut ranges: Vec<Vec<(u64, u64)>> = Vec::with_capacity(copies);
-            {
-                let mut view = match arena.slice(..).get_mapped_range_mut() {
-                    Ok(v) => v,
-                    Err(e) => break 'run Err(Error::Gpu(format!("{label}: mapping the arena: {e}"))),
-                };
-                let mut off = 0u64;
-                for _ in 0..copies {
-                    let mut r = Vec::new();
-                    for (b, _) in buffers.iter().zip(&writable).filter(|(_, w)| !**w) {
-                        view.slice(off as usize..off as usize + b.len()).copy_from_slice(b);
-                        r.push((off, (b.len().max(4) as u64).next_multiple_of(4)));
-                        off += padded(b);
-                    }
-                    ranges.push(r);
+        // (offset, size) of each read-only binding of each copy. An early return drops `scope`,
+        // which pops it (wgpu's ErrorScopeGuard).
+        let mut ranges: Vec<Vec<(u64, u64)>> = Vec::with_capacity(copies);
+        {
+            let mut view = arena.slice(..).get_mapped_range_mut().map_err(|e| Error::Gpu(format!("{label}: mapping the arena: {e}")))?;
+            let mut off = 0u64;
+            for _ in 0..copies {
+                let mut r = Vec::new();
+                for (b, _) in buffers.iter().zip(&writable).filter(|(_, w)| !**w) {
+                    view.slice(off as usize..off as usize + b.len()).copy_from_slice(b);
+                    r.push((off, (b.len().max(4) as u64).next_multiple_of(4)));
+                    off += padded(b);
                 }
+                ranges.push(r);
             }
-            arena.unmap();
-            let shared: Vec<Option<wgpu::Buffer>> = buffers.iter().zip(&writable).enumerate().map(|(i, (b, w))| w.then(|| self.gpu.upload(&format!("{label} binding {i}"), b))).collect();
-            let groups: Result<Vec<(wgpu::ComputePipeline, wgpu::BindGroup)>> = ranges
-                .iter()
-                .map(|r| {
-                    let mut ro = r.iter();
-                    let bindings: Vec<wgpu::BufferBinding> = shared
-                        .iter()
-                        .map(|s| match s {
-                            Some(buf) => buf.as_entire_buffer_binding(),
-                            None => {
-                                let &(offset, size) = ro.next().expect("one range per read-only binding");
-                                wgpu::BufferBinding { buffer: &arena, offset, size: std::num::NonZeroU64::new(size) }
-                            }
-                        })
-                        .collect();
-                    self.group(kernel, &bindings, params, step)
-                })
-                .collect::<Result<_>>();
-            let groups = match groups {
-                Ok(g) => g,
-                Err(e) => break 'run Err(e),
-            };
-            self.time_passes(&label, reps.max(1), WARM_UP, |pass, i| {
-                let (pipeline, group) = &groups[i % groups.len()];
-                if i == 0 {
-                    pass.set_pipeline(pipeline);
-                }
-                pass.set_bind_group(0, group, &[]);
-                pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+        }
+        arena.unmap();
+        let shared: Vec<Option<wgpu::Buffer>> = buffers.iter().zip(&writable).enumerate().map(|(i, (b, w))| w.then(|| self.gpu.upload(&format!("{label} binding {i}"), b))).collect();
+        let groups: Vec<(wgpu::ComputePipeline, wgpu::BindGroup)> = ranges
+            .iter()
+            .map(|r| {
+                let mut ro = r.iter();
+                let bindings: Vec<wgpu::BufferBinding> = shared
+                    .iter()
+                    .map(|s| match s {
+                        Some(buf) => buf.as_entire_buffer_binding(),
+                        None => {
+                            let &(offset, size) = ro.next().expect("one range per read-only binding");
+                            wgpu::BufferBinding { buffer: &arena, offset, size: std::num::NonZeroU64::new(size) }
+                        }
+                    })
+                    .collect();
+                self.group(kernel, &bindings, params, step)
             })
-        };
+            .collect::<Result<_>>()?;
+        let best = self.time_passes(&label, reps.max(1), WARM_UP, |pass, i| {
+            let (pipeline, group) = &groups[i % groups.len()];
+            if i == 0 {
+                pass.set_pipeline(pipeline);
+            }
+            pass.set_bind_group(0, group, &[]);
+            pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+        });
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("{label} with grid {grid:?}, packed: {e}")));
         }

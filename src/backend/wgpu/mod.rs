@@ -291,6 +291,17 @@ struct Dispatch {
     ready: Vec<wgpu::Buffer>,
 }
 
+impl Dispatch {
+    /// The kernel label of the form `variant` runs: 1 the decode variant, 2 the verify one,
+    /// else the dispatch's own pipeline (`encode`'s numbering, which profiles record).
+    fn label_of(&self, variant: u8) -> &str {
+        match (variant, &self.single, &self.verify) {
+            (1, Some(v), _) | (2, _, Some(v)) => &v.label,
+            _ => &self.label,
+        }
+    }
+}
+
 /// Another pipeline for the same bindings, run for some steps instead of a dispatch's own.
 struct Variant {
     pipeline: wgpu::ComputePipeline,
@@ -580,16 +591,13 @@ impl WgpuBackend {
         for (k, &(di, variant)) in executed.iter().enumerate() {
             let us = ticks[k + 1].saturating_sub(ticks[k]) as f64 * ns_per_tick / 1e3;
             let d = &self.program[di];
-            let label = match (variant, &d.single, &d.verify) {
-                (1, Some(v), _) | (2, _, Some(v)) => &v.label,
-                _ => &d.label,
-            };
-            match by_kernel.iter_mut().find(|t| &t.kernel == label) {
+            let label = d.label_of(variant);
+            match by_kernel.iter_mut().find(|t| t.kernel == label) {
                 Some(t) => {
                     t.micros += us;
                     t.dispatches += 1;
                 }
-                None => by_kernel.push(KernelTime { kernel: label.clone(), dispatches: 1, micros: us }),
+                None => by_kernel.push(KernelTime { kernel: label.to_string(), dispatches: 1, micros: us }),
             }
         }
         by_kernel.sort_by(|a, b| b.micros.total_cmp(&a.micros));
@@ -823,14 +831,8 @@ impl WgpuBackend {
             // 4 · 65535 for the expert and attention kernels that use them).
             debug_assert!(!z_tokens || z == 1, "slot grid with a folded x");
             let z = if z_tokens { n as u32 } else { z };
-            if !self.skip.is_empty() {
-                let label = match (variant, &d.single, &d.verify) {
-                    (1, Some(v), _) | (2, _, Some(v)) => &v.label,
-                    _ => &d.label,
-                };
-                if self.skip.iter().any(|s| label.starts_with(s.as_str())) {
-                    continue;
-                }
+            if self.skip.iter().any(|s| d.label_of(variant).starts_with(s.as_str())) {
+                continue;
             }
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &d.bind_group, &[]);
