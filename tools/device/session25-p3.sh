@@ -4,7 +4,7 @@
 # single form was the gate alone (235.7). Here, alternating, one process each: the width rule
 # (KESTREL_FUSE_NORMS=hidden), the gate alone (the new default), gate + GeGLU (=glu).
 # E4B -p 16 -n 128. ≈ 2.5 min warm. Carry target/carry (kestrel only) and .gl.
-# NOT RUN in session 25 (its device time was spent): the next session's first call.
+# Run in session 26 (p1, benches/results/2026-12-03-h200-session26-p3.txt).
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/p3.txt"
