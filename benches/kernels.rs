@@ -25,7 +25,7 @@
 
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
-    attention_chunk, attention_chunk_coop, attention_split, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, HEAD_NORM_WG, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
+    attention_chunk, attention_chunk_coop, attention_split, attention_short, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, HEAD_NORM_WG, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
     RouterParams, chain_layout, chain_params, ChainPrefetch, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
@@ -460,7 +460,7 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
             continue;
         }
         let slots = 1024usize;
-        let p = AttnParams { d: d as u32, n_heads: n_q as u32, n_kv_heads: n_kv as u32, slots: slots as u32, window: window as u32, n_splits: ATTN_SPLITS, _pad: [0; 2] };
+        let p = AttnParams { d: d as u32, n_heads: n_q as u32, n_kv_heads: n_kv as u32, slots: slots as u32, window: window as u32, n_splits: ATTN_SPLITS, short_max: 0, _pad: 0 };
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, pos0: 0, ..Default::default() };
         let mut bufs = vec![f32s(tokens * n_q * d, 0.05), f32s(slots * n_kv * d, 0.05), f32s(slots * n_kv * d, 0.3), f32s(tokens * n_q * d, 0.0)];
         if matches!(kernel, Kernel::AttentionCoop { sums: true, .. }) {
@@ -607,7 +607,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     // dispatch would cost at short contexts (PERF_NOTES.md, session 8, next step 1).
     for (keys, splits) in [(131usize, ATTN_SPLITS), (1025, ATTN_SPLITS), (4097, ATTN_SPLITS), (32, 1), (131, 1), (256, 1)] {
         let (d, heads, slots) = (256usize, 8usize, 4608usize);
-        let p = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: splits, _pad: [0; 2] };
+        let p = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: splits, short_max: 0, _pad: 0 };
         let at = Step { pos0: keys as u32 - 1, ..step };
         let part = f32s(heads * splits as usize * (d + 2), 0.0);
         let kernel = attention_split(d, false);
@@ -623,6 +623,28 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
             match h.time(Kernel::AttentionCombine, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, 1, 1), 200) {
                 Ok(us) => println!("| attention_combine | {keys} keys in {splits} splits, 8 heads × {d} | {us:.2} |"),
                 Err(e) => println!("| attention_combine | error: {e} |"),
+            }
+        }
+    }
+    // attention_short (one dispatch per (head, token), every key) against attention_split +
+    // attention_combine (two) at the same rows: 16–1025 keys at E2B's sliding heads (d 256),
+    // 144 and 512 at its global ones (d 512), 8 q heads on 1 kv head. Which is cheaper by key
+    // count sets WgpuOptions::attn_short (PERF_NOTES.md, session 26).
+    let limits = h.gpu().limits.clone();
+    for (d, keys) in [(256usize, 16usize), (256, 64), (256, 144), (256, 256), (256, 512), (256, 1025), (512, 144), (512, 512)] {
+        let (heads, slots) = (8usize, 4608usize);
+        let at = Step { pos0: keys as u32 - 1, ..step };
+        let kv = vec![f32s(heads * d, 0.1), f32s(slots * d, 0.2), f32s(slots * d, 0.3)];
+        let long = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: ATTN_SPLITS, short_max: 0, _pad: 0 };
+        let short = AttnParams { short_max: u32::MAX, ..long };
+        let part = f32s(heads * ATTN_SPLITS as usize * (d + 2), 0.0);
+        let mut runs = vec![(attention_short(d, false, &limits), short, [kv.clone(), vec![f32s(heads * d, 0.0)]].concat(), (heads as u32, 1, 1))];
+        runs.push((attention_split(d, false), long, [kv, vec![part.clone()]].concat(), (heads as u32, ATTN_SPLITS, 1)));
+        runs.push((Kernel::AttentionCombine, long, vec![part, f32s(heads * d, 0.0)], (heads as u32, 1, 1)));
+        for (kernel, p, bufs, grid) in runs.into_iter().filter(|r| r.0.label().contains(filter)) {
+            match h.time(kernel, &bufs, bytemuck::bytes_of(&p), at, grid, 200) {
+                Ok(us) => println!("| {} | {keys} keys, 8 heads × {d}{} | {us:.2} |", kernel.label(), if p.short_max == 0 { format!(" in {ATTN_SPLITS} splits") } else { String::new() }),
+                Err(e) => println!("| {} | {keys} keys | error: {e} |", kernel.label()),
             }
         }
     }

@@ -208,7 +208,7 @@ fn wgpu_moe_overlap_is_bitwise_the_serial_branches() {
             if form == "mlx-4bit" {
                 assert_eq!(on.overlapped_pairs(), 2 * model.cfg.layers.len(), "{label}: pairs recorded");
             }
-            eprintln!("{label}: {} overlapped pairs, {} decode dispatches", on.overlapped_pairs(), on.decode_dispatches());
+            eprintln!("{label}: {} overlapped pairs, {} decode dispatches", on.overlapped_pairs(), on.decode_dispatches(0));
             // One prompt per form (a prompt's 48 steps run every pair of every layer 48 times).
             for r in load_refs(name, reference).iter().take(1) {
                 let (ids_on, logits_on) = run_prompt(&mut on, r);

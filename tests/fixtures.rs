@@ -192,6 +192,22 @@ fn wgpu_split_tensors_match_transformers() {
 }
 
 #[test]
+fn wgpu_decode_attention_both_forms_match_transformers() {
+    // Decode rows of at most 40 keys through attention_short, longer ones through
+    // attention_split + attention_combine (WgpuOptions::attn_short): the fixtures' prompts of
+    // 8 and 30 tokens cross the bound while their 48 tokens decode (the sliding layers, window
+    // 16, stay short), the long one starts past it. The other tests run the default bound, past
+    // every fixture's context: attention_short alone.
+    run_all(
+        &["tiny-e2b", "tiny-e4b", "tiny-moe"],
+        &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, attn_short: 40, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
+        16,
+        Readback::AllLogits,
+        "wgpu-short-bound",
+    );
+}
+
+#[test]
 fn wgpu_one_submit_per_step_matches_transformers() {
     // Every step in one command buffer (segments off: the form profiled steps take, and
     // KESTREL_SUBMIT_SEGMENTS=0); the other tests run the default, steps submitted in segments

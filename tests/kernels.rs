@@ -1855,7 +1855,8 @@ impl Case for AttnCase {
             slots: slots as u32,
             window: window as u32,
             n_splits: 1,
-            _pad: [0; 2],
+            short_max: 0,
+            _pad: 0,
         };
         let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let (kernel, bq) = if coop {
@@ -1922,13 +1923,40 @@ fn split_attention_matches_the_cpu_reference() {
                 params.resize(PARAMS2_AT, 0);
                 params.extend_from_slice(bytemuck::bytes_of(&qp));
             }
-            let out = h.run(attention_split(c.d, qnorm), &bufs, &params, l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
-            let o = h.run(Kernel::AttentionCombine, &[out[3].clone(), l.bufs[3].bytes.clone()], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap();
-            let got: Vec<f32> = words(&o[1]).into_iter().map(f32::from_bits).collect();
-            let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
-            match compare(&g, &r, *tol) {
-                Ok(nmse) => println!("split {name} [wgpu]: o NMSE {nmse:.1e} OK"),
-                Err(e) => panic!("split {name}: {e}"),
+            // Which rows attention_short takes (AttnParams::short_max): none (split + combine
+            // alone), every row, and, with several tokens, the rows up to the middle one's key
+            // count (all three kernels writing one output, each row once: a verify step's
+            // program). The keys of the row at position P: P + 1 − first_key(P).
+            let keys = |t: usize| {
+                let pos = c.pos0 + t;
+                (pos + 1 - if c.window > 0 && pos + 1 > c.window { pos + 1 - c.window } else { 0 }) as u32
+            };
+            let mut owners = vec![("split", 0), ("short", u32::MAX)];
+            if c.tokens > 1 {
+                owners.push(("mixed", keys(c.tokens / 2)));
+            }
+            let limits = h.gpu().limits.clone();
+            for (form, short_max) in owners {
+                let p = AttnParams { short_max, ..p };
+                params[..std::mem::size_of::<AttnParams>()].copy_from_slice(bytemuck::bytes_of(&p));
+                let short_rows = (0..c.tokens).filter(|&t| keys(t) <= short_max).count();
+                let mut o = l.bufs[3].bytes.clone();
+                if short_rows < c.tokens {
+                    let out = h.run(attention_split(c.d, qnorm), &bufs, &params, l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
+                    o = h.run(Kernel::AttentionCombine, &[out[3].clone(), o], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap().swap_remove(1);
+                }
+                if short_rows > 0 {
+                    let mut sb = bufs.clone();
+                    sb[3] = o;
+                    o = h.run(attention_short(c.d, qnorm, &limits), &sb, &params, l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap().swap_remove(3);
+                }
+                // POISON left in o (a row no kernel wrote, or one written twice and wrong) fails here.
+                let got: Vec<f32> = words(&o).into_iter().map(f32::from_bits).collect();
+                let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
+                match compare(&g, &r, *tol) {
+                    Ok(nmse) => println!("split {name} {form} ({short_rows} of {} rows short) [wgpu]: o NMSE {nmse:.1e} OK", c.tokens),
+                    Err(e) => panic!("split {name} {form}: {e}"),
+                }
             }
         }
     }

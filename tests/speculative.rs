@@ -143,6 +143,14 @@ fn wgpu_unfused_verify_logits_are_bitwise_sequential_decode() {
 
 /// On the GPU (lavapipe in CI): speculative == greedy on the same backend, both pairs, the long
 /// prompt (40 tokens, then 64 new: the 16-token window is crossed several times).
+/// The same across the bound between attention_short's rows and attention_split's: at 42 keys
+/// the verify step's five rows (41–45 keys, after the 40-token prompt) straddle it, so it runs
+/// both forms, each on its own rows, and every row is still bitwise the decode step's.
+#[test]
+fn wgpu_verify_across_the_short_attention_bound_is_bitwise_sequential_decode() {
+    check_verify_bitwise("wgpu-short-bound", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, attn_short: 42, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
+}
+
 #[test]
 fn wgpu_speculative_equals_greedy() {
     for (target, assistant) in PAIRS {

@@ -33,6 +33,8 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let h = wid.x;
     let t = wid.y;
     if (t >= step.n_tokens) { return; }
+    // attention_short's rows (attention_params.wgsl).
+    if (short_row(step.pos0 + t)) { return; }
     let d = p.d;
     let ns = p.n_splits;
     let base = (t * p.n_heads + h) * ns * (d + 2u);

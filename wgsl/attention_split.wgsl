@@ -3,7 +3,8 @@
 // fills the GPU instead of running one workgroup per head. Split s of the visible range
 // [lo, P] covers keys [lo + s·c, lo + (s+1)·c) ∩ [lo, P], c = ceil((P + 1 − lo) / n_splits), and
 // writes its running max m, running sum l and unnormalised output acc[d]; attention_combine.wgsl
-// merges the splits. Empty splits write m = −3e38, l = 0.
+// merges the splits. Empty splits write m = −3e38, l = 0. Rows of at most p.short_max keys are
+// attention_short.wgsl's: their workgroups return at once.
 //
 // attention: o[t, h] = Σ_p softmax_p(q[t, h] · K[p, kvh]) · V[p, kvh]   (scale 1.0, Gemma 4)
 //   for token t at position P = pos0 + t, query head h, kv head kvh = h / (n_heads / n_kv_heads),
@@ -118,9 +119,11 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let sp = wid.y;
     let t = wid.z;
     if (t >= step.n_tokens) { return; }
+    let pos = step.pos0 + t;
+    // attention_short's rows (a uniform branch: the whole workgroup).
+    if (short_row(pos)) { return; }
     let d = p.d;
     let lo = {{LOAD_QUERY}}(t, h, lid);
-    let pos = step.pos0 + t;
     let chunk = (pos + 1u - lo + p.n_splits - 1u) / p.n_splits;
     let start = lo + sp * chunk;
     let end = min(start + chunk, pos + 1u); // exclusive; empty when start > pos

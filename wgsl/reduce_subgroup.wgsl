@@ -18,5 +18,16 @@ fn workgroup_sum(ss: f32, lid: u32) -> f32 {
     return total;
 }
 
+// workgroup_max: the same shape for the maximum (attention_short.wgsl's softmax).
+fn workgroup_max(v: f32, lid: u32) -> f32 {
+    let s = subgroupMax(v);
+    if (lid % SG == 0u) { red[lid / SG] = s; }
+    workgroupBarrier();
+    var mx = red[0];
+    for (var i = 1u; i < WG / SG; i++) { mx = max(mx, red[i]); }
+    workgroupBarrier();
+    return mx;
+}
+
 // subgroup_sum: the sum of `v` over the caller's subgroup of SG lanes (every lane must call it).
 fn subgroup_sum(v: f32) -> f32 { return subgroupAdd(v); }

@@ -14,5 +14,18 @@ fn workgroup_sum(ss: f32, lid: u32) -> f32 {
     return total;
 }
 
+// workgroup_max (tree): the same shape for the maximum (attention_short.wgsl's softmax).
+fn workgroup_max(v: f32, lid: u32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) { red[lid] = max(red[lid], red[lid + s]); }
+        workgroupBarrier();
+    }
+    let mx = red[0];
+    workgroupBarrier();
+    return mx;
+}
+
 // subgroup_sum (no subgroups: SG = 1): a lane's own value, the sum over its subgroup of one.
 fn subgroup_sum(v: f32) -> f32 { return v; }

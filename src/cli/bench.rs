@@ -34,7 +34,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let model = load_model(&args.model)?;
     let max_pos = model.cfg.text.max_position_embeddings;
-    let ctx = args.model.ctx_for(max_pos).max(args.n_prompt + args.n_gen + 1).min(max_pos);
+    let depth = args.depth as usize;
+    let ctx = args.model.ctx_for(max_pos).max(args.n_prompt.max(depth) + args.n_gen + 1).min(max_pos);
+    if depth + args.n_gen + 1 > ctx {
+        bail!("--depth {depth} and -n {} need {} positions; the model has {max_pos}", args.n_gen, depth + args.n_gen + 1);
+    }
     let expert_slots = super::generate::expert_slots(&args.model, &model)?;
     let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.model.chunk, max_binding: None, expert_slots, ..WgpuOptions::default() };
     let mut b = WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?;
@@ -82,7 +86,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
-    // tg: greedy decode of n tokens after a one-token context (llama-bench's tg).
+    // tg: greedy decode of n tokens after a context of --depth tokens (1: llama-bench's tg).
     // As `generate` runs it: the backend runs one step ahead of the host (decode_greedy).
     let mut tg = None;
     let mut profile = Vec::new();
@@ -91,11 +95,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut host_us = None;
     if args.n_gen > 0 {
         b.reset();
-        let mut tok = b.prefill(&ids(1, vocab), 0, Readback::Argmax)?.argmax[0];
+        let mut tok = b.prefill_prompt(&ids(depth, vocab), args.model.chunk, Readback::Argmax)?.argmax[0];
         let streamed_before = b.stream_stats();
         let (enc0, steps0) = b.host_encode();
         let t0 = Instant::now();
-        b.decode_greedy(tok, 1, args.n_gen, &mut |id| {
+        b.decode_greedy(tok, depth, args.n_gen, &mut |id| {
             tok = id;
             Ok(true)
         })?;
@@ -113,14 +117,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         // Per-kernel timestamps need the whole step in one pass: not while experts stream.
         if b.gpu().can_profile() && streamed.is_none() {
             b.set_profiling(true)?;
-            b.decode(tok, 1 + args.n_gen, Readback::Argmax)?;
+            b.decode(tok, depth + args.n_gen, Readback::Argmax)?;
             profile = b.last_profile().to_vec();
             // The step's own GPU time, without a timestamp after every dispatch: the median
             // of 9 steps timed at the pass's two ends.
             b.set_step_timing(true)?;
             let mut us = Vec::new();
             for _ in 0..9 {
-                b.decode(tok, 1 + args.n_gen, Readback::Argmax)?;
+                b.decode(tok, depth + args.n_gen, Readback::Argmax)?;
                 us.push(b.last_profile()[0].micros);
             }
             us.sort_by(f64::total_cmp);
@@ -133,7 +137,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     // the position decode reached, relative to one decode step. Staged, never committed.
     let mut verify_ms: Vec<(usize, f64)> = Vec::new();
     if tg.is_some() {
-        let pos = b.draft_context().map_or(1 + args.n_gen, |c| c.cached_len());
+        let pos = b.draft_context().map_or(depth + args.n_gen, |c| c.cached_len());
         let toks = ids(5, vocab);
         for m in 1..=5usize.min(args.model.chunk) {
             b.verify(&toks[..m], pos, false)?;
@@ -187,7 +191,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 "gpu_us_per_token": if profile.is_empty() { None } else { Some(gpu_us) },
                 "step_gpu_us": step_gpu_us,
                 "host_encode_us": host_us,
-                "dispatches": b.decode_dispatches(),
+                "dispatches": b.decode_dispatches(depth + args.n_gen),
+                "depth": depth,
             })),
             "experts": streamed.map(|e| e.to_json()),
             "verify": verify_ms.iter().map(|&(m, ms)| json!({"m": m, "ms": ms, "vs_decode": tg.map(|(_, s)| ms / (s * 1e3))})).collect::<Vec<_>>(),
@@ -263,7 +268,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 s * 1e6,
                 opt(step_gpu_us),
                 opt(host_us),
-                b.decode_dispatches()
+                b.decode_dispatches(depth + args.n_gen)
             );
         }
         if !profile.is_empty() {

@@ -71,6 +71,10 @@ pub struct BenchArgs {
     /// Tokens to decode (tg).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
+    /// Tokens of context before the decode test (as llama-bench's -d): tg's first step attends
+    /// to this many positions. The default, 1, is llama-bench's tg (an empty context).
+    #[arg(short = 'd', long = "depth", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub depth: u64,
     /// Repetitions of the prefill test; the median is reported (as llama-bench's -r).
     #[arg(short = 'r', long = "repetitions", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub reps: u32,

@@ -106,6 +106,10 @@ pub enum Kernel {
     /// which the kernel applies (attention_qnorm.wgsl).
     AttentionSplit { dk: u32, qnorm: bool },
     AttentionCombine,
+    /// Decode and verify attention in one dispatch for rows of at most `AttnParams::short_max`
+    /// keys (attention_short.wgsl): `d4` = head_dim / 4, `wg` threads per (head, token); see
+    /// [`attention_short`].
+    AttentionShort { d4: u32, wg: u32, qnorm: bool },
     GeluMul,
     /// gelu_mul that also writes each token's sums of its output over groups of 64 (chunks).
     GeluMulSums,
@@ -175,6 +179,7 @@ impl Kernel {
             Kernel::AttentionCoop { d, sums } => format!("attention_coop_d{d}{}", if sums { "_sums" } else { "" }),
             Kernel::AttentionSplit { dk, qnorm } => format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" }),
             Kernel::AttentionCombine => "attention_combine".into(),
+            Kernel::AttentionShort { d4, qnorm, .. } => format!("attention_short_d{}{}", 4 * d4, if qnorm { "_qnorm" } else { "" }),
             Kernel::GeluMul => "gelu_mul".into(),
             Kernel::GeluMulSums => "gelu_mul_sums".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
@@ -283,6 +288,23 @@ impl Kernel {
                 let (load, qnorm_src) = if qnorm { ("load_query_normed", include_str!("../../../wgsl/attention_qnorm.wgsl")) } else { ("load_query", "") };
                 let src = format!("{}\n{qnorm_src}", src.replace("{{LOAD_QUERY}}", load));
                 format!("{params}\n{}\n{tile}", unroll(&src, &[("DK", dk), ("G", g)]))
+            }
+            Kernel::AttentionShort { d4, wg, qnorm } => {
+                let s = short_shape(d4, wg);
+                let team = if sg >= s.tpk { include_str!("../../../wgsl/attention_team_subgroup.wgsl") } else { include_str!("../../../wgsl/attention_team_tree.wgsl") };
+                // workgroup_sum / workgroup_max over subgroups need subgroups no wider than WG.
+                let src = subgroup_text(&include_str!("../../../wgsl/attention_short.wgsl").replace("// {{TEAM_SUM}}", team), if sg > wg { 0 } else { sg });
+                let (load, qnorm_src) = if qnorm { ("load_query_normed", include_str!("../../../wgsl/attention_qnorm.wgsl")) } else { ("load_query", "") };
+                let dk = (4 * d4).div_ceil(wg);
+                let src = format!("{}\n{qnorm_src}", src.replace("{{LOAD_QUERY}}", load))
+                    .replace("{{WG}}", &wg.to_string())
+                    .replace("{{TPK}}", &s.tpk.to_string())
+                    .replace("{{VPL}}", &s.vpl.to_string())
+                    .replace("{{G}}", &s.g.to_string())
+                    .replace("{{TV}}", &s.tv.to_string())
+                    .replace("{{GV}}", &s.gv.to_string())
+                    .replace("{{DK}}", &dk.to_string());
+                format!("{params}\n{}", unroll(&src, &[("VPL", s.vpl), ("G", s.g), ("GV", s.gv), ("DK", dk)]))
             }
             Kernel::AttentionCombine => {
                 let src = include_str!("../../../wgsl/attention_combine.wgsl").replace("{{U}}", &COMBINE_U.to_string());
@@ -526,8 +548,8 @@ impl Kernel {
             Kernel::RmsNorm { .. } | Kernel::RmsNormRows { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
-            Kernel::AttentionSplit { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
-            Kernel::HeadNormRope { .. } | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::AttentionSplit { qnorm: true, .. } | Kernel::AttentionShort { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
+            Kernel::HeadNormRope { .. } | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } | Kernel::AttentionShort { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCoop { sums: false, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             // osum (6): the output's sums over each 64-dim value stage, the o projection's x sums.
             Kernel::AttentionCoop { sums: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, ReadWrite],
@@ -802,6 +824,45 @@ pub const ATTN_COOP_BQ: u32 = 32;
 /// rotates q itself (attention_qnorm.wgsl).
 pub fn attention_split(head_dim: usize, qnorm: bool) -> Kernel {
     Kernel::AttentionSplit { dk: (head_dim as u32).div_ceil(64), qnorm }
+}
+
+/// The attention_short variant for a head dimension (a multiple of 8, ≤ 1024) on a device with
+/// these limits: 1024 threads per (head, token) where the device takes them and its workgroup
+/// memory holds the kernel's arrays, else 512 or 256.
+pub fn attention_short(head_dim: usize, qnorm: bool, limits: &wgpu::Limits) -> Kernel {
+    let wg = [1024u32, 512, 256]
+        .into_iter()
+        .find(|&wg| wg <= limits.max_compute_invocations_per_workgroup && wg <= limits.max_compute_workgroup_size_x && short_shared_bytes(wg, qnorm) <= limits.max_compute_workgroup_storage_size)
+        .unwrap_or(256);
+    Kernel::AttentionShort { d4: head_dim as u32 / 4, wg, qnorm }
+}
+
+/// attention_short's workgroup memory: qs (1024 floats), sc and red (WG each), vh (2 · WG) and,
+/// in the q-norm form, qn_red (WG).
+fn short_shared_bytes(wg: u32, qnorm: bool) -> u32 {
+    4 * (1024 + 4 * wg + if qnorm { wg } else { 0 })
+}
+
+/// attention_short's thread shapes for a head dim of `d4` vec4s (the constants of
+/// attention_short.wgsl).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShortShape {
+    /// Lanes per key in the score phase: 16 up to head dim 256 (four vec4s per lane there),
+    /// 32 past it.
+    pub tpk: u32,
+    /// vec4s of a key row per lane.
+    pub vpl: u32,
+    /// Keys per team in flight.
+    pub g: u32,
+    /// Lanes per value row: a power of two ≥ d4 (one vec4 per lane), at least 64.
+    pub tv: u32,
+    /// Value rows per group in flight.
+    pub gv: u32,
+}
+
+pub fn short_shape(d4: u32, wg: u32) -> ShortShape {
+    let tpk = if d4 <= 64 { 16 } else { 32 };
+    ShortShape { tpk, vpl: d4.div_ceil(tpk), g: 2, tv: d4.next_power_of_two().clamp(64, wg), gv: 4 }
 }
 
 /// Params of attention_split's q-norm form (`QNormParams` in attention_qnorm.wgsl): where each
@@ -1166,12 +1227,19 @@ pub struct AttnParams {
     pub window: u32,
     /// Key splits of attention_split / attention_combine (unused by attention).
     pub n_splits: u32,
-    pub _pad: [u32; 2],
+    /// Rows of at most this many keys are attention_short's; attention_split and
+    /// attention_combine take the others (0: every row theirs). Unused by chunk attention.
+    pub short_max: u32,
+    pub _pad: u32,
 }
 
 /// Key splits per (head, token) of the decode attention: enough workgroups to fill a GPU at
 /// 8–16 heads; at most 64 (attention_combine reads them in one pass).
 pub const ATTN_SPLITS: u32 = 32;
+
+/// Decode and verify rows of at most this many keys take attention_short
+/// ([`WgpuOptions::attn_short`](super::WgpuOptions::attn_short)'s default).
+pub const ATTN_SHORT_MAX: u32 = 256;
 
 /// The decode attention's key splits: [`ATTN_SPLITS`], or `KESTREL_ATTN_SPLITS` (1 to
 /// ATTN_SPLITS: buffers are sized for ATTN_SPLITS) as an A/B knob.

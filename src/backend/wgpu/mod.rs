@@ -144,6 +144,11 @@ pub struct WgpuOptions {
     /// decode 225.8 → 253.7 tok/s on the H200 (PERF_NOTES.md, session 22).
     /// `KESTREL_MOE_OVERLAP=0|1` overrides it for A/B measurements.
     pub moe_overlap: bool,
+    /// Decode and verify rows of at most this many keys take attention_short (one dispatch per
+    /// layer) instead of attention_split + attention_combine (two); 0: never. The kernels
+    /// split the rows between them by this count, so a verify step's rows stay bitwise a decode
+    /// step's. `KESTREL_ATTN_SHORT=N` overrides it for A/B measurements.
+    pub attn_short: u32,
 }
 
 impl Default for WgpuOptions {
@@ -162,6 +167,7 @@ impl Default for WgpuOptions {
             prompt_tail: true,
             moe_norm: true,
             moe_overlap: true,
+            attn_short: ATTN_SHORT_MAX,
         }
     }
 }
@@ -289,6 +295,9 @@ struct Dispatch {
     /// barrier, so it runs beside this one (the concurrent MoE branches,
     /// `WgpuOptions::moe_overlap`).
     ready: Vec<wgpu::Buffer>,
+    /// A decode attention kernel that computes only some rows: one-row steps skip it where
+    /// another owns the row.
+    keys: Option<KeysOwner>,
 }
 
 impl Dispatch {
@@ -352,6 +361,28 @@ struct Spec {
     /// Buffers moved to the read-only storage state just before this dispatch (one barrier
     /// with its own), for a dispatch recorded after it: see `Dispatch::ready`.
     ready: Vec<wgpu::Buffer>,
+    /// Decode attention's row owner: see `Dispatch::keys`.
+    keys: Option<KeysOwner>,
+}
+
+/// Which decode attention kernels own a row (attention_params.wgsl's short_row): rows of at most
+/// `max` keys are attention_short's (`short`), the others attention_split's and
+/// attention_combine's. A one-row step dispatches only the owner's kernels; steps of several
+/// rows dispatch all of them and each kernel skips the rows it does not own.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct KeysOwner {
+    short: bool,
+    /// The layer's sliding window (0: full attention).
+    window: u32,
+    max: u32,
+}
+
+impl KeysOwner {
+    /// Whether this dispatch computes the row of a query at `pos`.
+    fn owns(&self, pos: usize) -> bool {
+        let first = if self.window > 0 && pos + 1 > self.window as usize { pos + 1 - self.window as usize } else { 0 };
+        (pos + 1 - first <= self.max as usize) == self.short
+    }
 }
 
 /// GPU time of one kernel over a profiled step.
@@ -530,8 +561,9 @@ impl WgpuBackend {
         self.tail.as_ref().map(|t| t.layer)
     }
 
-    pub fn decode_dispatches(&self) -> usize {
-        self.program.iter().filter(|d| d.only != Only::Multi).count()
+    /// Dispatches of a decode step at `pos` (which decode attention kernels run depends on it).
+    pub fn decode_dispatches(&self, pos: usize) -> usize {
+        self.program.iter().filter(|d| d.only != Only::Multi && d.keys.is_none_or(|k| k.owns(pos))).count()
     }
 
     /// Dispatches of a decode step that make buffers ready for the next one to run beside
@@ -647,7 +679,7 @@ impl WgpuBackend {
         let mut executed: Vec<(usize, u8)> = Vec::new();
         let mut start = 0;
         if let Some(mut st) = self.streaming.take() {
-            let r = self.run_streamed_layers(&mut st, n, n_out, &mut start);
+            let r = self.run_streamed_layers(&mut st, n, pos0, n_out, &mut start);
             self.streaming = Some(st);
             if let Err(e) = r {
                 let _ = pollster::block_on(scope.pop());
@@ -671,7 +703,7 @@ impl WgpuBackend {
         if self.profiler.is_none() && self.segmented {
             let mut seg = FIRST_SEGMENT;
             while head_end - start > seg {
-                self.submit_range(start..start + seg, n, n_out, None);
+                self.submit_range(start..start + seg, n, pos0, n_out, None);
                 start += seg;
                 seg *= 2;
             }
@@ -682,7 +714,7 @@ impl WgpuBackend {
             if let Some(p) = &self.profiler {
                 pass.write_timestamp(&p.queries, 0);
             }
-            self.encode(&mut pass, start..head_end, n, n_out, &mut executed);
+            self.encode(&mut pass, start..head_end, n, pos0, n_out, &mut executed);
             if let Some(p) = self.profiler.as_ref().filter(|p| !p.per_dispatch && tail.is_none()) {
                 pass.write_timestamp(&p.queries, 1);
             }
@@ -702,7 +734,7 @@ impl WgpuBackend {
             }
             enc.copy_buffer_to_buffer(&t.step, 0, &self.step_buf, 0, Some(std::mem::size_of::<Step>() as u64));
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("prompt tail"), timestamp_writes: None });
-            self.encode(&mut pass, head_end..self.program.len(), 1, 1, &mut executed);
+            self.encode(&mut pass, head_end..self.program.len(), 1, pos0 + n - 1, 1, &mut executed);
             if let Some(p) = self.profiler.as_ref().filter(|p| !p.per_dispatch) {
                 pass.write_timestamp(&p.queries, 1);
             }
@@ -762,7 +794,7 @@ impl WgpuBackend {
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("decode step") });
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
-            self.encode(&mut pass, 0..self.program.len(), 1, 1, &mut Vec::new());
+            self.encode(&mut pass, 0..self.program.len(), 1, pos, 1, &mut Vec::new());
         }
         enc.copy_buffer_to_buffer(&self.best_buf, 0, &self.chain_read[read], 0, Some(4));
         enc.copy_buffer_to_buffer(&self.best_buf, 0, &self.ids_buf, 0, Some(4));
@@ -775,8 +807,9 @@ impl WgpuBackend {
         Ok(index)
     }
 
-    /// Records dispatches `range` of the program for a step of `n` tokens and `n_out` output rows.
-    fn encode(&self, pass: &mut wgpu::ComputePass, range: std::ops::Range<usize>, n: usize, n_out: usize, executed: &mut Vec<(usize, u8)>) {
+    /// Records dispatches `range` of the program for a step of `n` tokens from position `pos0`
+    /// and `n_out` output rows.
+    fn encode(&self, pass: &mut wgpu::ComputePass, range: std::ops::Range<usize>, n: usize, pos0: usize, n_out: usize, executed: &mut Vec<(usize, u8)>) {
         // Verify steps run the decode form of every kernel (split attention, per-pair experts) for
         // all their tokens: that is what makes each row's logits bitwise a decode's.
         let single_form = n == 1 || self.verifying;
@@ -786,6 +819,9 @@ impl WgpuBackend {
                 Only::Single if !single_form => continue,
                 Only::Multi if single_form => continue,
                 _ => {}
+            }
+            if n == 1 && d.keys.is_some_and(|k| !k.owns(pos0)) {
+                continue;
             }
             let mut z_tokens = false;
             let y = match d.y {
@@ -851,11 +887,11 @@ impl WgpuBackend {
     }
 
     /// Submits `range` as its own command buffer.
-    fn submit_range(&self, range: std::ops::Range<usize>, n: usize, n_out: usize, copy: Option<(&wgpu::Buffer, &wgpu::Buffer, u64)>) -> wgpu::SubmissionIndex {
+    fn submit_range(&self, range: std::ops::Range<usize>, n: usize, pos0: usize, n_out: usize, copy: Option<(&wgpu::Buffer, &wgpu::Buffer, u64)>) -> wgpu::SubmissionIndex {
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step segment") });
         {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("segment"), timestamp_writes: None });
-            self.encode(&mut pass, range, n, n_out, &mut Vec::new());
+            self.encode(&mut pass, range, n, pos0, n_out, &mut Vec::new());
         }
         if let Some((src, dst, len)) = copy {
             enc.copy_buffer_to_buffer(src, 0, dst, 0, Some(len));
@@ -865,14 +901,14 @@ impl WgpuBackend {
 
     /// Runs the program up to the last MoE layer's routed kernels, streaming each layer's
     /// experts in between; leaves `start` at the first dispatch still to run.
-    fn run_streamed_layers(&mut self, st: &mut Streaming, n: usize, n_out: usize, start: &mut usize) -> Result<()> {
+    fn run_streamed_layers(&mut self, st: &mut Streaming, n: usize, pos0: usize, n_out: usize, start: &mut usize) -> Result<()> {
         let idx_bytes = (4 * n * st.top_k) as u64;
         let mut scratch = std::mem::take(&mut self.read_scratch);
         for mi in 0..st.marks.len() {
             let mk = st.marks[mi];
-            let routed = self.submit_range(*start..mk.route_end, n, n_out, Some((&st.route_idx, &st.idx_read, idx_bytes)));
+            let routed = self.submit_range(*start..mk.route_end, n, pos0, n_out, Some((&st.route_idx, &st.idx_read, idx_bytes)));
             // The dense branch does not read the experts: it runs while the host reads misses.
-            self.submit_range(mk.route_end..mk.experts_begin, n, n_out, None);
+            self.submit_range(mk.route_end..mk.experts_begin, n, pos0, n_out, None);
             self.gpu.read_after(&st.idx_read, idx_bytes, Some(routed), &mut scratch)?;
             let pairs: Vec<u32> = bytemuck::pod_collect_to_vec(&scratch);
             let slots = &st.slots[&mk.layer];
@@ -883,7 +919,7 @@ impl WgpuBackend {
                     Ok(())
                 })?;
                 queue.write_buffer(&st.slot_idx, 0, bytemuck::cast_slice(&table));
-                self.submit_range(mk.experts_begin..mk.experts_end, n, n_out, None);
+                self.submit_range(mk.experts_begin..mk.experts_end, n, pos0, n_out, None);
             }
             *start = mk.experts_end;
         }
@@ -1426,7 +1462,7 @@ impl<'a> Builder<'a> {
 
     fn spec<T: bytemuck::Pod>(&mut self, kernel: Kernel, res: Vec<Res>, p: &T, x: u32, y: GridY) {
         let (param_off, param_len) = self.push_params(p);
-        self.specs.push(Spec { only: Only::Always, kernel, single: None, verify: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y, ready: Vec::new() });
+        self.specs.push(Spec { only: Only::Always, kernel, single: None, verify: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y, ready: Vec::new(), keys: None });
     }
 
     /// The `which` scratch buffer, at least `elems` floats (a larger one replaces it; the
@@ -1980,6 +2016,7 @@ impl<'a> Builder<'a> {
             x_from_tokens: false,
             y: GridY::TokenTiles(PRO_VERIFY_TOK),
             ready: Vec::new(),
+            keys: None,
         };
         self.specs[norm].only = Only::Multi;
         let c = &mut self.specs[ci];
@@ -2029,6 +2066,7 @@ impl<'a> Builder<'a> {
         let (h, eps, vocab) = (t.hidden_size, t.rms_norm_eps, t.vocab_size);
         let kv = KvLayout::new(cfg, self.opts.max_ctx, c);
         let fold_q_norm = switch("KESTREL_ATTN_QNORM", self.opts.fold_q_norm);
+        let attn_short = std::env::var("KESTREL_ATTN_SHORT").ok().and_then(|v| v.parse().ok()).unwrap_or(self.opts.attn_short);
         let moe_norm = switch("KESTREL_MOE_NORM", self.opts.moe_norm);
         let moe_overlap = switch("KESTREL_MOE_OVERLAP", self.opts.moe_overlap);
         // Chunk attention on tensor cores (where the mat-mats run there): A/B knob
@@ -2230,6 +2268,10 @@ impl<'a> Builder<'a> {
         let xn2 = self.act("xn2 (MoE pre-expert norm)", if t.enable_moe_block { c * h } else { 1 })?;
         let q = self.act("q", c * q_max)?;
         let att = self.act("att", c * q_max)?;
+        // A separate q projection's output (before its norm and rope), apart from `att`: the
+        // decode attention that norms q itself (attention_short's q-norm form) reads it while
+        // writing att.
+        let q_sep = self.act("q (separate projection)", c * q_max)?;
         let ktmp = self.act("k", c * kv_max.max(1))?;
         let vtmp = self.act("v", c * kv_max.max(1))?;
         let qkv = self.act("q|k|v", c * (q_max + 2 * kv_max))?;
@@ -2337,7 +2379,7 @@ impl<'a> Builder<'a> {
                     ((&qkv, 0, rows), (&qkv, k_off, rows), (&qkv, v_off, rows))
                 }
                 Proj::Separate { q: qm, k, v } => {
-                    self.matmul_from(qm, &xn, h, &att, l.q_dim(), XFrom::Norm(xn_from))?;
+                    self.matmul_from(qm, &xn, h, &q_sep, l.q_dim(), XFrom::Norm(xn_from))?;
                     if let Some(k) = k {
                         self.matmul_from(k, &xn, h, &ktmp, l.kv_dim(), XFrom::Norm(xn_from))?;
                     }
@@ -2345,7 +2387,7 @@ impl<'a> Builder<'a> {
                         self.matmul_from(v, &xn, h, &vtmp, l.kv_dim(), XFrom::Norm(xn_from))?;
                     }
                     let vsrc = if v.is_some() { &vtmp } else { &ktmp };
-                    ((&att, 0, l.q_dim()), (&ktmp, 0, l.kv_dim()), (vsrc, 0, l.kv_dim()))
+                    ((&q_sep, 0, l.q_dim()), (&ktmp, 0, l.kv_dim()), (vsrc, 0, l.kv_dim()))
                 }
             };
             // The input norm inside its reader: the stacked q|k|v, or a KV-sharing layer's q
@@ -2395,7 +2437,7 @@ impl<'a> Builder<'a> {
             let ap = AttnParams {
                 d: d as u32, n_heads: l.n_heads as u32, n_kv_heads: l.n_kv_heads as u32, slots,
                 window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
-                n_splits: attn_splits(), _pad: [0; 2],
+                n_splits: attn_splits(), short_max: if d % 8 == 0 && d <= 1024 { attn_short } else { 0 }, _pad: 0,
             };
             // Chunks (prefill): 16 queries per workgroup share each key tile, or 32 on tensor cores.
             let mut res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
@@ -2427,23 +2469,32 @@ impl<'a> Builder<'a> {
             }
             self.spec(chunk_attn, res, &ap, l.n_heads as u32, GridY::TokenTiles(bq));
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
-            // Decode: the keys split over attn_splits() workgroups per head, then merged.
-            let split = match q_raw.take() {
+            // Decode and verify: the keys split over attn_splits() workgroups per head, then
+            // merged; rows of at most ap.short_max keys in one dispatch instead (attention_short).
+            let qnorm = q_raw.is_some();
+            let (qb, extra) = match q_raw.take() {
                 Some((qb, qp)) => {
                     let (off, len) = self.push_params(&qp);
-                    let res = vec![
-                        Res::Buf(qb), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(attn_part.clone()), Res::Params, Res::Step,
-                        Res::Buf(norm_buf.clone()), Res::Buf(rope_buf.clone()), Res::ParamsAt(off, len),
-                    ];
-                    (attention_split(d, true), res)
+                    (qb, vec![Res::Buf(norm_buf.clone()), Res::Buf(rope_buf.clone()), Res::ParamsAt(off, len)])
                 }
-                None => (attention_split(d, false), vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(attn_part.clone()), Res::Params, Res::Step]),
+                None => (q.clone(), Vec::new()),
             };
-            self.spec(split.0, split.1, &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
-            self.specs.last_mut().expect("just pushed").only = Only::Single;
-            let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
-            self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
-            self.specs.last_mut().expect("just pushed").only = Only::Single;
+            let attn_res = |out: &wgpu::Buffer| [vec![Res::Buf(qb.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(out.clone()), Res::Params, Res::Step], extra.clone()].concat();
+            let owner = |short| Some(KeysOwner { short, window: ap.window, max: ap.short_max });
+            if ap.short_max < u32::MAX {
+                self.spec(attention_split(d, qnorm), attn_res(&attn_part), &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
+                self.specs.last_mut().expect("just pushed").only = Only::Single;
+                self.specs.last_mut().expect("just pushed").keys = owner(false);
+                let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
+                self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
+                self.specs.last_mut().expect("just pushed").only = Only::Single;
+                self.specs.last_mut().expect("just pushed").keys = owner(false);
+            }
+            if ap.short_max > 0 {
+                self.spec(attention_short(d, qnorm, &self.gpu.limits), attn_res(&att), &ap, l.n_heads as u32, GridY::Tokens);
+                self.specs.last_mut().expect("just pushed").only = Only::Single;
+                self.specs.last_mut().expect("just pushed").keys = owner(true);
+            }
             self.matmul_from(&gl.o, &att, l.q_dim(), &o, h, o_from)?;
             let post_attn = self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_attn, 2, 1.0));
             cur ^= 1;
@@ -2603,6 +2654,7 @@ impl<'a> Builder<'a> {
             x_from_tokens: false,
             y,
             ready: Vec::new(),
+            keys: None,
         };
         self.specs.push(pass(Kernel::SoftcapArgmax, chunks, false, GridY::Out));
         self.specs.push(pass(Kernel::ArgmaxMerge, 0, true, GridY::One));
@@ -2686,7 +2738,7 @@ impl<'a> Builder<'a> {
             if let Some(e) = pollster::block_on(scope.pop()) {
                 return Err(Error::Gpu(format!("binding {label}: {e}")));
             }
-            program.push(Dispatch { label: s.kernel.label(), only: s.only, pipeline, single, verify, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y, ready: s.ready });
+            program.push(Dispatch { label: s.kernel.label(), only: s.only, pipeline, single, verify, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y, ready: s.ready, keys: s.keys });
         }
 
         let streaming = match (&w.expert_files, &moe_bufs) {
