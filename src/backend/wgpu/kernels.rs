@@ -830,8 +830,11 @@ pub fn attention_split(head_dim: usize, qnorm: bool) -> Kernel {
 /// these limits: 1024 threads per (head, token) where the device takes them and its workgroup
 /// memory holds the kernel's arrays, else 512 or 256.
 pub fn attention_short(head_dim: usize, qnorm: bool, limits: &wgpu::Limits) -> Kernel {
+    // KESTREL_ATTN_SHORT_WG=256|512 caps the size (an A/B knob for measurements).
+    let cap = env_u32("KESTREL_ATTN_SHORT_WG").unwrap_or(1024);
     let wg = [1024u32, 512, 256]
         .into_iter()
+        .filter(|&wg| wg <= cap)
         .find(|&wg| wg <= limits.max_compute_invocations_per_workgroup && wg <= limits.max_compute_workgroup_size_x && short_shared_bytes(wg, qnorm) <= limits.max_compute_workgroup_storage_size)
         .unwrap_or(256);
     Kernel::AttentionShort { d4: head_dim as u32 / 4, wg, qnorm }
@@ -862,7 +865,14 @@ pub struct ShortShape {
 
 pub fn short_shape(d4: u32, wg: u32) -> ShortShape {
     let tpk = if d4 <= 64 { 16 } else { 32 };
-    ShortShape { tpk, vpl: d4.div_ceil(tpk), g: 2, tv: d4.next_power_of_two().clamp(64, wg), gv: 4 }
+    // KESTREL_ATTN_SHORT_G / _GV: keys and value rows in flight (A/B knobs for measurements).
+    let g = env_u32("KESTREL_ATTN_SHORT_G").filter(|g| (1..=8).contains(g)).unwrap_or(2);
+    let gv = env_u32("KESTREL_ATTN_SHORT_GV").filter(|g| (1..=16).contains(g)).unwrap_or(4);
+    ShortShape { tpk, vpl: d4.div_ceil(tpk), g, tv: d4.next_power_of_two().clamp(64, wg), gv }
+}
+
+fn env_u32(name: &str) -> Option<u32> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 /// Params of attention_split's q-norm form (`QNormParams` in attention_qnorm.wgsl): where each
