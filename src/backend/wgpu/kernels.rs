@@ -303,7 +303,9 @@ impl Kernel {
                     .replace("{{G}}", &s.g.to_string())
                     .replace("{{TV}}", &s.tv.to_string())
                     .replace("{{GV}}", &s.gv.to_string())
-                    .replace("{{DK}}", &dk.to_string());
+                    .replace("{{DK}}", &dk.to_string())
+                    .replace("{{SUM_GROUP0}}", if s.sum_group0 { "true" } else { "false" })
+                    .replace("{{VH}}", &s.vh_vec4s(wg).to_string());
                 format!("{params}\n{}", unroll(&src, &[("VPL", s.vpl), ("G", s.g), ("GV", s.gv), ("DK", dk)]))
             }
             Kernel::AttentionCombine => {
@@ -832,18 +834,19 @@ pub fn attention_split(head_dim: usize, qnorm: bool) -> Kernel {
 pub fn attention_short(head_dim: usize, qnorm: bool, limits: &wgpu::Limits) -> Kernel {
     // KESTREL_ATTN_SHORT_WG=256|512 caps the size (an A/B knob for measurements).
     let cap = env_u32("KESTREL_ATTN_SHORT_WG").unwrap_or(1024);
+    let d4 = head_dim as u32 / 4;
     let wg = [1024u32, 512, 256]
         .into_iter()
         .filter(|&wg| wg <= cap)
-        .find(|&wg| wg <= limits.max_compute_invocations_per_workgroup && wg <= limits.max_compute_workgroup_size_x && short_shared_bytes(wg, qnorm) <= limits.max_compute_workgroup_storage_size)
+        .find(|&wg| wg <= limits.max_compute_invocations_per_workgroup && wg <= limits.max_compute_workgroup_size_x && short_shared_bytes(d4, wg, qnorm) <= limits.max_compute_workgroup_storage_size)
         .unwrap_or(256);
-    Kernel::AttentionShort { d4: head_dim as u32 / 4, wg, qnorm }
+    Kernel::AttentionShort { d4, wg, qnorm }
 }
 
-/// attention_short's workgroup memory: qs (1024 floats), sc and red (WG each), vh (2 · WG) and,
-/// in the q-norm form, qn_red (WG).
-fn short_shared_bytes(wg: u32, qnorm: bool) -> u32 {
-    4 * (1024 + 4 * wg + if qnorm { wg } else { 0 })
+/// attention_short's workgroup memory: qs (1024 floats), sc and red (WG each), vh and, in the
+/// q-norm form, qn_red (WG).
+fn short_shared_bytes(d4: u32, wg: u32, qnorm: bool) -> u32 {
+    4 * (1024 + 2 * wg + if qnorm { wg } else { 0 }) + 16 * short_shape(d4, wg).vh_vec4s(wg)
 }
 
 /// attention_short's thread shapes for a head dim of `d4` vec4s (the constants of
@@ -861,14 +864,29 @@ pub struct ShortShape {
     pub tv: u32,
     /// Value rows per group in flight.
     pub gv: u32,
+    /// The value groups' sums added by group 0 after one barrier (else a halving tree).
+    pub sum_group0: bool,
 }
+
+impl ShortShape {
+    /// vh's size in vec4s for `wg` threads: the tree's upper half, or every group after the first.
+    pub fn vh_vec4s(&self, wg: u32) -> u32 {
+        if self.sum_group0 { (wg - self.tv).max(1) } else { wg / 2 }
+    }
+}
+
+/// attention_short's default sum of the value groups: the halving tree until the group-0 form
+/// is measured in the step (PERF_NOTES.md, session 28; `tools/device/session28-p1.sh`).
+const SHORT_SUM_GROUP0: bool = false;
 
 pub fn short_shape(d4: u32, wg: u32) -> ShortShape {
     let tpk = if d4 <= 64 { 16 } else { 32 };
     // KESTREL_ATTN_SHORT_G / _GV: keys and value rows in flight (A/B knobs for measurements).
     let g = env_u32("KESTREL_ATTN_SHORT_G").filter(|g| (1..=8).contains(g)).unwrap_or(2);
     let gv = env_u32("KESTREL_ATTN_SHORT_GV").filter(|g| (1..=16).contains(g)).unwrap_or(4);
-    ShortShape { tpk, vpl: d4.div_ceil(tpk), g, tv: d4.next_power_of_two().clamp(64, wg), gv }
+    // KESTREL_ATTN_SHORT_SUM=tree|group0: how the value groups' sums are added (an A/B knob).
+    let sum_group0 = std::env::var("KESTREL_ATTN_SHORT_SUM").map_or(SHORT_SUM_GROUP0, |v| v == "group0");
+    ShortShape { tpk, vpl: d4.div_ceil(tpk), g, tv: d4.next_power_of_two().clamp(64, wg), gv, sum_group0 }
 }
 
 fn env_u32(name: &str) -> Option<u32> {
