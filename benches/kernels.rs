@@ -12,7 +12,9 @@
 //! plus the 256 MiB matrix; every one runs through the decode kernel the backend picks
 //! (`qmv_shape`) and through the previous one-row-per-workgroup `matmul_q4_t1` for comparison,
 //! timed twice: re-reading one copy of the weights (L2-resident when it fits) and cycling
-//! through copies, so that each dispatch reads them from memory as a decode step does.
+//! through copies, so that each dispatch reads them from memory as a decode step does. The 26B's
+//! router (128 × 2816, 8-bit in MLX checkpoints) adds the 8-bit `matmul_q8_t1` the backend runs
+//! for it beside the 4-bit kernels of its shape.
 //! `KBENCH_SHAPES="256 MiB,E4B gate|up"` keeps only the decode shapes whose names contain one of
 //! those. The next table times the routed-expert decode kernels on 26B-A4B shapes (qmv_moe against
 //! the per-pair moe_matmul it replaced), then the prefill attention on a 512-token chunk.
@@ -51,6 +53,10 @@ const SHAPES: &[Shape] = &[
     Shape { name: "E2B gate|up", rows: 12288, cols: 1536 },
     Shape { name: "E4B q|k|v", rows: 3072, cols: 2560 },
     Shape { name: "E4B gate|up", rows: 20480, cols: 2560 },
+    // The 26B's router: 8-bit in MLX checkpoints, so the backend runs the generic matmul
+    // (matmul_q8_t1) where 4-bit matrices get the tuned qmv. The table times it against the
+    // 4-bit kernels of the same shape: what an 8-bit qmv could gain (decode only).
+    Shape { name: "26B router", rows: 128, cols: 2816 },
 ];
 
 /// Bytes the decode mat-vec table's cold timing cycles through (several times the H200's L2).
@@ -104,10 +110,11 @@ fn main() {
             continue;
         }
         let groups = rows * cols / 64;
-        let w = random_bytes(w_bytes, rows as u64 * 31 + cols as u64);
+        // The router's rows also as 8-bit (twice the bytes; the 4-bit kernels read the first half).
+        let q8 = sh.name.contains("router");
+        let w = random_bytes(if q8 { 2 * w_bytes } else { w_bytes }, rows as u64 * 31 + cols as u64);
         // bf16 0.01 everywhere: finite scales and biases.
         let sb: Vec<u8> = std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
-        let bytes = (w_bytes + 2 * sb.len() + 4 * cols) as f64;
         let mut variants: Vec<(Kernel, u32, u32)> = Vec::new();
         for tok in [1, MATMUL_VERIFY_TOK] {
             if let Some((k, per_wg)) = qmv_shape(rows, cols, cols, tok) {
@@ -115,6 +122,9 @@ fn main() {
             }
         }
         variants.push((Kernel::Matmul(Format::Q4, 1), matmul_rows(1), 1));
+        if q8 {
+            variants.push((Kernel::Matmul(Format::Q8, 1), matmul_rows(1), 1));
+        }
         // `--sweep`: every lanes × rows-per-team shape of the decode qmv (the data behind
         // `qmv_shape`'s rule).
         if std::env::args().any(|a| a == "--sweep") {
@@ -131,6 +141,8 @@ fn main() {
             if !label.contains(&filter) {
                 continue;
             }
+            let w_read = if matches!(kernel, Kernel::Matmul(Format::Q8, _)) { 2 * w_bytes } else { w_bytes };
+            let bytes = (w_read + 2 * sb.len() + 4 * cols) as f64;
             let n = tok as usize;
             let x = random_bytes(4 * cols * n, 7).chunks(4).flat_map(|_| 0.5f32.to_le_bytes()).collect::<Vec<u8>>();
             let y = vec![0u8; 4 * rows * n];
@@ -138,7 +150,7 @@ fn main() {
             let step = Step { n_tokens: n as u32, n_out: 1, out_row0: n as u32 - 1, ..Default::default() };
             let (gx, gz) = fold_grid((rows as u32).div_ceil(per_wg), max_groups);
             let reps = if bytes > 1e8 { 20 } else { 200 };
-            let bufs = [w.clone(), sb.clone(), sb.clone(), x, y];
+            let bufs = [w[..w_read].to_vec(), sb.clone(), sb.clone(), x, y];
             let copies = (ROTATE_BYTES / bytes as usize).clamp(1, 64);
             let timed = h.time(kernel, &bufs, bytemuck::bytes_of(&p), step, (gx, 1, gz), reps).and_then(|warm| {
                 h.time_cold(kernel, &bufs, bytemuck::bytes_of(&p), step, (gx, 1, gz), reps, copies).map(|cold| (warm, cold))
@@ -159,7 +171,7 @@ fn main() {
     let tokens = 512usize;
     println!("\n| shape | rows × cols × tokens | kernel | k splits | µs | TFLOP/s | weight GB/s |");
     println!("|---|---|---|---|---|---|---|");
-    for sh in SHAPES.iter().filter(|s| s.rows < 65536 && s.rows * s.cols <= 64 << 20) {
+    for sh in SHAPES.iter().filter(|s| s.rows < 65536 && s.rows * s.cols <= 64 << 20 && !s.name.contains("router")) {
         let (rows, cols) = (sh.rows, sh.cols);
         let groups = rows * cols / 64;
         let w = random_bytes(rows * cols / 2, rows as u64 * 17 + cols as u64);
