@@ -20,6 +20,11 @@ use safetensors::{Dtype, SafeTensors};
 const BIN: &str = env!("CARGO_BIN_EXE_kestrel");
 /// No run may take longer than this (a hang is a failure, not a slow test).
 const HANG: Duration = Duration::from_secs(60);
+/// `kestrel bench`'s bound: it runs tens of decode steps (warm-up, pp and tg repetitions, two
+/// profiles, the verify-cost table), and a tiny-model step takes ≈ 0.2 s on lavapipe in a debug
+/// build, attention_short's 1024-thread workgroups emulated on the CPU: ≈ 35 s alone on two
+/// cores, past 60 s beside the other CLI tests (a CI run of session 28).
+const BENCH_HANG: Duration = Duration::from_secs(300);
 
 // ---------------------------------------------------------------------------------------------
 // Running the binary
@@ -41,17 +46,17 @@ fn spawn(args: &[&str]) -> Child {
         .expect("spawn kestrel")
 }
 
-/// Waits for `child` at most `HANG`, killing it (and failing) if it runs longer.
-fn wait_bounded(child: &mut Child, what: &str) -> std::process::ExitStatus {
+/// Waits for `child` at most `limit`, killing it (and failing) if it runs longer.
+fn wait_bounded(child: &mut Child, what: &str, limit: Duration) -> std::process::ExitStatus {
     let t0 = Instant::now();
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
             return status;
         }
-        if t0.elapsed() > HANG {
+        if t0.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("`kestrel {what}` did not finish within {HANG:?} (hang)");
+            panic!("`kestrel {what}` did not finish within {limit:?} (hang)");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -73,7 +78,8 @@ fn run(args: &[&str]) -> Out {
     // Read both pipes on threads so a chatty child can never block on a full pipe.
     let out = drain(child.stdout.take());
     let err = drain(child.stderr.take());
-    let status = wait_bounded(&mut child, &what);
+    let limit = if args.first() == Some(&"bench") { BENCH_HANG } else { HANG };
+    let status = wait_bounded(&mut child, &what, limit);
     Out { code: status.code(), stdout: out.join().unwrap(), stderr: err.join().unwrap() }
 }
 
@@ -592,7 +598,7 @@ fn broken_pipe_exits_zero() {
         let mut one = [0u8; 1];
         stdout.read_exact(&mut one).unwrap();
         drop(stdout);
-        let status = wait_bounded(&mut child, &what);
+        let status = wait_bounded(&mut child, &what, HANG);
         let err = err.join().unwrap();
         assert!(!err.contains("panicked"), "`{what}` panicked:\n{err}");
         assert!(status.success(), "`{what}` | head -c 1: {status:?}\n{err}");
@@ -606,7 +612,7 @@ fn broken_pipe_exits_zero() {
         let mut child = spawn(&args);
         drop(child.stdout.take());
         let err = drain(child.stderr.take());
-        let status = wait_bounded(&mut child, &what);
+        let status = wait_bounded(&mut child, &what, HANG);
         let err = err.join().unwrap();
         assert!(!err.contains("panicked"), "`{what}` panicked:\n{err}");
         assert!(status.success(), "`{what}` with stdout closed: {status:?}\n{err}");
