@@ -20,10 +20,10 @@ use safetensors::{Dtype, SafeTensors};
 const BIN: &str = env!("CARGO_BIN_EXE_kestrel");
 /// No run may take longer than this (a hang is a failure, not a slow test).
 const HANG: Duration = Duration::from_secs(60);
-/// `kestrel bench`'s bound: it runs tens of decode steps (warm-up, pp and tg repetitions, two
-/// profiles, the verify-cost table), and a tiny-model step takes ≈ 0.2 s on lavapipe in a debug
-/// build, attention_short's 1024-thread workgroups emulated on the CPU: ≈ 35 s alone on two
-/// cores, past 60 s beside the other CLI tests (a CI run of session 28).
+/// `kestrel bench`'s bound (its test asks for it): it runs tens of decode steps (warm-up, pp and
+/// tg repetitions, two profiles, the verify-cost table), and a tiny-model step takes ≈ 0.2 s on
+/// lavapipe in a debug build, attention_short's 1024-thread workgroups emulated on the CPU:
+/// ≈ 39 s alone on two cores, past 60 s beside the other CLI tests (a CI run of session 28).
 const BENCH_HANG: Duration = Duration::from_secs(300);
 
 // ---------------------------------------------------------------------------------------------
@@ -73,12 +73,16 @@ fn drain(r: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Strin
 }
 
 fn run(args: &[&str]) -> Out {
+    run_within(args, HANG)
+}
+
+/// `run` with another bound than `HANG`.
+fn run_within(args: &[&str], limit: Duration) -> Out {
     let what = args.join(" ");
     let mut child = spawn(args);
     // Read both pipes on threads so a chatty child can never block on a full pipe.
     let out = drain(child.stdout.take());
     let err = drain(child.stderr.take());
-    let limit = if args.first() == Some(&"bench") { BENCH_HANG } else { HANG };
     let status = wait_bounded(&mut child, &what, limit);
     Out { code: status.code(), stdout: out.join().unwrap(), stderr: err.join().unwrap() }
 }
@@ -127,8 +131,13 @@ fn usage_fails(args: &[&str], needles: &[&str]) -> String {
 
 /// A successful run; None when it is a wgpu run and no adapter exists (skipped, tests/common rule).
 fn succeeds(args: &[&str]) -> Option<Out> {
+    succeeds_within(args, HANG)
+}
+
+/// `succeeds` with another bound than `HANG`.
+fn succeeds_within(args: &[&str], limit: Duration) -> Option<Out> {
     let what = args.join(" ");
-    let o = run(args);
+    let o = run_within(args, limit);
     no_panic(&o, &what);
     if o.code != Some(0) && o.stderr.contains("no GPU adapter") && !common::gpu_required() {
         eprintln!("skipped `{what}`: no adapter ({})", o.stderr.trim());
@@ -825,7 +834,7 @@ fn interrupted_install_resumes_to_an_identical_manifest() {
 #[test]
 fn bench_json_reports_pp_tg_and_the_roofline() {
     let model = common::fixtures().join("tiny-e2b/mlx-4bit");
-    let Some(o) = succeeds(&["bench", "--model", model.to_str().unwrap(), "-p", "8", "-n", "4", "-r", "3", "--json"]) else { return };
+    let Some(o) = succeeds_within(&["bench", "--model", model.to_str().unwrap(), "-p", "8", "-n", "4", "-r", "3", "--json"], BENCH_HANG) else { return };
     let v = json_of(&o);
     let pp = &v["pp"];
     assert_eq!((pp["tokens"].as_u64(), pp["repetitions"].as_u64()), (Some(8), Some(3)), "{pp}");

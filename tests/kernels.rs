@@ -1945,17 +1945,23 @@ fn split_attention_matches_the_cpu_reference() {
                     let out = h.run(attention_split(c.d, qnorm), &bufs, &params, l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
                     o = h.run(Kernel::AttentionCombine, &[out[3].clone(), o], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap().swap_remove(1);
                 }
-                if short_rows > 0 {
-                    let mut sb = bufs.clone();
-                    sb[3] = o;
-                    o = h.run(attention_short(c.d, qnorm, &limits), &sb, &params, l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap().swap_remove(3);
-                }
-                // POISON left in o (a row no kernel wrote, or one written twice and wrong) fails here.
-                let got: Vec<f32> = words(&o).into_iter().map(f32::from_bits).collect();
-                let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
-                match compare(&g, &r, *tol) {
-                    Ok(nmse) => println!("split {name} {form} ({short_rows} of {} rows short) [wgpu]: o NMSE {nmse:.1e} OK", c.tokens),
-                    Err(e) => panic!("split {name} {form}: {e}"),
+                // The short kernel in both forms of its value groups' sum (a halving tree, the
+                // default; group 0 adding the others after one barrier, KESTREL_ATTN_SHORT_SUM).
+                let sums: &[(&str, bool)] = if short_rows > 0 { &[("", false), (" group0", true)] } else { &[("", false)] };
+                for &(sum_form, sum_group0) in sums {
+                    let mut o = o.clone();
+                    if short_rows > 0 {
+                        let mut sb = bufs.clone();
+                        sb[3] = o;
+                        o = h.run(attention_short_form(c.d, qnorm, sum_group0, &limits), &sb, &params, l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap().swap_remove(3);
+                    }
+                    // POISON left in o (a row no kernel wrote, or one written twice and wrong) fails here.
+                    let got: Vec<f32> = words(&o).into_iter().map(f32::from_bits).collect();
+                    let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
+                    match compare(&g, &r, *tol) {
+                        Ok(nmse) => println!("split {name} {form}{sum_form} ({short_rows} of {} rows short) [wgpu]: o NMSE {nmse:.1e} OK", c.tokens),
+                        Err(e) => panic!("split {name} {form}{sum_form}: {e}"),
+                    }
                 }
             }
         }

@@ -109,7 +109,7 @@ pub enum Kernel {
     /// Decode and verify attention in one dispatch for rows of at most `AttnParams::short_max`
     /// keys (attention_short.wgsl): `d4` = head_dim / 4, `wg` threads per (head, token); see
     /// [`attention_short`].
-    AttentionShort { d4: u32, wg: u32, qnorm: bool },
+    AttentionShort { d4: u32, wg: u32, qnorm: bool, sum_group0: bool },
     GeluMul,
     /// gelu_mul that also writes each token's sums of its output over groups of 64 (chunks).
     GeluMulSums,
@@ -179,7 +179,7 @@ impl Kernel {
             Kernel::AttentionCoop { d, sums } => format!("attention_coop_d{d}{}", if sums { "_sums" } else { "" }),
             Kernel::AttentionSplit { dk, qnorm } => format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" }),
             Kernel::AttentionCombine => "attention_combine".into(),
-            Kernel::AttentionShort { d4, qnorm, .. } => format!("attention_short_d{}{}", 4 * d4, if qnorm { "_qnorm" } else { "" }),
+            Kernel::AttentionShort { d4, qnorm, sum_group0, .. } => format!("attention_short_d{}{}{}", 4 * d4, if qnorm { "_qnorm" } else { "" }, if sum_group0 { "_g0" } else { "" }),
             Kernel::GeluMul => "gelu_mul".into(),
             Kernel::GeluMulSums => "gelu_mul_sums".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
@@ -289,7 +289,7 @@ impl Kernel {
                 let src = format!("{}\n{qnorm_src}", src.replace("{{LOAD_QUERY}}", load));
                 format!("{params}\n{}\n{tile}", unroll(&src, &[("DK", dk), ("G", g)]))
             }
-            Kernel::AttentionShort { d4, wg, qnorm } => {
+            Kernel::AttentionShort { d4, wg, qnorm, sum_group0 } => {
                 let s = short_shape(d4, wg);
                 let team = if sg >= s.tpk { include_str!("../../../wgsl/attention_team_subgroup.wgsl") } else { include_str!("../../../wgsl/attention_team_tree.wgsl") };
                 // workgroup_sum / workgroup_max over subgroups need subgroups no wider than WG.
@@ -304,8 +304,8 @@ impl Kernel {
                     .replace("{{TV}}", &s.tv.to_string())
                     .replace("{{GV}}", &s.gv.to_string())
                     .replace("{{DK}}", &dk.to_string())
-                    .replace("{{SUM_GROUP0}}", if s.sum_group0 { "true" } else { "false" })
-                    .replace("{{VH}}", &s.vh_vec4s(wg).to_string());
+                    .replace("{{SUM_GROUP0}}", if sum_group0 { "true" } else { "false" })
+                    .replace("{{VH}}", &short_vh_vec4s(wg, s.tv, sum_group0).to_string());
                 format!("{params}\n{}", unroll(&src, &[("VPL", s.vpl), ("G", s.g), ("GV", s.gv), ("DK", dk)]))
             }
             Kernel::AttentionCombine => {
@@ -830,23 +830,37 @@ pub fn attention_split(head_dim: usize, qnorm: bool) -> Kernel {
 
 /// The attention_short variant for a head dimension (a multiple of 8, ≤ 1024) on a device with
 /// these limits: 1024 threads per (head, token) where the device takes them and its workgroup
-/// memory holds the kernel's arrays, else 512 or 256.
+/// memory holds the kernel's arrays, else 512 or 256. The value groups' sums in the default
+/// form (`KESTREL_ATTN_SHORT_SUM=tree|group0` picks one for A/B measurements).
 pub fn attention_short(head_dim: usize, qnorm: bool, limits: &wgpu::Limits) -> Kernel {
+    let sum_group0 = std::env::var("KESTREL_ATTN_SHORT_SUM").map_or(SHORT_SUM_GROUP0, |v| v == "group0");
+    attention_short_form(head_dim, qnorm, sum_group0, limits)
+}
+
+/// attention_short with the value groups' sums added by group 0 after one barrier
+/// (`sum_group0`) or by a halving tree.
+pub fn attention_short_form(head_dim: usize, qnorm: bool, sum_group0: bool, limits: &wgpu::Limits) -> Kernel {
     // KESTREL_ATTN_SHORT_WG=256|512 caps the size (an A/B knob for measurements).
     let cap = env_u32("KESTREL_ATTN_SHORT_WG").unwrap_or(1024);
     let d4 = head_dim as u32 / 4;
     let wg = [1024u32, 512, 256]
         .into_iter()
         .filter(|&wg| wg <= cap)
-        .find(|&wg| wg <= limits.max_compute_invocations_per_workgroup && wg <= limits.max_compute_workgroup_size_x && short_shared_bytes(d4, wg, qnorm) <= limits.max_compute_workgroup_storage_size)
+        .find(|&wg| wg <= limits.max_compute_invocations_per_workgroup && wg <= limits.max_compute_workgroup_size_x && short_shared_bytes(d4, wg, qnorm, sum_group0) <= limits.max_compute_workgroup_storage_size)
         .unwrap_or(256);
-    Kernel::AttentionShort { d4, wg, qnorm }
+    Kernel::AttentionShort { d4, wg, qnorm, sum_group0 }
 }
 
 /// attention_short's workgroup memory: qs (1024 floats), sc and red (WG each), vh and, in the
 /// q-norm form, qn_red (WG).
-fn short_shared_bytes(d4: u32, wg: u32, qnorm: bool) -> u32 {
-    4 * (1024 + 2 * wg + if qnorm { wg } else { 0 }) + 16 * short_shape(d4, wg).vh_vec4s(wg)
+fn short_shared_bytes(d4: u32, wg: u32, qnorm: bool, sum_group0: bool) -> u32 {
+    4 * (1024 + 2 * wg + if qnorm { wg } else { 0 }) + 16 * short_vh_vec4s(wg, short_shape(d4, wg).tv, sum_group0)
+}
+
+/// attention_short's vh in vec4s: the halving tree's upper half, or (group 0's sum) every value
+/// group after the first.
+fn short_vh_vec4s(wg: u32, tv: u32, sum_group0: bool) -> u32 {
+    if sum_group0 { (wg - tv).max(1) } else { wg / 2 }
 }
 
 /// attention_short's thread shapes for a head dim of `d4` vec4s (the constants of
@@ -864,15 +878,6 @@ pub struct ShortShape {
     pub tv: u32,
     /// Value rows per group in flight.
     pub gv: u32,
-    /// The value groups' sums added by group 0 after one barrier (else a halving tree).
-    pub sum_group0: bool,
-}
-
-impl ShortShape {
-    /// vh's size in vec4s for `wg` threads: the tree's upper half, or every group after the first.
-    pub fn vh_vec4s(&self, wg: u32) -> u32 {
-        if self.sum_group0 { (wg - self.tv).max(1) } else { wg / 2 }
-    }
 }
 
 /// attention_short's default sum of the value groups: the halving tree until the group-0 form
@@ -884,9 +889,7 @@ pub fn short_shape(d4: u32, wg: u32) -> ShortShape {
     // KESTREL_ATTN_SHORT_G / _GV: keys and value rows in flight (A/B knobs for measurements).
     let g = env_u32("KESTREL_ATTN_SHORT_G").filter(|g| (1..=8).contains(g)).unwrap_or(2);
     let gv = env_u32("KESTREL_ATTN_SHORT_GV").filter(|g| (1..=16).contains(g)).unwrap_or(4);
-    // KESTREL_ATTN_SHORT_SUM=tree|group0: how the value groups' sums are added (an A/B knob).
-    let sum_group0 = std::env::var("KESTREL_ATTN_SHORT_SUM").map_or(SHORT_SUM_GROUP0, |v| v == "group0");
-    ShortShape { tpk, vpl: d4.div_ceil(tpk), g, tv: d4.next_power_of_two().clamp(64, wg), gv, sum_group0 }
+    ShortShape { tpk, vpl: d4.div_ceil(tpk), g, tv: d4.next_power_of_two().clamp(64, wg), gv }
 }
 
 fn env_u32(name: &str) -> Option<u32> {
