@@ -3100,6 +3100,72 @@ fn moe_norm_matches_its_three_dispatches() {
     }
 }
 
+/// router_one (an 8-bit router's mat-vec and its top-k pick in one workgroup per token, decode and
+/// verify steps with `WgpuOptions::router_one`) picks the experts an f64 reference picks, with
+/// its weights, and the experts the two dispatches it replaces pick (matmul_q8_t1, then
+/// router_topk): the 26B's router (128 × 2816, top 8) at 1 and 3 tokens, the MoE fixtures'
+/// shapes (16 × 64 top 4, 32 × 64 top 8, 8 × 64 top 2), a row of 64 groups over 8 lanes and a
+/// row of one group. x is scaled so that logits are O(1): an f32 sum of n products of terms
+/// ≲ 1/16 errs ≲ √n·2^-24·Σ|terms| ≈ 1e-6, so the weights (softmax of the picks' logits) are
+/// within tol::ROUTER's argument, and a pick can only differ where two of the top k + 1
+/// reference logits are within 1e-4 (no such token is asserted on: each one is printed).
+#[test]
+fn router_one_picks_the_reference_experts() {
+    let Some(mut h) = harness() else { return };
+    let limits = h.gpu().limits.clone();
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let as_f32 = |b: &[u8]| -> Vec<f32> { words(b).into_iter().map(f32::from_bits).collect() };
+    for (n, cols, k, tokens) in [(128usize, 2816usize, 8usize, 1usize), (128, 2816, 8, 3), (16, 64, 4, 2), (32, 64, 8, 3), (8, 64, 2, 1), (8, 4096, 2, 2)] {
+        let what = format!("router_one ({n} × {cols}, top {k}, {tokens} token(s))");
+        let mut rng = Rng(kestrel::synth::SplitMix64(seed_of(&what)));
+        let w = Weights::new(Format::Q8, n, cols, 64, &mut rng);
+        let x: Vec<f32> = rng.vec(tokens * cols).iter().map(|v| v / 16.0).collect();
+        let scale: Vec<f32> = (0..n).map(|_| 1.0 + 0.5 * rng.uniform()).collect();
+        let Some((kernel, lanes)) = router_one(Format::Q8, n, cols, 64, &limits) else { panic!("{what}: router_one does not apply") };
+        let p = RouterOneParams { n_experts: n as u32, top_k: k as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, lanes, _pad: [0; 2] };
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let [wb, sb, bb] = w.part(0, n);
+        let poison = || vec![0xffu8; 4 * tokens * k];
+        let out = h.run(kernel, &[wb.clone(), sb.clone(), bb.clone(), bytes(&x), bytes(&scale), poison(), poison()], bytemuck::bytes_of(&p), step, (tokens as u32, 1, 1)).unwrap();
+        let (idx, wts) = (words(&out[5]), as_f32(&out[6]));
+        // The two dispatches it replaces.
+        let mp = MatmulParams { rows: n as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: n as u32, ..Default::default() };
+        let logits = h.run(Kernel::Matmul(Format::Q8, 1), &[wb, sb, bb, bytes(&x), vec![0u8; 4 * tokens * n]], bytemuck::bytes_of(&mp), step, (n as u32, tokens as u32, 1)).unwrap().swap_remove(4);
+        let rp = RouterParams { n_experts: n as u32, top_k: k as u32, _pad: [0; 2] };
+        let two = h.run(Kernel::RouterTopk { staged: true }, &[logits, bytes(&scale), poison(), poison()], bytemuck::bytes_of(&rp), step, (tokens as u32, 1, 1)).unwrap();
+        let (idx2, wts2) = (words(&two[2]), as_f32(&two[3]));
+        // The reference: f64 logits of the dequantised rows, a stable sort, softmax over the k.
+        let mut row = vec![0f32; cols];
+        let rows: Vec<Vec<f32>> = (0..n).map(|r| { w.matrix.row_f32(r, &mut row); row.clone() }).collect();
+        let mut want_w = Vec::new();
+        for t in 0..tokens {
+            let s: Vec<f64> = rows.iter().map(|r| r.iter().zip(&x[t * cols..(t + 1) * cols]).map(|(&a, &b)| a as f64 * b as f64).sum()).collect();
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by(|&a, &b| s[b].partial_cmp(&s[a]).unwrap());
+            let gap = order.windows(2).take(k.min(n - 1)).map(|p| s[p[0]] - s[p[1]]).fold(f64::INFINITY, f64::min);
+            let m = s[order[0]];
+            let z: f64 = order[..k].iter().map(|&e| (s[e] - m).exp()).sum();
+            let picks: Vec<u32> = order[..k].iter().map(|&e| e as u32).collect();
+            if gap < 1e-4 {
+                println!("{what}: token {t} has reference logits {gap:.1e} apart among its top {}: picks not asserted", k + 1);
+                want_w.extend(idx[t * k..(t + 1) * k].iter().map(|&e| (s[e as usize] - m).exp() / z * scale[e as usize] as f64));
+                continue;
+            }
+            assert_eq!(&idx[t * k..(t + 1) * k], &picks[..], "{what}: token {t}'s picks against the reference");
+            assert_eq!(&idx2[t * k..(t + 1) * k], &picks[..], "{what}: token {t}'s picks by the two dispatches");
+            want_w.extend(order[..k].iter().map(|&e| (s[e] - m).exp() / z * scale[e] as f64));
+        }
+        if let Err(e) = compare(&wts, &want_w, tol::ROUTER) {
+            panic!("{what}: weights against the reference: {e}");
+        }
+        let two_w: Vec<f64> = wts2.iter().map(|&v| v as f64).collect();
+        match compare(&wts, &two_w, tol::ROUTER) {
+            Ok(nmse) => println!("{what}: picks as the reference's, weights NMSE {nmse:.1e} against the two dispatches ({lanes} lanes a row)"),
+            Err(e) => panic!("{what}: weights against the two dispatches: {e}"),
+        }
+    }
+}
+
 #[test]
 fn harness_rejects_a_wrong_number_of_buffers() {
     let Some(mut h) = harness() else { return };

@@ -2,9 +2,7 @@
 //   p = softmax(s) (f32), pick the top_k experts (largest p, ties → lower index), renormalise
 //   their p to sum 1, and multiply by per_expert_scale[e]:
 //   idx[t, j] = e_j, weight[t, j] = p_j / Σ p · per_expert_scale[e_j]   for j < top_k, j in
-//   descending order of p (the order the combine adds them in).
-// Softmax over all experts then renormalising the top k equals softmax over the top-k logits
-// (spec §2.2); the max-subtracted exponentials are enough, the full normaliser cancels.
+//   descending order of p (the order the combine adds them in): router_pick.wgsl's pick.
 //
 // Bindings: logits: f32[n_tokens, n_experts]; scale: f32[n_experts] (per_expert_scale);
 //   idx: u32[n_tokens, top_k]; weight: f32[n_tokens, top_k]; p: RouterParams; step: Step.
@@ -19,7 +17,6 @@
 
 const WG: u32 = 256u;
 const STAGED: bool = {{STAGED}};
-const NEG: f32 = -3.0e38;
 
 struct RouterParams {
     n_experts: u32,
@@ -28,7 +25,6 @@ struct RouterParams {
     _pad1: u32,
 }
 
-
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read> scale: array<f32>;
 @group(0) @binding(2) var<storage, read_write> idx: array<u32>;
@@ -36,64 +32,25 @@ struct RouterParams {
 @group(0) @binding(4) var<uniform> p: RouterParams;
 @group(0) @binding(5) var<uniform> step: Step;
 
-var<workgroup> chosen: array<u32, WG>;
-var<workgroup> mx: f32;
-var<workgroup> ex: array<f32, WG>;
-var<workgroup> sc: array<f32, WG>;
-var<workgroup> sv: array<f32, WG>;
-var<workgroup> sc_all: array<f32, WG>; // STAGED: each expert's scale
+var<workgroup> sc_all: array<f32, PICK_N>; // STAGED: each expert's scale
+
+// The chosen expert c's logit and scale, for its weight.
+fn chosen_logit_scale(t: u32, c: u32) -> vec2<f32> {
+    if (STAGED) { return vec2<f32>(sv[c], sc_all[c]); }
+    return vec2<f32>(logits[t * p.n_experts + c], scale[c]);
+}
+
+// {{PICK}}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let t = wid.x;
     if (t >= step.n_tokens) { return; }
-    let e = lid;
     var s = NEG;
-    if (e < p.n_experts) {
-        s = logits[t * p.n_experts + e];
-        if (STAGED) { sc_all[e] = scale[e]; }
+    if (lid < p.n_experts) {
+        s = logits[t * p.n_experts + lid];
+        if (STAGED) { sc_all[lid] = scale[lid]; }
     }
-    // A NaN logit ranks last (it compares false both ways, so two experts could share a rank).
-    // Tested on its bits: drivers may fold `s != s` to false (lavapipe did).
-    s = select(s, NEG, (bitcast<u32>(s) & 0x7fffffffu) > 0x7f800000u);
-    sv[lid] = s;
-    workgroupBarrier();
-    // Each expert's rank in the order (larger logit first, ties → lower index): the number of
-    // experts ahead of it. Rank r < k is the r-th pick of k rounds of argmax over the experts
-    // not yet chosen, in one pass and one barrier instead of k trees of barriers (10.9 µs per
-    // MoE layer in the latency table of PERF_NOTES.md, session 6). Every other thread reads the
-    // same sv[j] at once: a broadcast.
-    if (e < p.n_experts) {
-        var rank = 0u;
-        for (var j = 0u; j < p.n_experts; j++) {
-            let v = sv[j];
-            rank += select(0u, 1u, v > s || (v == s && j < e));
-        }
-        if (rank < p.top_k) {
-            chosen[rank] = e;
-            if (rank == 0u) { mx = s; }
-        }
-    }
-    workgroupBarrier();
-    // The k weights: thread j < k loads its chosen expert's logit and scale (all k loads in
-    // flight at once, not one after another in a single thread), then every weight divides by
-    // the same sum, added in j order.
-    if (lid < p.top_k) {
-        let c = chosen[lid];
-        if (STAGED) {
-            ex[lid] = exp(sv[c] - mx);
-            sc[lid] = sc_all[c];
-        } else {
-            ex[lid] = exp(logits[t * p.n_experts + c] - mx);
-            sc[lid] = scale[c];
-        }
-    }
-    workgroupBarrier();
-    if (lid < p.top_k) {
-        var z = 0.0;
-        for (var j = 0u; j < p.top_k; j++) { z += ex[j]; }
-        idx[t * p.top_k + lid] = chosen[lid];
-        weight[t * p.top_k + lid] = ex[lid] / z * sc[lid];
-    }
+    pick(lid, t, s);
 }
