@@ -8,6 +8,11 @@
 // (39.5 µs against 12.2 + 10.1). Here each thread issues UG whole groups of weights at once as
 // 16-byte loads (4 per group of 64, with the group's scale and bias): WG · UG · 64 bytes in flight
 // per round trip (128 KiB at 1024 threads and UG 2).
+// x is staged as [vec4 i of a group][group] (xs[i · groups + g]) with each group's sum of x
+// beside it (xg): the lanes of a row take consecutive groups, so a warp's read of vec4 i touches
+// consecutive vec4s (every bank once; the rows of a warp read the same ones, a broadcast). Row
+// order (x's 16 vec4s of a group in a row) put the 8 lanes of a row on the same four banks:
+// 8-way conflicts on ≈ 180 K vec4 reads a token, ≈ 25 µs at one SM's shared-memory rate.
 //
 // Bindings: w: W as vec4<u32> (16 values each, value j of a word at bits 8j); scales, biases:
 //   bf16 pairs (formats/groups.wgsl, prepended); x: f32[count, x_stride] (the router's normed
@@ -48,6 +53,7 @@ struct RouterOneParams {
 @group(0) @binding(8) var<uniform> step: Step;
 
 var<workgroup> xs: array<vec4<f32>, XCAP4>;
+var<workgroup> xg: array<f32, XCAP4 / 16u>;
 var<workgroup> part: array<f32, WG>;
 var<workgroup> sc_all: array<f32, PICK_N>;
 
@@ -57,17 +63,12 @@ fn chosen_logit_scale(t: u32, c: u32) -> vec2<f32> {
 
 // {{PICK}}
 
-// Σ q·x over the 16 values of one vec4 of weights, against x's vec4s 4c .. 4c + 3.
-fn dot16(wv: vec4<u32>, c: u32) -> f32 {
-    return (dot(vec4<f32>(unpack4xU8(wv.x)), xs[4u * c]) + dot(vec4<f32>(unpack4xU8(wv.y)), xs[4u * c + 1u]))
-         + (dot(vec4<f32>(unpack4xU8(wv.z)), xs[4u * c + 2u]) + dot(vec4<f32>(unpack4xU8(wv.w)), xs[4u * c + 3u]));
-}
-
-// Σ x over the 64 values of group g's columns.
-fn xsum64(g: u32) -> f32 {
-    var s = vec4<f32>(0.0);
-    for (var i = 0u; i < 16u; i++) { s += xs[16u * g + i]; }
-    return (s.x + s.y) + (s.z + s.w);
+// Σ q·x over the 16 values of vec4 j (of 4) of group g's weights: x's vec4s 4j .. 4j + 3 of
+// the group (`groups` groups in a row).
+fn dot16(wv: vec4<u32>, g: u32, j: u32, groups: u32) -> f32 {
+    let b = 4u * j * groups + g;
+    return (dot(vec4<f32>(unpack4xU8(wv.x)), xs[b]) + dot(vec4<f32>(unpack4xU8(wv.y)), xs[b + groups]))
+         + (dot(vec4<f32>(unpack4xU8(wv.z)), xs[b + 2u * groups]) + dot(vec4<f32>(unpack4xU8(wv.w)), xs[b + 3u * groups]));
 }
 
 @compute @workgroup_size(WG)
@@ -82,8 +83,16 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // The expert scales travel with x: both are needed only after the loads below are issued.
     if (lid < p.n_experts) { sc_all[lid] = scale[lid]; }
     let xb = t * p.x_stride;
+    // x's vec4 k (of group k / 16, its vec4 k % 16) to xs[(k % 16) · groups + k / 16].
     for (var k = lid; k < p.cols / 4u; k += WG) {
-        xs[k] = vec4<f32>(x[xb + 4u * k], x[xb + 4u * k + 1u], x[xb + 4u * k + 2u], x[xb + 4u * k + 3u]);
+        xs[(k % 16u) * groups + k / 16u] = vec4<f32>(x[xb + 4u * k], x[xb + 4u * k + 1u], x[xb + 4u * k + 2u], x[xb + 4u * k + 3u]);
+    }
+    workgroupBarrier();
+    // Each group's Σ x, once (the bias term's factor).
+    for (var g = lid; g < groups; g += WG) {
+        var v = vec4<f32>(0.0);
+        for (var i = 0u; i < 16u; i++) { v += xs[i * groups + g]; }
+        xg[g] = (v.x + v.y) + (v.z + v.w);
     }
     workgroupBarrier();
     var acc = 0.0;
@@ -103,9 +112,8 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
             // @end u
             // @unroll u UG
             if (ok{u}) {
-                let cb = 4u * g{u};
-                let qx = (dot16(a{u}, cb) + dot16(b{u}, cb + 1u)) + (dot16(c{u}, cb + 2u) + dot16(d{u}, cb + 3u));
-                acc += s{u} * qx + z{u} * xsum64(g{u});
+                let qx = (dot16(a{u}, g{u}, 0u, groups) + dot16(b{u}, g{u}, 1u, groups)) + (dot16(c{u}, g{u}, 2u, groups) + dot16(d{u}, g{u}, 3u, groups));
+                acc += s{u} * qx + z{u} * xg[g{u}];
             }
             // @end u
         }

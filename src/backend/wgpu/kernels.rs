@@ -980,11 +980,11 @@ pub fn router_one_lanes(wg: u32, n_experts: usize, cols: usize) -> u32 {
     1u32 << lanes.ilog2()
 }
 
-/// Workgroup memory of a router_one form: x, the lanes' partial sums, the expert scales and
-/// router_pick's four arrays.
+/// Workgroup memory of a router_one form: x and its group sums, the lanes' partial sums, the
+/// expert scales and router_pick's four arrays.
 pub fn router_one_shared(kernel: Kernel) -> u32 {
     let Kernel::RouterOne { wg, pick_n, xcap4, .. } = kernel else { return 0 };
-    16 * xcap4 + 4 * wg + 4 * 5 * pick_n + 4
+    16 * xcap4 + 4 * xcap4.div_ceil(16) + 4 * wg + 4 * 5 * pick_n + 4
 }
 
 /// Threads of one `qmv` workgroup (`WG` in qmv.wgsl).
