@@ -63,6 +63,11 @@ const SHAPES: &[Shape] = &[
 /// Bytes the decode mat-vec table's cold timing cycles through (several times the H200's L2).
 const ROTATE_BYTES: usize = 256 << 20;
 
+/// `n` f32s of value `v`, as bytes (the latency table's inputs: timing only).
+fn filled_f32s(n: usize, v: f32) -> Vec<u8> {
+    std::iter::repeat_n(v.to_le_bytes(), n).flatten().collect()
+}
+
 fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut s = seed | 1;
     let mut v = Vec::with_capacity(n + 8);
@@ -557,7 +562,7 @@ fn last_workgroup_rows(h: &mut KernelHarness, filter: &str) {
 fn latency_table(h: &mut KernelHarness, filter: &str) {
     println!("\n| decode kernel (dependent chain) | shape | µs per dispatch |");
     println!("|---|---|---|");
-    let f32s = |n: usize, v: f32| -> Vec<u8> { std::iter::repeat_n(v.to_le_bytes(), n).flatten().collect() };
+    let f32s = filled_f32s;
     let step = Step { n_tokens: 1, pos0: 130, n_out: 1, ..Default::default() };
     // The decode norm the backend records on this device (kernels::rmsnorm).
     let max_wg = h.gpu().limits.max_compute_invocations_per_workgroup;
@@ -678,7 +683,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
 /// #2's one-workgroup router with scalar loads: ≈ 10 GB/s, 39.5 µs).
 fn router_one_rows(h: &mut KernelHarness, filter: &str, step: Step) {
     let (n, cols, k) = (128usize, 2816usize, 8usize);
-    let f32s = |n: usize, v: f32| -> Vec<u8> { std::iter::repeat_n(v.to_le_bytes(), n).flatten().collect() };
+    let f32s = filled_f32s;
     let w = random_bytes(n * cols, 0x7007e7);
     let sb: Vec<u8> = std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), n * cols / 64).flatten().collect();
     let x = f32s(cols, 0.5);

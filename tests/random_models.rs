@@ -116,3 +116,32 @@ fn random_shapes_wgpu_matches_cpu() {
         }
     }
 }
+
+/// A MoE model with more routed experts than the GPU router ranks (router_topk: one thread per
+/// expert, 256) is refused by the wgpu backend with an error that says so and names the way out,
+/// not run with a wrong top-k; the CPU reference runs it.
+#[test]
+fn too_many_experts_for_the_gpu_router_is_an_error() {
+    let mut cfg = config(3);
+    cfg["num_experts"] = json!(257);
+    cfg["top_k_experts"] = json!(2);
+    cfg["num_hidden_layers"] = json!(1);
+    cfg["layer_types"] = json!(["sliding_attention"]);
+    let dir = std::env::temp_dir().join(format!("kestrel-synth-257-experts-{}", std::process::id()));
+    write_model(&dir, &cfg, &SynthOptions { bits: None, group_size: 64, seed: 7 }).unwrap();
+    let model = Model::open(&dir).unwrap();
+    let mut cpu = CpuBackend::new(model.cfg.clone(), model.weights.clone(), 16);
+    assert_eq!(cpu.prefill(&[1, 2, 3], 0, Readback::LastLogits).unwrap().argmax.len(), 1, "the CPU reference runs it");
+    match kestrel::backend::wgpu::WgpuBackend::new(model.cfg.clone(), model.weights.clone(), WgpuOptions { max_ctx: 16, max_chunk: 16, ..Default::default() }) {
+        Ok(_) => panic!("257 experts accepted by the wgpu backend"),
+        Err(e) => {
+            let msg = e.to_string();
+            if msg.contains("no GPU adapter") && !common::gpu_required() {
+                eprintln!("skipped: no adapter ({msg})");
+            } else {
+                assert!(msg.contains("257 experts") && msg.contains("at most 256") && msg.contains("--backend cpu"), "{msg}");
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -22,7 +22,7 @@
 //   lanes · n_experts ≤ WG; host-chosen), lane l summing the row's groups l, l + lanes, …, UG at a
 //   time; then thread e < n_experts adds its row's lanes in lane order (a fixed order: decode and
 //   verify give each token the same logits). Host guarantees: n_experts ≤ WG, gs == 64,
-//   cols % 64 == 0, cols ≤ 4 · XCAP4.
+//   cols % 64 == 0, cols = 4 · XCAP4.
 // The logits are not matmul_q8_t1's to the bit (another summation order), so decode and verify
 // steps both take this kernel or neither (the host decides per model); chunks keep the mat-mat
 // and router_topk.

@@ -6,7 +6,7 @@
 //
 // Bindings: logits: f32[n_tokens, n_experts]; scale: f32[n_experts] (per_expert_scale);
 //   idx: u32[n_tokens, top_k]; weight: f32[n_tokens, top_k]; p: RouterParams; step: Step.
-// Launch: 256 threads per token (one expert each; host guarantees n_experts ≤ 256);
+// Launch: WG (256) threads per token (one expert each; the backend refuses n_experts > WG);
 //   grid = (n_tokens, 1).
 // STAGED (the host's choice, kernels::router_staged): each thread loads its expert's scale with
 // its logit, and the k chosen experts' logits and scales come from workgroup memory, not from a
@@ -15,7 +15,7 @@
 // same bits, but for NaN logits: one is chosen only when fewer than k logits are not NaN, and
 // then the staged form weighs it 0 (its sv is −3e38) where the plain form gives NaN weights.
 
-const WG: u32 = 256u;
+const WG: u32 = {{WG}}u; // kernels::ROUTER_TOPK_WG
 const STAGED: bool = {{STAGED}};
 
 struct RouterParams {
@@ -42,7 +42,7 @@ fn chosen_logit_scale(t: u32, c: u32) -> vec2<f32> {
 
 // {{PICK}}
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let t = wid.x;

@@ -328,6 +328,7 @@ impl Kernel {
             }
             Kernel::ArgmaxMerge => format!("{argmax_params}\n{argmax_tree}\n{}", include_str!("../../../wgsl/argmax_merge.wgsl")),
             Kernel::RouterTopk { staged } => include_str!("../../../wgsl/router_topk.wgsl")
+                .replace("{{WG}}", &ROUTER_TOPK_WG.to_string())
                 .replace("{{STAGED}}", if staged { "true" } else { "false" })
                 .replace("// {{PICK}}", &router_pick(ROUTER_TOPK_WG)),
             Kernel::RouterOne { wg, ug, pick_n, xcap4 } => {
@@ -944,7 +945,8 @@ pub fn router_staged() -> bool {
     std::env::var("KESTREL_ROUTER_STAGED").as_deref() != Ok("0")
 }
 
-/// Threads of one router_topk workgroup (one per expert: the most experts it takes).
+/// Threads of one router_topk workgroup (one per expert: the most experts it takes; the
+/// backend refuses models with more: WgpuBackend::with_gpu).
 pub const ROUTER_TOPK_WG: u32 = 256;
 
 /// router_pick.wgsl for a kernel that ranks at most `n` experts (its arrays' size).
@@ -957,14 +959,13 @@ fn router_pick(n: u32) -> String {
 /// its lanes per row (the params' `lanes`): `wg` threads (1024 where the device allows;
 /// `KESTREL_ROUTER_ONE_WG=256|512|1024`), `ug` groups per thread in flight
 /// (`KESTREL_ROUTER_ONE_UG=1..4`, 2 by default: 32 registers of weights a thread). None where
-/// it does not apply: another format or group size, a row past 4096 values, more experts than
-/// threads, or more workgroup memory than the device has.
+/// it does not apply: another format or group size, more experts than threads, or a row (x is
+/// staged whole) past the device's workgroup memory.
 pub fn router_one(format: Format, n_experts: usize, cols: usize, gs: usize, limits: &wgpu::Limits) -> Option<(Kernel, u32)> {
-    let knob = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
     let max = limits.max_compute_invocations_per_workgroup.min(limits.max_compute_workgroup_size_x);
-    let wg = knob("KESTREL_ROUTER_ONE_WG").filter(|w| matches!(w, 256 | 512 | 1024)).unwrap_or(1024).min(max);
-    let ug = knob("KESTREL_ROUTER_ONE_UG").filter(|u| (1..=4).contains(u)).unwrap_or(2);
-    let applies = format == Format::Q8 && gs == 64 && cols % 64 == 0 && cols <= 4096 && n_experts >= 1 && n_experts <= wg as usize;
+    let wg = env_u32("KESTREL_ROUTER_ONE_WG").filter(|w| matches!(w, 256 | 512 | 1024)).unwrap_or(1024).min(max);
+    let ug = env_u32("KESTREL_ROUTER_ONE_UG").filter(|u| (1..=4).contains(u)).unwrap_or(2);
+    let applies = format == Format::Q8 && gs == 64 && cols % 64 == 0 && n_experts >= 1 && n_experts <= wg as usize;
     if !applies {
         return None;
     }

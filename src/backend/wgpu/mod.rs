@@ -374,6 +374,22 @@ struct Spec {
     keys: Option<KeysOwner>,
 }
 
+impl Spec {
+    /// Leaves this dispatch to prefill chunks (a decode and verify form took its work).
+    fn chunks_only(&mut self) {
+        if self.only != Only::Multi {
+            (self.only, self.single, self.verify) = (Only::Multi, None, None);
+        }
+    }
+
+    /// A grid of one workgroup per token of the step: (n_tokens, 1).
+    fn one_workgroup_per_token(&mut self) {
+        self.x = 0;
+        self.x_from_tokens = true;
+        self.y = GridY::One;
+    }
+}
+
 /// Which decode attention kernels own a row (attention_params.wgsl's short_row): rows of at most
 /// `max` keys are attention_short's (`short`), the others attention_split's and
 /// attention_combine's. A one-row step dispatches only the owner's kernels; steps of several
@@ -516,8 +532,8 @@ impl WgpuBackend {
     }
 
     pub fn with_gpu(gpu: Gpu, cfg: Config, w: Arc<ModelWeights>, opts: WgpuOptions) -> Result<Self> {
-        if cfg.text.enable_moe_block && cfg.text.num_experts > 256 {
-            return Err(Error::Invalid(format!("{} experts: the router kernel handles at most 256", cfg.text.num_experts)));
+        if cfg.text.enable_moe_block && cfg.text.num_experts > ROUTER_TOPK_WG as usize {
+            return Err(Error::Invalid(format!("{} experts: the router kernel handles at most {ROUTER_TOPK_WG} (use --backend cpu for this model)", cfg.text.num_experts)));
         }
         if cfg.assistant.is_some() {
             return Err(Error::Invalid("this is a gemma4_assistant drafter: pass it as --draft, not --model".into()));
@@ -2038,7 +2054,7 @@ impl<'a> Builder<'a> {
         if c.only == Only::Single {
             self.specs[ci] = fused;
         } else {
-            (c.only, c.single, c.verify) = (Only::Multi, None, None);
+            c.chunks_only();
             self.specs.insert(ci + 1, fused);
         }
     }
@@ -2065,25 +2081,23 @@ impl<'a> Builder<'a> {
 
     /// Gives decode and verify steps router_one in place of the router's mat-vec (recorded from
     /// spec `first` on) and router_topk (the spec after it), where router_one takes the router
-    /// ([`kernels::router_one`]: an 8-bit matrix in one part); chunks keep both.
+    /// ([`kernels::router_one`]: an 8-bit matrix in one part, which the generic matmul records
+    /// as specs of every step kind); chunks keep both.
     #[allow(clippy::too_many_arguments)]
-    fn router_one(&mut self, m: &GpuMatrix, first: usize, x: &wgpu::Buffer, x_stride: usize, scale: &wgpu::Buffer, idx: &wgpu::Buffer, wts: &wgpu::Buffer, top_k: usize) {
+    fn record_router_one(&mut self, m: &GpuMatrix, first: usize, x: &wgpu::Buffer, x_stride: usize, scale: &wgpu::Buffer, idx: &wgpu::Buffer, wts: &wgpu::Buffer, top_k: usize) {
         let [part] = &m.parts[..] else { return };
         let Some((kernel, lanes)) = kernels::router_one(m.format, part.rows, m.cols, m.gs, &self.gpu.limits) else { return };
         let topk = self.specs.len() - 1;
         debug_assert!(matches!(self.specs[topk].kernel, Kernel::RouterTopk { .. }), "router_topk follows the router");
         for sp in &mut self.specs[first..=topk] {
-            if sp.only != Only::Multi {
-                (sp.only, sp.single, sp.verify) = (Only::Multi, None, None);
-            }
+            debug_assert!(sp.only != Only::Single, "no decode-only form of an 8-bit router to take over");
+            sp.chunks_only();
         }
         let p = RouterOneParams { n_experts: part.rows as u32, top_k: top_k as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, lanes, _pad: [0; 2] };
         self.spec(kernel, weight_res(part, &[x, scale, idx, wts]), &p, 1, GridY::Tokens);
         let sp = self.specs.last_mut().expect("just pushed");
         sp.only = Only::Single;
-        sp.x = 0;
-        sp.x_from_tokens = true;
-        sp.y = GridY::One;
+        sp.one_workgroup_per_token();
     }
 
     fn head_norm_rope(&mut self, src: &wgpu::Buffer, wt: &wgpu::Buffer, rope: &wgpu::Buffer, dst: &wgpu::Buffer, p: HeadParams) {
@@ -2574,14 +2588,9 @@ impl<'a> Builder<'a> {
                 self.matmul_from(&moe.router, xr, h, logits_r, ne, XFrom::Norm(xr_from))?;
                 let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
                 self.spec(Kernel::RouterTopk { staged: router_staged() }, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
-                // The router spec's grid is (n_tokens, 1): x follows the tokens.
-                if let Some(sp) = self.specs.last_mut() {
-                    sp.x = 0;
-                    sp.x_from_tokens = true;
-                    sp.y = GridY::One;
-                }
+                self.specs.last_mut().expect("just pushed").one_workgroup_per_token();
                 if router_one {
-                    self.router_one(&moe.router, router_first, xr, h, &moe.per_expert_scale, idx, wts, tk);
+                    self.record_router_one(&moe.router, router_first, xr, h, &moe.per_expert_scale, idx, wts, tk);
                 }
                 route_end = Some(self.specs.len());
             }
