@@ -1954,15 +1954,29 @@ fn split_attention_matches_the_cpu_reference() {
                     let out = h.run(attention_split(c.d, qnorm), &bufs, &params, l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
                     o = h.run(Kernel::AttentionCombine, &[out[3].clone(), o], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap().swap_remove(1);
                 }
-                // The short kernel in both forms of its value groups' sum (a halving tree, the
-                // default; group 0 adding the others after one barrier, KESTREL_ATTN_SHORT_SUM).
-                let sums: &[(&str, bool)] = if short_rows > 0 { &[("", false), (" group0", true)] } else { &[("", false)] };
-                for &(sum_form, sum_group0) in sums {
+                // The short kernel in both forms of its value groups' sum (group 0 adding the
+                // others after one barrier, the default; a halving tree, KESTREL_ATTN_SHORT_SUM)
+                // at the two largest workgroup sizes (512 the default, 1024), where the device's
+                // limits give them.
+                let mut forms = vec![(String::new(), None)];
+                if short_rows > 0 {
+                    forms.clear();
+                    for sum_group0 in [true, false] {
+                        for max_wg in [512, 1024] {
+                            let k = attention_short_form(c.d, qnorm, sum_group0, max_wg, &limits);
+                            let Kernel::AttentionShort { wg, .. } = k else { unreachable!("attention_short_form gives attention_short") };
+                            if wg == max_wg || max_wg == 512 {
+                                forms.push((format!(" {} wg{wg}", if sum_group0 { "group0" } else { "tree" }), Some(k)));
+                            }
+                        }
+                    }
+                }
+                for (sum_form, kernel) in forms {
                     let mut o = o.clone();
-                    if short_rows > 0 {
+                    if let Some(k) = kernel {
                         let mut sb = bufs.clone();
                         sb[3] = o;
-                        o = h.run(attention_short_form(c.d, qnorm, sum_group0, &limits), &sb, &params, l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap().swap_remove(3);
+                        o = h.run(k, &sb, &params, l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap().swap_remove(3);
                     }
                     // POISON left in o (a row no kernel wrote, or one written twice and wrong) fails here.
                     let got: Vec<f32> = words(&o).into_iter().map(f32::from_bits).collect();

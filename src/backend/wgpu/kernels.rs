@@ -853,23 +853,31 @@ pub fn attention_split(head_dim: usize, qnorm: bool) -> Kernel {
 }
 
 /// The attention_short variant for a head dimension (a multiple of 8, ≤ 1024) on a device with
-/// these limits: 1024 threads per (head, token) where the device takes them and its workgroup
-/// memory holds the kernel's arrays, else 512 or 256. The value groups' sums in the default
-/// form (`KESTREL_ATTN_SHORT_SUM=tree|group0` picks one for A/B measurements).
+/// these limits: [`SHORT_WG_MAX`] threads per (head, token) where the device takes them and its
+/// workgroup memory holds the kernel's arrays, else fewer. The value groups' sums in the default
+/// form. A/B knobs for measurements: `KESTREL_ATTN_SHORT_SUM=tree|group0` picks the sum,
+/// `KESTREL_ATTN_SHORT_WG=256|512|1024` the largest size.
 pub fn attention_short(head_dim: usize, qnorm: bool, limits: &wgpu::Limits) -> Kernel {
     let sum_group0 = std::env::var("KESTREL_ATTN_SHORT_SUM").map_or(SHORT_SUM_GROUP0, |v| v == "group0");
-    attention_short_form(head_dim, qnorm, sum_group0, limits)
+    let max_wg = env_u32("KESTREL_ATTN_SHORT_WG").unwrap_or(SHORT_WG_MAX);
+    attention_short_form(head_dim, qnorm, sum_group0, max_wg, limits)
 }
 
+/// The largest attention_short workgroup a decode or verify step takes. On the H200 with group
+/// 0's sum, 512 threads against 1024 (PERF_NOTES.md, session 30, two alternating rounds each):
+/// E2B tg128 380.8 / 381.6 → 383.9 / 383.5, E4B 249.7 / 249.6 → 251.3 / 251.1, the 26B
+/// 277.2 / 276.5 → 277.6 / 277.3 (1024 had won with the tree sum in session 26's shape sweep,
+/// against other G / GV at 512; plain 512 had not been run in the step).
+pub const SHORT_WG_MAX: u32 = 512;
+
 /// attention_short with the value groups' sums added by group 0 after one barrier
-/// (`sum_group0`) or by a halving tree.
-pub fn attention_short_form(head_dim: usize, qnorm: bool, sum_group0: bool, limits: &wgpu::Limits) -> Kernel {
-    // KESTREL_ATTN_SHORT_WG=256|512 caps the size (an A/B knob for measurements).
-    let cap = env_u32("KESTREL_ATTN_SHORT_WG").unwrap_or(1024);
+/// (`sum_group0`) or by a halving tree, at most `max_wg` threads per (head, token) (1024, 512
+/// or 256: the largest of them the device's limits allow).
+pub fn attention_short_form(head_dim: usize, qnorm: bool, sum_group0: bool, max_wg: u32, limits: &wgpu::Limits) -> Kernel {
     let d4 = head_dim as u32 / 4;
     let wg = [1024u32, 512, 256]
         .into_iter()
-        .filter(|&wg| wg <= cap)
+        .filter(|&wg| wg <= max_wg)
         .find(|&wg| wg <= limits.max_compute_invocations_per_workgroup && wg <= limits.max_compute_workgroup_size_x && short_shared_bytes(d4, wg, qnorm, sum_group0) <= limits.max_compute_workgroup_storage_size)
         .unwrap_or(256);
     Kernel::AttentionShort { d4, wg, qnorm, sum_group0 }
@@ -904,9 +912,12 @@ pub struct ShortShape {
     pub gv: u32,
 }
 
-/// attention_short's default sum of the value groups: the halving tree until the group-0 form
-/// is measured in the step (PERF_NOTES.md, session 28; `tools/device/session28-p1.sh`).
-const SHORT_SUM_GROUP0: bool = false;
+/// attention_short's default sum of the value groups: group 0 adds the others after one barrier
+/// (session 28's form). On the H200 against the halving tree (PERF_NOTES.md, session 30, two
+/// alternating rounds, 1024 threads): E2B tg128 378.8 / 379.2 → 381.7 / 381.4, E4B
+/// 248.6 / 248.5 → 248.9 / 249.9, the 26B 276.4 / 276.2 → 276.7 / 277.1; kbench 0.1–0.4 µs
+/// faster per dispatch at every row length.
+const SHORT_SUM_GROUP0: bool = true;
 
 pub fn short_shape(d4: u32, wg: u32) -> ShortShape {
     let tpk = if d4 <= 64 { 16 } else { 32 };
