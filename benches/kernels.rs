@@ -137,7 +137,7 @@ fn main() {
             for lanes in [8u32, 16, 32, 64, 128] {
                 for rpt in [1u32, 2, 4, 8] {
                     if (lanes as usize) <= cols / 32 * 2 {
-                        variants.push((Kernel::Qmv { tok: 1, lanes, rpt, pro: 0, hoist: false }, 128 / lanes * rpt, 1));
+                        variants.push((Kernel::Qmv { tok: 1, lanes, rpt, pro: 0 }, 128 / lanes * rpt, 1));
                     }
                 }
             }

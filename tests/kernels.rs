@@ -801,8 +801,7 @@ impl Case for GluCase {
 /// The fused-norm mat-vec (qmv.wgsl with qmv_norm.wgsl's prologue): per token,
 /// `h = (res + norm(a) · w1) · post1` is written to res_out, and the plain or GeGLU mat-vec
 /// multiplies `norm(h) · w2 · post2` (`second`) or `h`. The norm weights sit at odd offsets of
-/// a wider buffer (as in the backend's one buffer of all norm weights). `hoist`: round 0's
-/// weight loads issued before the prologue (qmv_core.wgsl's qmv_preload).
+/// a wider buffer (as in the backend's one buffer of all norm weights).
 #[derive(Clone, Copy)]
 struct NormQmvCase {
     rows: usize,
@@ -811,18 +810,17 @@ struct NormQmvCase {
     tile: usize,
     second: bool,
     glu: bool,
-    hoist: bool,
 }
 
 impl Case for NormQmvCase {
     fn name(&self) -> String {
         let c = self;
         let form = if c.glu { "qmv_glu" } else { "qmv" };
-        format!("{form}_norm{}_q4_t{}(rows={},cols={},tokens={},second={})", if c.hoist { "_hoist" } else { "" }, c.tile, c.rows, c.cols, c.tokens, c.second)
+        format!("{form}_norm_q4_t{}(rows={},cols={},tokens={},second={})", c.tile, c.rows, c.cols, c.tokens, c.second)
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &NormQmvCase { rows, cols, tokens, tile, second, glu, hoist } = self;
+        let &NormQmvCase { rows, cols, tokens, tile, second, glu } = self;
         let w_rows = if glu { 2 * rows } else { rows };
         let w = Weights::new(Format::Q4, w_rows, cols, 64, rng);
         let (a, res) = (rng.vec(tokens * cols), rng.vec(tokens * cols));
@@ -878,7 +876,7 @@ impl Case for NormQmvCase {
         params.extend_from_slice(bytemuck::bytes_of(&pro));
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let (kernel, rows_per_wg) = if glu { qmv_glu_shape(rows, cols, cols, tile as u32) } else { qmv_shape(rows, cols, cols, tile as u32) }.expect("qmv applies to this case");
-        let kernel = with_norm(kernel, tile as u32, cols, 32768, hoist).expect("the fused form fits in lavapipe's workgroup memory");
+        let kernel = with_norm(kernel, tile as u32, cols, 32768).expect("the fused form fits in lavapipe's workgroup memory");
         let grid = (rows.div_ceil(rows_per_wg as usize) as u32, tokens.div_ceil(tile) as u32, 1);
         Launch { kernel, bufs, params, step, grid, then: None, post: None }
     }
@@ -890,9 +888,7 @@ fn norm_qmv_cases() -> Vec<Box<dyn Case>> {
         for tile in [1, PRO_VERIFY_TOK as usize] {
             for second in [true, false] {
                 for glu in [false, true] {
-                    for hoist in [false, true] {
-                        v.push(Box::new(NormQmvCase { rows, cols, tokens: 3, tile, second, glu, hoist }));
-                    }
+                    v.push(Box::new(NormQmvCase { rows, cols, tokens: 3, tile, second, glu }));
                 }
             }
         }
@@ -1020,24 +1016,20 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
             .collect();
         assert!(outs[0] == outs[1], "qmv_glu rows={rows} cols={cols}: tile 1 and tile {MATMUL_VERIFY_TOK} differ");
     }
-    // The fused-norm forms: the normed input and the updated residual too, with and without
-    // round 0's loads hoisted above the prologue (the same loads: the same bits). 1536 columns
-    // take the plain loop with a clamped second chunk, 2816 the staged one.
+    // The fused-norm forms: the normed input and the updated residual too. 1536 columns take
+    // the plain loop with a clamped second chunk, 2816 the staged one.
     for glu in [false, true] {
         for (rows, cols) in [(65, 320), (70, 1536), (40, 2816)] {
-            let forms = [(1, false), (1, true), (PRO_VERIFY_TOK as usize, false), (PRO_VERIFY_TOK as usize, true)];
-            let outs: Vec<(Vec<u8>, Vec<u8>)> = forms
+            let outs: Vec<(Vec<u8>, Vec<u8>)> = [1, PRO_VERIFY_TOK as usize]
                 .iter()
-                .map(|&(tile, hoist)| {
-                    let l = NormQmvCase { rows, cols, tokens: 3, tile, second: true, glu, hoist }.build(&mut Rng(kestrel::synth::SplitMix64(11)));
+                .map(|&tile| {
+                    let l = NormQmvCase { rows, cols, tokens: 3, tile, second: true, glu }.build(&mut Rng(kestrel::synth::SplitMix64(11)));
                     let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
                     let out = h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap();
                     (out[4].clone(), out[7].clone())
                 })
                 .collect();
-            for (f, o) in forms.iter().zip(&outs).skip(1) {
-                assert!(*o == outs[0], "fused-norm qmv (glu {glu}) rows={rows} cols={cols}: tile 1 and (tile, hoist) {f:?} differ");
-            }
+            assert!(outs[0] == outs[1], "fused-norm qmv (glu {glu}) rows={rows} cols={cols}: tile 1 and tile {PRO_VERIFY_TOK} differ");
         }
     }
 }

@@ -46,6 +46,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // @unroll t TOK
     xrows[{t}] = {{XROW}};
     // @end t
+    // {{PROLOGUE}}
     let r0 = ((wid.x + wid.z * nwg.x) * TEAMS + lid / LANES) * OWN;
     // Out-of-range rows and tokens are clamped (computed, never stored).
     var rows: array<u32, RPT>;
@@ -55,8 +56,6 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // @unroll r GLU
     rows[OWN + {r}u] = p.rows + min(r0 + {r}u, p.rows - 1u);
     // @end r
-    // {{PRELOAD}}
-    // {{PROLOGUE}}
     qmv_reduce(qmv_dots_wg(rows, xrows, lane, lid, p.cols, p.gs), lid, lane);
     if (lane == 0u) {
         // @unroll r PLAIN

@@ -43,37 +43,6 @@ var<workgroup> xq: array<vec4<u32>, select(1u, TOK * 6u * NCH, STAGE)>;
 var<workgroup> xsc: array<f32, select(1u, TOK * NCH, STAGE)>;
 var<workgroup> xsum: array<f32, select(1u, TOK * NCH, STAGE)>;
 
-// The hoisted form (HOIST, the fused-norm kernels' option): round 0's weights, scales and
-// biases, loaded by qmv_preload before the kernel's prologue and read by both loops in place
-// of their first loads. Why: the prologue (the residual norm, qmv_norm.wgsl) spends an L2
-// round trip and two workgroup sums before the loop issues its first weight load, and none of
-// those loads depends on it; issued first, their HBM latency runs under the prologue's. The
-// chunks are the ones each loop's first round takes (chunk lane + u · LANES, clamped), so
-// every value is the one the plain form loads: no bit of a row changes.
-// @unroll h HOIST
-// @unroll u CU
-// @unroll r RPT
-var<private> hw{r}_{u}: vec4<u32>;
-var<private> hs{r}_{u}: f32;
-var<private> hb{r}_{u}: f32;
-// @end r
-// @end u
-
-fn qmv_preload(rows: array<u32, RPT>, lane: u32, cols: u32, gs: u32) {
-    let chunks = cols / 32u;
-    let groups = cols / gs;
-    let per_group = gs / 32u;
-    // @unroll u CU
-    let c{u} = min(lane + {u}u * LANES, chunks - 1u);
-    // @unroll r RPT
-    hw{r}_{u} = w[rows[{r}] * chunks + c{u}];
-    hs{r}_{u} = scale_at(rows[{r}] * groups + c{u} / per_group);
-    hb{r}_{u} = bias_at(rows[{r}] * groups + c{u} / per_group);
-    // @end r
-    // @end u
-}
-// @end h
-
 // Σ q·x over the 32 values of one vec4 of weights against the pre-scaled x of its chunk.
 fn dot32(wv: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>,
          x4: vec4<f32>, x5: vec4<f32>, x6: vec4<f32>, x7: vec4<f32>) -> f32 {
@@ -179,22 +148,10 @@ fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32,
         // @unroll u CU
         let c{u} = min(c0 + {u}u * LANES, chunks - 1u);
         // @unroll r RPT
-        // @unroll h NOHOIST
         let w{r}_{u} = w[rows[{r}] * chunks + c{u}];
         let g{r}_{u} = rows[{r}] * groups + c{u} / per_group;
         let s{r}_{u} = scale_at(g{r}_{u});
         let b{r}_{u} = bias_at(g{r}_{u});
-        // @end h
-        // @unroll h HOIST
-        var w{r}_{u} = hw{r}_{u};
-        var s{r}_{u} = hs{r}_{u};
-        var b{r}_{u} = hb{r}_{u};
-        if (c0 != lane) {
-            w{r}_{u} = w[rows[{r}] * chunks + c{u}];
-            s{r}_{u} = scale_at(rows[{r}] * groups + c{u} / per_group);
-            b{r}_{u} = bias_at(rows[{r}] * groups + c{u} / per_group);
-        }
-        // @end h
         // @end r
         // @unroll t TOK
         let xb{t}_{u} = xrows[{t}] + c{u} * 8u;
@@ -263,16 +220,9 @@ fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid
     // @unroll u CU
     let c{u} = min(lane + {u}u * LANES, chunks - 1u);
     // @unroll r RPT
-    // @unroll h NOHOIST
     var w{r}_{u} = w[rows[{r}] * chunks + c{u}];
     var s{r}_{u} = scale_at(rows[{r}] * groups + c{u} / per_group);
     var b{r}_{u} = bias_at(rows[{r}] * groups + c{u} / per_group);
-    // @end h
-    // @unroll h HOIST
-    var w{r}_{u} = hw{r}_{u};
-    var s{r}_{u} = hs{r}_{u};
-    var b{r}_{u} = hb{r}_{u};
-    // @end h
     // @end r
     // @end u
     // @unroll i 8

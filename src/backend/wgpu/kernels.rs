@@ -50,14 +50,13 @@ pub enum Kernel {
     Matmul(Format, u32),
     /// The 4-bit mat-vec of decode (`tok` 1) and verify steps: `lanes` per row, `rpt` rows per
     /// team of lanes (see qmv.wgsl and [`qmv_shape`]).
-    /// `pro` > 0: the fused-norm form (qmv_norm.wgsl) over rows of 4 · `pro` values; `hoist`:
-    /// with round 0's weight loads issued before that prologue (qmv_core.wgsl's qmv_preload).
-    Qmv { tok: u32, lanes: u32, rpt: u32, pro: u32, hoist: bool },
+    /// `pro` > 0: the fused-norm form (qmv_norm.wgsl) over rows of 4 · `pro` values.
+    Qmv { tok: u32, lanes: u32, rpt: u32, pro: u32 },
     /// `Qmv` over a stacked [gate; up] matrix with the GeGLU as epilogue (qmv.wgsl's GeGLU
     /// form): `pairs` output rows per team.
-    QmvGlu { tok: u32, lanes: u32, pairs: u32, pro: u32, hoist: bool },
+    QmvGlu { tok: u32, lanes: u32, pairs: u32, pro: u32 },
     /// `Qmv` with the gated epilogue `gelu_tanh(y) · gb[..]` (qmv.wgsl's gated form).
-    QmvGeluB { tok: u32, lanes: u32, rpt: u32, pro: u32, hoist: bool },
+    QmvGeluB { tok: u32, lanes: u32, rpt: u32, pro: u32 },
     /// The 4-bit mat-mat of prefill chunks: 16 · `tm` rows × [`QMM_TOK`] tokens per workgroup.
     Qmm { tm: u32 },
     /// `Qmm` on tensor cores (f16 cooperative matrices: x split into two f16 halves, W exact in
@@ -164,9 +163,9 @@ impl Kernel {
     pub fn label(self) -> String {
         match self {
             Kernel::Matmul(f, tok) => format!("matmul_{}_t{tok}", f.name()),
-            Kernel::Qmv { tok, lanes, rpt, pro, hoist } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro, hoist)),
-            Kernel::QmvGlu { tok, lanes, pairs, pro, hoist } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}{}", pro_label(pro, hoist)),
-            Kernel::QmvGeluB { tok, lanes, rpt, pro, hoist } => format!("qmv_gelu_b_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro, hoist)),
+            Kernel::Qmv { tok, lanes, rpt, pro } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
+            Kernel::QmvGlu { tok, lanes, pairs, pro } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}{}", pro_label(pro)),
+            Kernel::QmvGeluB { tok, lanes, rpt, pro } => format!("qmv_gelu_b_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
             Kernel::Qmm { tm } => format!("qmm_q4_m{tm}"),
             Kernel::QmmCoop { tb, rb } => format!("qmm_coop_q4_{}x{}", 32 * rb, 64 * tb),
             Kernel::QmmCoopMoe { tb, rb } => format!("qmm_coop_moe_q4_{}x{}", 32 * rb, 64 * tb),
@@ -232,14 +231,14 @@ impl Kernel {
                 let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
-            Kernel::Qmv { tok, lanes, rpt, pro, hoist } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg, hoist), tok, lanes, rpt, 0, sg, pro == 0, hoist)),
-            Kernel::QmvGeluB { tok, lanes, rpt, pro, hoist } => {
-                let kernel = qmv_kernel(pro, 8, sg, hoist).replace("// {{GB_BINDING}}", "@group(0) @binding(7) var<storage, read> gb: array<f32>;");
-                format!("{}\n{}", include_str!("../../../wgsl/matmul_gb_params.wgsl"), qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg, pro == 0, hoist))
+            Kernel::Qmv { tok, lanes, rpt, pro } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, rpt, 0, sg, pro == 0)),
+            Kernel::QmvGeluB { tok, lanes, rpt, pro } => {
+                let kernel = qmv_kernel(pro, 8, sg).replace("// {{GB_BINDING}}", "@group(0) @binding(7) var<storage, read> gb: array<f32>;");
+                format!("{}\n{}", include_str!("../../../wgsl/matmul_gb_params.wgsl"), qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg, pro == 0))
             }
-            Kernel::QmvGlu { tok, lanes, pairs, pro, hoist } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg, hoist), tok, lanes, 2 * pairs, pairs, sg, pro == 0, hoist)),
-            Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0, sg, false, false)),
-            Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg, false, false)),
+            Kernel::QmvGlu { tok, lanes, pairs, pro } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, 2 * pairs, pairs, sg, pro == 0)),
+            Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0, sg, false)),
+            Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg, false)),
             Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
             Kernel::QmmMoe => format!("{moe_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)),
             Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb, false, qmm_bias_prefetch(true))),
@@ -455,9 +454,8 @@ const QMV_STAGE_LANES: u32 = 32;
 const QMV_GELU_B: u32 = u32::MAX;
 
 /// qmv.wgsl, with x read from its binding, or (`pro` > 0) with qmv_norm.wgsl's fused-norm
-/// prologue over rows of 4 · `pro` values, its bindings from index `first`, and (`hoist`)
-/// round 0's weight loads issued before it.
-fn qmv_kernel(pro: u32, first: u32, sg: u32, hoist: bool) -> String {
+/// prologue over rows of 4 · `pro` values, its bindings from index `first`.
+fn qmv_kernel(pro: u32, first: u32, sg: u32) -> String {
     let src = include_str!("../../../wgsl/qmv.wgsl");
     if pro == 0 {
         return src.replace("// {{XLOAD}}", "fn xload(i: u32) -> vec4<f32> { return x[i]; }").replace("{{XROW}}", "(min(t0 + {t}u, count - 1u) * p.x_stride) / 4u");
@@ -471,27 +469,23 @@ fn qmv_kernel(pro: u32, first: u32, sg: u32, hoist: bool) -> String {
         .replace("{{KV}}", &pro.div_ceil(QMV_WG).to_string())
         .replace("// @unroll k KV", &format!("// @unroll k {}", pro.div_ceil(QMV_WG)));
     let pro_src = subgroup_text(&pro_src, sg);
-    let src = if hoist { src.replace("// {{PRELOAD}}", "qmv_preload(rows, lane, p.cols, p.gs);") } else { src.to_string() };
     src.replace("// {{XLOAD}}", &pro_src).replace("{{XROW}}", "{t}u * N4").replace("// {{PROLOGUE}}", "qmv_prologue(lid, wid.x + wid.z == 0u, t0, count);")
 }
 
-/// The label suffix of a fused-norm variant (`_norm1536`, `_norm1536h` hoisted), none for the
-/// plain one.
-fn pro_label(pro: u32, hoist: bool) -> String {
+/// The label suffix of a fused-norm variant (`_norm1536`), none for the plain one.
+fn pro_label(pro: u32) -> String {
     if pro == 0 {
         String::new()
     } else {
-        format!("_norm{}{}", 4 * pro, if hoist { "h" } else { "" })
+        format!("_norm{}", 4 * pro)
     }
 }
 
 /// A qmv kernel (`qmv.wgsl`, `qmv_moe.wgsl`) followed by the shared loop (`qmv_core.wgsl`),
 /// with the tile constants substituted and the `@unroll` blocks expanded. `pairs` > 0 picks the
 /// GeGLU form (`rpt` = 2 · pairs rows of W per team: pairs gate rows, pairs up rows);
-/// [`QMV_GELU_B`] the gated form. `hoist`: the kernel calls qmv_preload (qmv_core.wgsl's
-/// hoisted form).
-#[allow(clippy::too_many_arguments)]
-fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32, sg: u32, stageable: bool, hoist: bool) -> String {
+/// [`QMV_GELU_B`] the gated form.
+fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32, sg: u32, stageable: bool) -> String {
     let gelu = include_str!("../../../wgsl/gelu.wgsl");
     let src = format!("{kernel}\n{gelu}\n{}\n{}", include_str!("../../../wgsl/formats/groups.wgsl"), subgroup_text(include_str!("../../../wgsl/qmv_core.wgsl"), sg));
     // Output rows per team; the plain epilogue's count (0 in the other forms), the GeGLU's and
@@ -512,8 +506,7 @@ fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32, sg: u32,
     // KESTREL_QMV_STAGE=0 turns staging off (an A/B knob for measurements).
     let stage = stageable && qmv_staged(tok, lanes, cu) && std::env::var("KESTREL_QMV_STAGE").map_or(true, |v| v != "0");
     let src = src.replace("{{CU}}", &cu.to_string()).replace("{{STAGE}}", if stage { "true" } else { "false" });
-    let (h, nh) = (hoist as u32, !hoist as u32);
-    unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok), ("OWN", own), ("PLAIN", plain), ("GLU", glu), ("GB", gb), ("CU", cu), ("HOIST", h), ("NOHOIST", nh)])
+    unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok), ("OWN", own), ("PLAIN", plain), ("GLU", glu), ("GB", gb), ("CU", cu)])
 }
 
 /// Expands `// @unroll NAME COUNT` … `// @end NAME` blocks: the lines between are repeated for
@@ -1030,7 +1023,7 @@ pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<
         return None;
     }
     let (lanes, rpt) = qmv_dense_tile(rows, cols);
-    Some((Kernel::Qmv { tok, lanes, rpt, pro: 0, hoist: false }, QMV_WG / lanes * rpt))
+    Some((Kernel::Qmv { tok, lanes, rpt, pro: 0 }, QMV_WG / lanes * rpt))
 }
 
 /// Lanes per row and rows per team of the dense qmv rule (see [`qmv_shape`]).
@@ -1094,14 +1087,14 @@ pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Opt
     }
     let (lanes, rpt) = qmv_dense_tile(2 * rows, cols);
     let pairs = (rpt / 2).max(1);
-    Some((Kernel::QmvGlu { tok, lanes, pairs, pro: 0, hoist: false }, QMV_WG / lanes * pairs))
+    Some((Kernel::QmvGlu { tok, lanes, pairs, pro: 0 }, QMV_WG / lanes * pairs))
 }
 
 /// The gated qmv (`y = gelu_tanh(W x) · gb[..]`) for `rows` × `cols` at token tile `tok`, and
 /// its rows per workgroup: the plain rule's tile.
 pub fn qmv_gelu_b_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
     match qmv_shape(rows, cols, x_stride, tok)? {
-        (Kernel::Qmv { tok, lanes, rpt, .. }, per_wg) => Some((Kernel::QmvGeluB { tok, lanes, rpt, pro: 0, hoist: false }, per_wg)),
+        (Kernel::Qmv { tok, lanes, rpt, .. }, per_wg) => Some((Kernel::QmvGeluB { tok, lanes, rpt, pro: 0 }, per_wg)),
         _ => None,
     }
 }
@@ -1166,14 +1159,13 @@ pub const PRO_VERIFY_TOK: u32 = 2;
 
 /// The fused-norm form of a qmv variant (same lanes and rows per team, so the same rows) at
 /// token tile `tok`, over rows of `cols` values, where the tile's inputs fit in workgroup
-/// memory beside the reduction's (`None` elsewhere, and for other kernels). `hoist`: round 0's
-/// weight loads issued before the prologue (the same values: the same rows).
-pub fn with_norm(kernel: Kernel, tok: u32, cols: usize, max_wg_bytes: u32, hoist: bool) -> Option<Kernel> {
+/// memory beside the reduction's (`None` elsewhere, and for other kernels).
+pub fn with_norm(kernel: Kernel, tok: u32, cols: usize, max_wg_bytes: u32) -> Option<Kernel> {
     let pro = (cols / 4) as u32;
     let (fused, rpt) = match kernel {
-        Kernel::Qmv { lanes, rpt, .. } => (Kernel::Qmv { tok, lanes, rpt, pro, hoist }, rpt),
-        Kernel::QmvGlu { lanes, pairs, .. } => (Kernel::QmvGlu { tok, lanes, pairs, pro, hoist }, 2 * pairs),
-        Kernel::QmvGeluB { lanes, rpt, .. } => (Kernel::QmvGeluB { tok, lanes, rpt, pro, hoist }, rpt),
+        Kernel::Qmv { lanes, rpt, .. } => (Kernel::Qmv { tok, lanes, rpt, pro }, rpt),
+        Kernel::QmvGlu { lanes, pairs, .. } => (Kernel::QmvGlu { tok, lanes, pairs, pro }, 2 * pairs),
+        Kernel::QmvGeluB { lanes, rpt, .. } => (Kernel::QmvGeluB { tok, lanes, rpt, pro }, rpt),
         _ => return None,
     };
     let bytes = 16 * tok * pro + 4 * rpt * tok * QMV_WG;
@@ -1702,9 +1694,9 @@ mod tests {
     #[test]
     fn norms_fuse_past_the_width_only_into_the_kinds_named() {
         use super::{fuse_norm_into, Kernel, WideFuse, PRO_MAX_HIDDEN};
-        let plain = Kernel::Qmv { tok: 1, lanes: 32, rpt: 2, pro: 0, hoist: false };
-        let glu = Kernel::QmvGlu { tok: 1, lanes: 16, pairs: 1, pro: 0, hoist: false };
-        let gated = Kernel::QmvGeluB { tok: 1, lanes: 32, rpt: 1, pro: 0, hoist: false };
+        let plain = Kernel::Qmv { tok: 1, lanes: 32, rpt: 2, pro: 0 };
+        let glu = Kernel::QmvGlu { tok: 1, lanes: 16, pairs: 1, pro: 0 };
+        let gated = Kernel::QmvGeluB { tok: 1, lanes: 32, rpt: 1, pro: 0 };
         for k in [plain, glu, gated] {
             assert!(fuse_norm_into(k, 1536, PRO_MAX_HIDDEN, WideFuse::None), "{k:?} at 1536");
             assert!(!fuse_norm_into(k, 1536, 0, WideFuse::GatedGlu), "{k:?} with fusion off");

@@ -152,12 +152,6 @@ pub struct WgpuOptions {
     /// keep the mat-mat and router_topk. Off until measured on the H200 (PERF_NOTES.md, session
     /// 29). `KESTREL_ROUTER_ONE=0|1` overrides it for A/B measurements.
     pub router_one: bool,
-    /// Fused-norm mat-vecs ([`WgpuOptions::fuse_norms_up_to`]) issue their first round of weight
-    /// loads before the norm prologue (qmv_core.wgsl's hoisted form: the same loads, so the same
-    /// bits), so the weights' HBM latency runs under the prologue's L2 round trip and workgroup
-    /// sums. Off until measured on the H200 (PERF_NOTES.md, session 30).
-    /// `KESTREL_PRO_HOIST=0|1` overrides it for A/B measurements.
-    pub pro_hoist: bool,
     /// Decode and verify rows of at most this many keys take attention_short (one dispatch per
     /// layer) instead of attention_split + attention_combine (two); 0: never. The kernels
     /// split the rows between them by this count, so a verify step's rows stay bitwise a decode
@@ -182,7 +176,6 @@ impl Default for WgpuOptions {
             moe_norm: true,
             moe_overlap: true,
             router_one: false,
-            pro_hoist: false,
             attn_short: ATTN_SHORT_MAX,
         }
     }
@@ -2026,8 +2019,7 @@ impl<'a> Builder<'a> {
         if !fuse_norm_into(sk, h, up_to, wide) {
             return;
         }
-        let hoist = switch("KESTREL_PRO_HOIST", self.opts.pro_hoist);
-        let (Some(sk), Some(vk)) = (with_norm(sk, 1, h, max_wg, hoist), with_norm(vk, PRO_VERIFY_TOK, h, max_wg, hoist)) else {
+        let (Some(sk), Some(vk)) = (with_norm(sk, 1, h, max_wg), with_norm(vk, PRO_VERIFY_TOK, h, max_wg)) else {
             return;
         };
         // The consumer's bindings with x replaced by the norm's input, then the prologue's.
