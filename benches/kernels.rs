@@ -20,8 +20,7 @@
 //! the per-pair moe_matmul it replaced), then the prefill attention on a 512-token chunk.
 //! The latency table times the small kernels a decode step is made of (rmsnorm with 0/1/3
 //! chained norms, qkv_norm_rope, split attention and its merge at 131–4097 keys, the 26B
-//! router's top-k, and router_one's forms against the router's mat-vec with weights from memory)
-//! as chains of dependent dispatches, next to a 16-byte copy: what each costs inside a
+//! router's top-k) as chains of dependent dispatches, next to a 16-byte copy: what each costs inside a
 //! step beyond the barrier; a ladder under the norm (one workgroup's copies of 4 and 10 KiB,
 //! norms with only their sum) separates its memory rounds from its reductions. Weights are random bits with finite scales: timing only, the values
 //! are checked in tests/kernels.rs.
@@ -29,7 +28,7 @@
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
     attention_chunk, attention_chunk_coop, attention_split, attention_short, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, HEAD_NORM_WG, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
-    RouterParams, RouterOneParams, router_one_lanes, router_one_shared, chain_layout, chain_params, ChainPrefetch, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
+    RouterParams, chain_layout, chain_params, ChainPrefetch, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
 struct Shape {
@@ -671,47 +670,6 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     let logits: Vec<u8> = (0..128).flat_map(|i| ((i * 37 % 128) as f32 * 0.01).to_le_bytes()).collect();
     for staged in [false, true] {
         row(h, Kernel::RouterTopk { staged }, "top 8 of 128".into(), vec![logits.clone(), f32s(128, 1.0), vec![0u8; 32], f32s(8, 0.0)], bytemuck::bytes_of(&p), (1, 1, 1));
-    }
-    router_one_rows(h, filter, step);
-}
-
-/// The 26B router (128 × 2816, 8-bit) as decode runs it — matmul_q8_t1 over 128 workgroups,
-/// then router_topk — against router_one (`WgpuOptions::router_one`: both in one workgroup per
-/// token) at 256, 512 and 1024 threads and 1, 2 and 4 groups of weights per thread in flight.
-/// Weights from memory (dispatches cycle through copies, as a decode step reads them); µs per
-/// dispatch in a dependent chain. What one SM pulls through 16-byte loads decides it (session 23
-/// #2's one-workgroup router with scalar loads: ≈ 10 GB/s, 39.5 µs).
-fn router_one_rows(h: &mut KernelHarness, filter: &str, step: Step) {
-    let (n, cols, k) = (128usize, 2816usize, 8usize);
-    let f32s = filled_f32s;
-    let w = random_bytes(n * cols, 0x7007e7);
-    let sb: Vec<u8> = std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), n * cols / 64).flatten().collect();
-    let x = f32s(cols, 0.5);
-    let bytes = w.len() + 2 * sb.len();
-    let copies = (ROTATE_BYTES / bytes).clamp(1, 256);
-    let mut runs: Vec<(Kernel, Vec<Vec<u8>>, Vec<u8>, (u32, u32, u32))> = Vec::new();
-    let mp = MatmulParams { rows: n as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: n as u32, y_off: 0, count_sel: 0, k_splits: 0 };
-    runs.push((Kernel::Matmul(Format::Q8, 1), vec![w.clone(), sb.clone(), sb.clone(), x.clone(), f32s(n, 0.0)], bytemuck::bytes_of(&mp).to_vec(), (n as u32, 1, 1)));
-    let limits = h.gpu().limits.clone();
-    for wg in [256u32, 512, 1024].into_iter().filter(|&wg| wg <= limits.max_compute_invocations_per_workgroup) {
-        for ug in [1u32, 2, 4] {
-            let kernel = Kernel::RouterOne { wg, ug, pick_n: n as u32, xcap4: (cols / 4) as u32 };
-            if router_one_shared(kernel) > limits.max_compute_workgroup_storage_size {
-                continue;
-            }
-            let p = RouterOneParams { n_experts: n as u32, top_k: k as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, lanes: router_one_lanes(wg, n, cols), _pad: [0; 2] };
-            runs.push((kernel, vec![w.clone(), sb.clone(), sb.clone(), x.clone(), f32s(n, 1.0), vec![0u8; 4 * k], f32s(k, 0.0)], bytemuck::bytes_of(&p).to_vec(), (1, 1, 1)));
-        }
-    }
-    for (kernel, bufs, params, grid) in runs {
-        let label = kernel.label();
-        if !label.contains(filter) {
-            continue;
-        }
-        match h.time_cold(kernel, &bufs, &params, step, grid, 200, copies) {
-            Ok(us) => println!("| {label} | 26B router 128 × 2816 (8-bit), from memory | {us:.2} |"),
-            Err(e) => println!("| {label} | 26B router | error: {e} |"),
-        }
     }
 }
 

@@ -223,36 +223,3 @@ fn wgpu_moe_overlap_is_bitwise_the_serial_branches() {
     }
 }
 
-/// Decode and verify steps can run an 8-bit router's mat-vec and its top-k in one workgroup per
-/// token (`WgpuOptions::router_one`, router_one.wgsl) instead of matmul_q8_t1 then router_topk:
-/// recorded on every MoE layer of the MLX forms (their routers are 8-bit; the HF forms' bf16
-/// routers keep the two dispatches), one decode dispatch fewer each. The ids must be
-/// transformers'; the logits differ from the two dispatches' only through the router's summation
-/// order (its weights within ~1e-7 relative), so NMSE ≤ 1e-10 against them.
-#[test]
-fn wgpu_router_one_matches_transformers() {
-    for name in MODELS {
-        for (form, reference) in FORMS {
-            let model = open_model(name, form);
-            let layers = model.cfg.layers.len();
-            let make = |router_one| common::wgpu_backend(&model, WgpuOptions { max_ctx: 256, max_chunk: CHUNK, router_one, ..Default::default() });
-            let (Some(mut on), Some(mut off)) = (make(true), make(false)) else { return };
-            let label = format!("{name}/{form}");
-            let want = if form == "mlx-4bit" { layers } else { 0 };
-            assert_eq!(on.router_one_dispatches(), want, "{label}: routers in one dispatch");
-            assert_eq!(off.router_one_dispatches(), 0, "{label}: router_one off");
-            assert_eq!(on.decode_dispatches(0) + want, off.decode_dispatches(0), "{label}: one dispatch fewer per MoE layer");
-            for r in load_refs(name, reference).iter().take(1) {
-                let (ids_on, logits_on) = run_prompt(&mut on, r);
-                let (ids_off, logits_off) = run_prompt(&mut off, r);
-                assert_eq!(ids_on, r.generated, "{label}: ids against transformers");
-                assert_eq!(ids_on, ids_off, "{label}: ids against the two dispatches");
-                for (step, (a, b)) in logits_on.iter().zip(&logits_off).enumerate() {
-                    let (err, sig) = a.iter().zip(b).fold((0f64, 0f64), |(e, s), (x, y)| (e + (f64::from(*x) - f64::from(*y)).powi(2), s + f64::from(*y).powi(2)));
-                    assert!(err <= 1e-10 * sig, "{label}: step {step} logits NMSE {:e} against the two dispatches", err / sig);
-                }
-            }
-            eprintln!("{label}: {want} routers in one dispatch, ids transformers'");
-        }
-    }
-}

@@ -151,13 +151,6 @@ fn wgpu_verify_across_the_short_attention_bound_is_bitwise_sequential_decode() {
     check_verify_bitwise("wgpu-short-bound", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, attn_short: 42, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
 }
 
-/// The same with the 8-bit routers in one dispatch (`WgpuOptions::router_one`): decode and
-/// verify steps both run router_one, so verify rows stay bitwise decode's.
-#[test]
-fn wgpu_router_one_verify_logits_are_bitwise_sequential_decode() {
-    check_verify_bitwise("wgpu-router-one", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, router_one: true, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
-}
-
 #[test]
 fn wgpu_speculative_equals_greedy() {
     for (target, assistant) in PAIRS {

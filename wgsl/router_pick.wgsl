@@ -1,6 +1,8 @@
-// router_pick: the top-k choice and weights of the MoE router from each expert's logit, shared
-// by router_topk.wgsl and router_one.wgsl (appended by the host where its PICK marker stands; they
-// declare p (n_experts, top_k), scale, idx, weight, sc_all and chosen_logit_scale).
+// router_pick: the top-k choice and weights of the MoE router from each expert's logit, for
+// router_topk.wgsl (appended by the host where its PICK marker stands; the kernel declares p
+// (n_experts, top_k), scale, idx, weight, sc_all and chosen_logit_scale). Its own file because
+// a second kernel shared it (session 29's router_one, removed after it lost in session 30:
+// tools/experiments/router-one.patch).
 // pick(lid, t, s): thread lid < p.n_experts holds expert lid's logit s (others pass anything);
 // every thread of the workgroup calls it (barriers). Writes token t's top_k experts (largest p,
 // ties → lower index), in descending order of p, and their weights

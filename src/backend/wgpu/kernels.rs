@@ -120,10 +120,6 @@ pub enum Kernel {
     /// MoE: softmax, top-k and weights of the router logits; `staged`: the chosen experts'
     /// logits and scales from workgroup memory ([`router_staged`]).
     RouterTopk { staged: bool },
-    /// MoE, decode and verify: an 8-bit router's mat-vec and router_topk's pick in one workgroup
-    /// of `wg` threads per token (router_one.wgsl), `ug` groups of weights per thread loaded at
-    /// once, `pick_n` experts, `xcap4` vec4s of x staged; see [`router_one`].
-    RouterOne { wg: u32, ug: u32, pick_n: u32, xcap4: u32 },
     /// MoE: gathered mat-vec of each token's routed experts (decode).
     MoeMatmul(Format),
     /// MoE: each expert's routed pairs, listed (prefill).
@@ -189,7 +185,6 @@ impl Kernel {
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
             Kernel::ArgmaxMerge => "argmax_merge".into(),
             Kernel::RouterTopk { staged } => if staged { "router_topk_staged".into() } else { "router_topk".into() },
-            Kernel::RouterOne { wg, ug, .. } => format!("router_one_q8_wg{wg}_u{ug}"),
             Kernel::MoeMatmul(f) => format!("moe_matmul_{}", f.name()),
             Kernel::MoeGroup => "moe_group".into(),
             Kernel::MoeMatmulGrouped(f) => format!("moe_matmul_grouped_{}", f.name()),
@@ -331,14 +326,6 @@ impl Kernel {
                 .replace("{{WG}}", &ROUTER_TOPK_WG.to_string())
                 .replace("{{STAGED}}", if staged { "true" } else { "false" })
                 .replace("// {{PICK}}", &router_pick(ROUTER_TOPK_WG)),
-            Kernel::RouterOne { wg, ug, pick_n, xcap4 } => {
-                let src = include_str!("../../../wgsl/router_one.wgsl")
-                    .replace("{{WG}}", &wg.to_string())
-                    .replace("{{UG}}", &ug.to_string())
-                    .replace("{{XCAP4}}", &xcap4.to_string())
-                    .replace("// {{PICK}}", &router_pick(pick_n));
-                format!("{groups}\n{}", unroll(&src, &[("UG", ug)]))
-            }
             Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
             Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
@@ -579,7 +566,6 @@ impl Kernel {
             Kernel::GeluMulSums => &[ReadWrite, Read, Uniform, Uniform, ReadWrite, Read],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk { .. } => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::RouterOne { .. } => &[Read, Read, Read, Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmmMoe | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QmmCoopMoe { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
@@ -963,40 +949,6 @@ pub const ROUTER_TOPK_WG: u32 = 256;
 /// router_pick.wgsl for a kernel that ranks at most `n` experts (its arrays' size).
 fn router_pick(n: u32) -> String {
     include_str!("../../../wgsl/router_pick.wgsl").replace("{{PICK_N}}", &n.to_string())
-}
-
-/// router_one (an 8-bit router's mat-vec and its top-k pick in one workgroup per token, decode
-/// and verify steps) for `n_experts` rows of `cols` values in `format` with group size `gs`, and
-/// its lanes per row (the params' `lanes`): `wg` threads (1024 where the device allows;
-/// `KESTREL_ROUTER_ONE_WG=256|512|1024`), `ug` groups per thread in flight
-/// (`KESTREL_ROUTER_ONE_UG=1..4`, 2 by default: 32 registers of weights a thread). None where
-/// it does not apply: another format or group size, more experts than threads, or a row (x is
-/// staged whole) past the device's workgroup memory.
-pub fn router_one(format: Format, n_experts: usize, cols: usize, gs: usize, limits: &wgpu::Limits) -> Option<(Kernel, u32)> {
-    let max = limits.max_compute_invocations_per_workgroup.min(limits.max_compute_workgroup_size_x);
-    let wg = env_u32("KESTREL_ROUTER_ONE_WG").filter(|w| matches!(w, 256 | 512 | 1024)).unwrap_or(1024).min(max);
-    let ug = env_u32("KESTREL_ROUTER_ONE_UG").filter(|u| (1..=4).contains(u)).unwrap_or(2);
-    let applies = format == Format::Q8 && gs == 64 && cols % 64 == 0 && n_experts >= 1 && n_experts <= wg as usize;
-    if !applies {
-        return None;
-    }
-    let kernel = Kernel::RouterOne { wg, ug, pick_n: n_experts as u32, xcap4: (cols / 4) as u32 };
-    (router_one_shared(kernel) <= limits.max_compute_workgroup_storage_size).then_some((kernel, router_one_lanes(wg, n_experts, cols)))
-}
-
-/// router_one's threads per expert row at `wg` threads: as many as the threads allow, no more
-/// than the row's 64-value groups need (a power of two).
-pub fn router_one_lanes(wg: u32, n_experts: usize, cols: usize) -> u32 {
-    let groups = (cols / 64).max(1) as u32;
-    let lanes = (wg / n_experts.max(1) as u32).min(groups.next_power_of_two()).max(1);
-    1u32 << lanes.ilog2()
-}
-
-/// Workgroup memory of a router_one form: x and its group sums, the lanes' partial sums, the
-/// expert scales and router_pick's four arrays.
-pub fn router_one_shared(kernel: Kernel) -> u32 {
-    let Kernel::RouterOne { wg, pick_n, xcap4, .. } = kernel else { return 0 };
-    16 * xcap4 + 4 * xcap4.div_ceil(16) + 4 * wg + 4 * 5 * pick_n + 4
 }
 
 /// Threads of one `qmv` workgroup (`WG` in qmv.wgsl).
@@ -1390,21 +1342,6 @@ pub fn argmax_chunks(vocab: usize) -> u32 {
 pub struct RouterParams {
     pub n_experts: u32,
     pub top_k: u32,
-    pub _pad: [u32; 2],
-}
-
-/// Params of router_one.wgsl.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
-pub struct RouterOneParams {
-    pub n_experts: u32,
-    pub top_k: u32,
-    pub cols: u32,
-    pub gs: u32,
-    /// x's row stride, in values.
-    pub x_stride: u32,
-    /// Threads per expert row ([`router_one`]'s choice).
-    pub lanes: u32,
     pub _pad: [u32; 2],
 }
 

@@ -144,14 +144,6 @@ pub struct WgpuOptions {
     /// decode 225.8 → 253.7 tok/s on the H200 (PERF_NOTES.md, session 22).
     /// `KESTREL_MOE_OVERLAP=0|1` overrides it for A/B measurements.
     pub moe_overlap: bool,
-    /// Decode and verify steps run an 8-bit MoE router's mat-vec and its top-k in one workgroup
-    /// per token (router_one.wgsl: 16-byte weight loads, many in flight) instead of
-    /// matmul_q8_t1 over many workgroups then router_topk: one dependent dispatch fewer per MoE
-    /// layer, the router's bytes read by one SM. Its logits are summed in another order than
-    /// the mat-vec's, so decode and verify both take it (verify stays bitwise decode); chunks
-    /// keep the mat-mat and router_topk. Off until measured on the H200 (PERF_NOTES.md, session
-    /// 29). `KESTREL_ROUTER_ONE=0|1` overrides it for A/B measurements.
-    pub router_one: bool,
     /// Decode and verify rows of at most this many keys take attention_short (one dispatch per
     /// layer) instead of attention_split + attention_combine (two); 0: never. The kernels
     /// split the rows between them by this count, so a verify step's rows stay bitwise a decode
@@ -175,7 +167,6 @@ impl Default for WgpuOptions {
             prompt_tail: true,
             moe_norm: true,
             moe_overlap: true,
-            router_one: false,
             attn_short: ATTN_SHORT_MAX,
         }
     }
@@ -589,12 +580,6 @@ impl WgpuBackend {
     /// Dispatches of a decode step at `pos` (which decode attention kernels run depends on it).
     pub fn decode_dispatches(&self, pos: usize) -> usize {
         self.program.iter().filter(|d| d.only != Only::Multi && d.keys.is_none_or(|k| k.owns(pos))).count()
-    }
-
-    /// MoE routers that decode and verify steps run as router_one ([`WgpuOptions::router_one`]:
-    /// one per MoE layer where it applies).
-    pub fn router_one_dispatches(&self) -> usize {
-        self.program.iter().filter(|d| d.only != Only::Multi && d.label.starts_with("router_one")).count()
     }
 
     /// Dispatches of a decode step that make buffers ready for the next one to run beside
@@ -2079,27 +2064,6 @@ impl<'a> Builder<'a> {
         NormOut { spec, slot: chain + 1 }
     }
 
-    /// Gives decode and verify steps router_one in place of the router's mat-vec (recorded from
-    /// spec `first` on) and router_topk (the spec after it), where router_one takes the router
-    /// ([`kernels::router_one`]: an 8-bit matrix in one part, which the generic matmul records
-    /// as specs of every step kind); chunks keep both.
-    #[allow(clippy::too_many_arguments)]
-    fn record_router_one(&mut self, m: &GpuMatrix, first: usize, x: &wgpu::Buffer, x_stride: usize, scale: &wgpu::Buffer, idx: &wgpu::Buffer, wts: &wgpu::Buffer, top_k: usize) {
-        let [part] = &m.parts[..] else { return };
-        let Some((kernel, lanes)) = kernels::router_one(m.format, part.rows, m.cols, m.gs, &self.gpu.limits) else { return };
-        let topk = self.specs.len() - 1;
-        debug_assert!(matches!(self.specs[topk].kernel, Kernel::RouterTopk { .. }), "router_topk follows the router");
-        for sp in &mut self.specs[first..=topk] {
-            debug_assert!(sp.only != Only::Single, "no decode-only form of an 8-bit router to take over");
-            sp.chunks_only();
-        }
-        let p = RouterOneParams { n_experts: part.rows as u32, top_k: top_k as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, lanes, _pad: [0; 2] };
-        self.spec(kernel, weight_res(part, &[x, scale, idx, wts]), &p, 1, GridY::Tokens);
-        let sp = self.specs.last_mut().expect("just pushed");
-        sp.only = Only::Single;
-        sp.one_workgroup_per_token();
-    }
-
     fn head_norm_rope(&mut self, src: &wgpu::Buffer, wt: &wgpu::Buffer, rope: &wgpu::Buffer, dst: &wgpu::Buffer, p: HeadParams) {
         let res = vec![Res::Buf(src.clone()), Res::Buf(wt.clone()), Res::Buf(rope.clone()), Res::Buf(dst.clone()), Res::Params, Res::Step];
         self.spec(Kernel::HeadNormRope { wg: head_norm_wg(p.d as usize) }, res, &p, p.n_heads, GridY::Tokens);
@@ -2121,7 +2085,6 @@ impl<'a> Builder<'a> {
         let attn_short = std::env::var("KESTREL_ATTN_SHORT").ok().and_then(|v| v.parse().ok()).unwrap_or(self.opts.attn_short);
         let moe_norm = switch("KESTREL_MOE_NORM", self.opts.moe_norm);
         let moe_overlap = switch("KESTREL_MOE_OVERLAP", self.opts.moe_overlap);
-        let router_one = switch("KESTREL_ROUTER_ONE", self.opts.router_one);
         // Chunk attention on tensor cores (where the mat-mats run there): A/B knob
         // KESTREL_ATTN_COOP=0.
         let attn_coop = self.tensor_cores() && switch("KESTREL_ATTN_COOP", true);
@@ -2584,14 +2547,10 @@ impl<'a> Builder<'a> {
                 let xr_from = self.chain_norm(post_attn, rs, (h as f64).powf(-0.5) as f32, xr, h);
                 let pre2 = ln.moe.expect("MoE layers have their norms")[1];
                 xn2_from = Some(self.chain_norm(post_attn, pre2, 1.0, &xn2, h));
-                let router_first = self.specs.len();
                 self.matmul_from(&moe.router, xr, h, logits_r, ne, XFrom::Norm(xr_from))?;
                 let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
                 self.spec(Kernel::RouterTopk { staged: router_staged() }, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
                 self.specs.last_mut().expect("just pushed").one_workgroup_per_token();
-                if router_one {
-                    self.record_router_one(&moe.router, router_first, xr, h, &moe.per_expert_scale, idx, wts, tk);
-                }
                 route_end = Some(self.specs.len());
             }
             let (down_x_stride, down_from) = match &gl.mlp {
