@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Session 30, p1 (the 26B; session30-p2.sh has E2B and E4B): session29-p1.sh with its last A/B form
+# Session 30, p1 (the 26B; session30-p2.sh has E2B and E4B; session 29's p1 with its last A/B form
 # replaced: router_one with every residual norm fused (KESTREL_FUSE_NORMS=all) and round 0 hoisted
 # above the prologue (KESTREL_PRO_HOIST=1, session 30: fusion lost at 2816 for the prologue's
-# latency, which the hoist hides). Session 29's description, otherwise unchanged: two unmeasured knobs: attention_short's
+# latency, which the hoist hides). Router_one and the hoist were removed after this call: apply
+# tools/experiments/router-one.patch and qmv-pro-hoist.patch to run it again. Two unmeasured knobs: attention_short's
 # value-group sums by group 0 (KESTREL_ATTN_SHORT_SUM=group0, session 28) and the 8-bit MoE
 # router's mat-vec and top-k in one workgroup per token (KESTREL_ROUTER_ONE=1, router_one.wgsl,
 # session 29). (1) on the H200: the router kernel tests (router_one against an f64 reference and
