@@ -2,7 +2,9 @@
 //   p = softmax(s) (f32), pick the top_k experts (largest p, ties → lower index), renormalise
 //   their p to sum 1, and multiply by per_expert_scale[e]:
 //   idx[t, j] = e_j, weight[t, j] = p_j / Σ p · per_expert_scale[e_j]   for j < top_k, j in
-//   descending order of p (the order the combine adds them in): router_pick.wgsl's pick.
+//   descending order of p (the order the combine adds them in). Softmax over all experts then
+//   renormalising the top k equals softmax over the top-k logits (spec §2.2): the
+//   max-subtracted exponentials of the k are enough, the full normaliser cancels.
 //
 // Bindings: logits: f32[n_tokens, n_experts]; scale: f32[n_experts] (per_expert_scale);
 //   idx: u32[n_tokens, top_k]; weight: f32[n_tokens, top_k]; p: RouterParams; step: Step.
@@ -17,6 +19,7 @@
 
 const WG: u32 = {{WG}}u; // kernels::ROUTER_TOPK_WG
 const STAGED: bool = {{STAGED}};
+const NEG: f32 = -3.0e38;
 
 struct RouterParams {
     n_experts: u32,
@@ -32,7 +35,7 @@ struct RouterParams {
 @group(0) @binding(4) var<uniform> p: RouterParams;
 @group(0) @binding(5) var<uniform> step: Step;
 
-var<workgroup> sc_all: array<f32, PICK_N>; // STAGED: each expert's scale
+var<workgroup> sc_all: array<f32, WG>; // STAGED: each expert's scale
 
 // The chosen expert c's logit and scale, for its weight.
 fn chosen_logit_scale(t: u32, c: u32) -> vec2<f32> {
@@ -40,7 +43,56 @@ fn chosen_logit_scale(t: u32, c: u32) -> vec2<f32> {
     return vec2<f32>(logits[t * p.n_experts + c], scale[c]);
 }
 
-// {{PICK}}
+var<workgroup> chosen: array<u32, WG>;
+var<workgroup> mx: f32;
+var<workgroup> ex: array<f32, WG>;
+var<workgroup> sc: array<f32, WG>;
+var<workgroup> sv: array<f32, WG>;
+
+// pick(lid, t, s): thread lid < p.n_experts holds expert lid's logit s (others pass NEG);
+// every thread of the workgroup calls it (barriers). Writes token t's top_k experts and weights.
+
+fn pick(lid: u32, t: u32, s_in: f32) {
+    let e = lid;
+    var s = select(NEG, s_in, e < p.n_experts);
+    // A NaN logit ranks last (it compares false both ways, so two experts could share a rank).
+    // Tested on its bits: drivers may fold `s != s` to false (lavapipe did).
+    s = select(s, NEG, (bitcast<u32>(s) & 0x7fffffffu) > 0x7f800000u);
+    sv[lid] = s;
+    workgroupBarrier();
+    // Each expert's rank in the order (larger logit first, ties → lower index): the number of
+    // experts ahead of it. Rank r < k is the r-th pick of k rounds of argmax over the experts
+    // not yet chosen, in one pass and one barrier instead of k trees of barriers (10.9 µs per
+    // MoE layer in the latency table of PERF_NOTES.md, session 6). Every other thread reads the
+    // same sv[j] at once: a broadcast.
+    if (e < p.n_experts) {
+        var rank = 0u;
+        for (var j = 0u; j < p.n_experts; j++) {
+            let v = sv[j];
+            rank += select(0u, 1u, v > s || (v == s && j < e));
+        }
+        if (rank < p.top_k) {
+            chosen[rank] = e;
+            if (rank == 0u) { mx = s; }
+        }
+    }
+    workgroupBarrier();
+    // The k weights: thread j < k takes its chosen expert's logit and scale (all k at once, not
+    // one after another in a single thread), then every weight divides by the same sum, added in
+    // j order.
+    if (lid < p.top_k) {
+        let ls = chosen_logit_scale(t, chosen[lid]);
+        ex[lid] = exp(ls.x - mx);
+        sc[lid] = ls.y;
+    }
+    workgroupBarrier();
+    if (lid < p.top_k) {
+        var z = 0.0;
+        for (var j = 0u; j < p.top_k; j++) { z += ex[j]; }
+        idx[t * p.top_k + lid] = chosen[lid];
+        weight[t * p.top_k + lid] = ex[lid] / z * sc[lid];
+    }
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {

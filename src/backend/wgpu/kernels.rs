@@ -324,8 +324,7 @@ impl Kernel {
             Kernel::ArgmaxMerge => format!("{argmax_params}\n{argmax_tree}\n{}", include_str!("../../../wgsl/argmax_merge.wgsl")),
             Kernel::RouterTopk { staged } => include_str!("../../../wgsl/router_topk.wgsl")
                 .replace("{{WG}}", &ROUTER_TOPK_WG.to_string())
-                .replace("{{STAGED}}", if staged { "true" } else { "false" })
-                .replace("// {{PICK}}", &router_pick(ROUTER_TOPK_WG)),
+                .replace("{{STAGED}}", if staged { "true" } else { "false" }),
             Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
             Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
@@ -894,8 +893,8 @@ pub struct ShortShape {
 /// attention_short's default sum of the value groups: group 0 adds the others after one barrier
 /// (session 28's form). On the H200 against the halving tree (PERF_NOTES.md, session 30, two
 /// alternating rounds, 1024 threads): E2B tg128 378.8 / 379.2 → 381.7 / 381.4, E4B
-/// 248.6 / 248.5 → 248.9 / 249.9, the 26B 276.4 / 276.2 → 276.7 / 277.1; kbench 0.1–0.4 µs
-/// faster per dispatch at every row length.
+/// 248.6 / 248.5 → 248.9 / 249.9, the 26B 276.4 / 276.2 → 276.7 / 277.1; kbench 0.02–0.46 µs
+/// faster per dispatch at every row length (16–1025 keys).
 const SHORT_SUM_GROUP0: bool = true;
 
 pub fn short_shape(d4: u32, wg: u32) -> ShortShape {
@@ -945,11 +944,6 @@ pub fn router_staged() -> bool {
 /// Threads of one router_topk workgroup (one per expert: the most experts it takes; the
 /// backend refuses models with more: WgpuBackend::with_gpu).
 pub const ROUTER_TOPK_WG: u32 = 256;
-
-/// router_pick.wgsl for a kernel that ranks at most `n` experts (its arrays' size).
-fn router_pick(n: u32) -> String {
-    include_str!("../../../wgsl/router_pick.wgsl").replace("{{PICK_N}}", &n.to_string())
-}
 
 /// Threads of one `qmv` workgroup (`WG` in qmv.wgsl).
 pub const QMV_WG: u32 = 128;
