@@ -1150,8 +1150,8 @@ struct NormCase {
     chain: Option<usize>,
     /// Chained outputs (1..=3) when `chain` is Some: out3, out4 with weights w3, w4 and posts.
     chained: usize,
-    /// Threads per workgroup: 1024 is the backend's decode form where the device allows it
-    /// (`kernels::rmsnorm`), 256 elsewhere; 512 with `KESTREL_RMSNORM_WG`.
+    /// Threads per workgroup: 512 is the backend's decode form where the device allows it
+    /// (`kernels::rmsnorm`), 256 elsewhere; 1024 with `KESTREL_RMSNORM_WG`.
     wg: u32,
     /// Some(gs) (the rows form only): also writing every output's sums over groups of gs
     /// values (`RmsNormRows { sums: true }`).
@@ -1455,9 +1455,9 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
         }
         v.push(Box::new(NormCase { wg, chain: Some(0), chained: 3, ..NormCase::new(2816, 3, 1) }));
     }
-    // The rest of what decode and verify steps meet, on 1024 threads (their default): the PLE
-    // projection norm's 35 segments, the LM head rows, scale-free, a weight at an offset with
-    // strided rows, segments with strides, a chained norm with its weights at an offset.
+    // The rest of what decode and verify steps meet, on 512 threads (their default) and 1024:
+    // the PLE projection norm's 35 segments, the LM head rows, scale-free, a weight at an offset
+    // with strided rows, segments with strides, a chained norm with its weights at an offset.
     for c in [
         ple,
         NormCase { n_out: Some(3), ..NormCase::new(1536, 9, 0) },
@@ -1466,6 +1466,7 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
         NormCase { segs: 3, x_pad: 7, out_pad: 2, w_off: 4, ..NormCase::new(65, 9, 0) },
         NormCase { chain: Some(5), out_pad: 3, w_off: 11, ..NormCase::new(2560, 3, 0) },
     ] {
+        v.push(Box::new(NormCase { wg: 512, ..c }));
         v.push(Box::new(NormCase { wg: 1024, ..c }));
     }
     // The chunk norms' rows form (rmsnorm_rows.wgsl) on 64, 128 and 256 threads per row: input
@@ -3077,8 +3078,11 @@ fn moe_norm_matches_its_three_dispatches() {
         let (dense, eo, wts, wt) = (rng.vec(tokens * n), rng.vec(tokens * k * n), rng.vec(tokens * k), rng.vec(3 * n));
         let eps = 1e-6f32;
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        // The three dispatches: the weights of the two norms at n and 2n.
-        let norm = rmsnorm(n, max_wg);
+        // The three dispatches: the weights of the two norms at n and 2n, the norms on
+        // moe_norm's threads and registers (its sums in their order).
+        let one = moe_norm(n, k, max_wg);
+        let Kernel::MoeNorm { v, wg, .. } = one else { panic!("moe_norm returned {one:?}") };
+        let norm = Kernel::RmsNorm { v, wg };
         let plain = |w_off: usize, mode: u32| NormParams { n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: w_off as u32, mode, pre: 1.0, post: 1.0, eps, ..Default::default() };
         let norm_bufs = |x: &[u8], out: &[u8]| vec![x.to_vec(), bytes(&wt), out.to_vec(), small(), small(), small(), small(), small(), small()];
         let m1 = h.run(norm, &norm_bufs(&bytes(&dense), &vec![0u8; 4 * tokens * n]), bytemuck::bytes_of(&plain(n, 0)), step, (1, tokens as u32, 1)).unwrap().swap_remove(2);
@@ -3088,7 +3092,7 @@ fn moe_norm_matches_its_three_dispatches() {
         // The one.
         let mp = MoeNormParams { n: n as u32, w1_off: n as u32, w2_off: 2 * n as u32, eps, post1: 1.0, post2: 1.0, _pad: [0; 2] };
         let bufs = [bytes(&dense), bytes(&eo), bytes(&wts), bytes(&wt), vec![0u8; 4 * tokens * n]];
-        let got = h.run(moe_norm(n, k, max_wg), &bufs, bytemuck::bytes_of(&mp), step, (1, tokens as u32, 1)).unwrap().swap_remove(4);
+        let got = h.run(one, &bufs, bytemuck::bytes_of(&mp), step, (1, tokens as u32, 1)).unwrap().swap_remove(4);
         let as_f32 = |b: &[u8]| -> Vec<f32> { words(b).into_iter().map(f32::from_bits).collect() };
         let chain: Vec<f64> = as_f32(&want).into_iter().map(f64::from).collect();
         match compare(&as_f32(&got), &chain, tol::SAME_OPS) {

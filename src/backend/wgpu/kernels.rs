@@ -717,19 +717,36 @@ pub fn qmm_applies(format: Format, cols: usize, x_stride: usize) -> bool {
 /// 256 threads, rows up to 3072 values (every Gemma 4 hidden size) are loaded in one round.
 pub const RMSNORM_V: u32 = 12;
 
-/// The rmsnorm variant (decode and verify steps' norm) for rows of `n` values on a device that
-/// runs up to `max_threads` invocations per workgroup: 1024 threads where it can (256 where
-/// not), V = ceil(n / WG) (at most [`RMSNORM_V`]), so that a thread holds no registers for
-/// values past the row. A decode norm is one workgroup's latency chain, and more threads make
-/// it shorter (PERF_NOTES.md, session 18: tg128 E4B +0.5 %, 26B +1.6 %, E2B even, against
-/// 256; session 13 had found the same but chunk norms slower, and chunks now run the rows
-/// form, rmsnorm_rows.wgsl). Verify steps run the same form, so verify = decode bitwise holds.
-/// A/B knobs: `KESTREL_RMSNORM_WG=256|512|1024` the threads (within `max_threads`),
-/// `KESTREL_RMSNORM_V` V.
-pub fn rmsnorm(n: usize, max_threads: u32) -> Kernel {
+/// Threads of the decode and verify steps' norm ([`rmsnorm`]) where the device allows them.
+/// A decode norm is one workgroup's latency chain: 1024 threads beat 256 (PERF_NOTES.md,
+/// session 18: tg128 E4B +0.5 %, 26B +1.6 %, E2B even), and 512 beats 1024 in the step
+/// although the norm's own timestamped time does not fall (session 31: E4B 251.3 → 256.3,
+/// E2B even; the 26B's loss at 512 was its MoE close, [`MOE_NORM_WG`]).
+pub const RMSNORM_WG: u32 = 512;
+
+/// Threads of the MoE block's close ([`moe_norm`]) where the device allows them: at 512 its
+/// timestamped time rises 11.3 → 12.5 µs a dispatch and the 26B's tg128 falls 276.5 → 272.8
+/// (PERF_NOTES.md, session 31), so it keeps 1024.
+pub const MOE_NORM_WG: u32 = 1024;
+
+/// The threads of a one-workgroup decode norm: `want` where the device allows it, else 256
+/// (every device's minimum). `knob` (256, 512 or 1024, within `max_threads`) overrides it for
+/// A/B runs.
+fn decode_norm_wg(knob: &str, want: u32, max_threads: u32) -> u32 {
     let fits = |w: &u32| *w <= max_threads;
-    let knob = std::env::var("KESTREL_RMSNORM_WG").ok().and_then(|v| v.parse().ok()).filter(|w| matches!(w, 256 | 512 | 1024)).filter(fits);
-    let wg = knob.unwrap_or(if fits(&1024) { 1024 } else { 256 });
+    let set = std::env::var(knob).ok().and_then(|v| v.parse().ok()).filter(|w| matches!(w, 256 | 512 | 1024)).filter(fits);
+    set.unwrap_or(if fits(&want) { want } else { 256 })
+}
+
+/// The rmsnorm variant (decode and verify steps' norm) for rows of `n` values on a device that
+/// runs up to `max_threads` invocations per workgroup: [`RMSNORM_WG`] threads where it can (256
+/// where not), V = ceil(n / WG) (at most [`RMSNORM_V`]), so that a thread holds no registers for
+/// values past the row. Chunks run the rows form (rmsnorm_rows.wgsl; session 13 found
+/// one-workgroup norms slower there). Verify steps run the same form, so verify = decode
+/// bitwise holds. A/B knobs: `KESTREL_RMSNORM_WG=256|512|1024` the threads (within
+/// `max_threads`), `KESTREL_RMSNORM_V` V.
+pub fn rmsnorm(n: usize, max_threads: u32) -> Kernel {
+    let wg = decode_norm_wg("KESTREL_RMSNORM_WG", RMSNORM_WG, max_threads);
     let v = std::env::var("KESTREL_RMSNORM_V").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=RMSNORM_V).contains(v));
     Kernel::RmsNorm { v: v.unwrap_or_else(|| rmsnorm_v(n, wg)), wg }
 }
@@ -789,12 +806,14 @@ fn wg_label(wg: u32) -> String {
     if wg == HEAD_NORM_WG { String::new() } else { format!("_wg{wg}") }
 }
 
-/// The MoE block's close (moe_norm.wgsl) for rows of `n` values and the router's top `k`: the
-/// threads and registers per thread of the [`rmsnorm`] it replaces, so that its sums run in
-/// that kernel's order.
+/// The MoE block's close (moe_norm.wgsl) for rows of `n` values and the router's top `k`, on
+/// [`MOE_NORM_WG`] threads where the device allows them (256 where not; `KESTREL_MOE_NORM_WG`
+/// overrides, as [`rmsnorm`]'s knob), V = ceil(n / WG). Its sums run in the order of an rmsnorm
+/// of the same WG and V: decode and verify both run this kernel, so nothing needs it to match
+/// the rmsnorm dispatches the step runs elsewhere.
 pub fn moe_norm(n: usize, k: usize, max_threads: u32) -> Kernel {
-    let Kernel::RmsNorm { v, wg } = rmsnorm(n, max_threads) else { unreachable!("rmsnorm returns an RmsNorm") };
-    Kernel::MoeNorm { v, wg, k: k as u32 }
+    let wg = decode_norm_wg("KESTREL_MOE_NORM_WG", MOE_NORM_WG, max_threads);
+    Kernel::MoeNorm { v: rmsnorm_v(n, wg), wg, k: k as u32 }
 }
 
 /// Registers per thread of an rmsnorm of `wg` threads over rows of `n` values.
