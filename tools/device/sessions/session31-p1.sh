@@ -6,7 +6,7 @@
 # fall. Decode A/B, one process each, alternating KESTREL_RMSNORM_WG=1024 (the default where the
 # device allows) / 512 (-p 16 -n 128), two rounds, on E4B (129 standalone norms a step), the 26B
 # (62) and E2B (4: the control, its norms are fused), then the split-attention and norm kernel
-# tests and the fixtures at 512. ≈ 5 min warm. Then `bash tools/device/session30-final.sh` (the
+# tests and the fixtures at 512. ≈ 5 min warm. Then `bash tools/device/sessions/session30-final.sh` (the
 # table at session 30's defaults: group-0 sum, 512-thread attention_short). Carry target/carry
 # (pack.sh --tests) and .gl.
 set -uo pipefail

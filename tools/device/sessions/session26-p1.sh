@@ -4,7 +4,7 @@
 # combine at 131 / 1025 / 4097 keys, one split at 32 / 131 / 256) as the baseline for a
 # one-pass short-context attention. ≈ 3.5 min warm. Carry target/carry (--tests) and .gl.
 set -uo pipefail
-bash tools/device/session25-p3.sh
+bash tools/device/sessions/session25-p3.sh
 . tools/device/env.sh
 F="$OUT/p1-attn.txt"
 for k in attention_split attention_combine; do

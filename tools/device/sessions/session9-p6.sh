@@ -4,4 +4,4 @@
 # session9-final.sh with kbench's qmm_coop rows (E4B shapes) after the tests. Carry target/carry
 # built with the patch applied (tools/device/pack.sh --tests) and .gl.
 OUT=${OUT:-/tmp/out}
-F="$OUT/p6.txt" KBENCH_FILTER=qmm_coop exec bash tools/device/session9-final.sh
+F="$OUT/p6.txt" KBENCH_FILTER=qmm_coop exec bash tools/device/sessions/session9-final.sh

@@ -3,4 +3,4 @@
 # exact f16 weights s·(q − 8) and the bias b'·Σx as a tensor-core step (no split of w):
 # session9-p3.sh with the fixtures. Carry target/carry built with the patch applied and .gl.
 OUT=${OUT:-/tmp/out}
-F="$OUT/p4.txt" FIXTURES=1 exec bash tools/device/session9-p3.sh
+F="$OUT/p4.txt" FIXTURES=1 exec bash tools/device/sessions/session9-p3.sh
