@@ -20,6 +20,20 @@ ab_bench() {
   echo "== $arch $*" | tee -a "$file"
   env "$@" ./target/release/kestrel bench --model /tmp/$arch $args 2>&1 | grep -E "$pattern" | tee -a "$file"
 }
+# A decode A/B of several settings: `tg_ab FILE "ARCHS" "GREP PATTERN" SETTING …` makes each
+# synthetic 4-bit model, benches it (-p 16 -n 128: tg128 after a one-token context) once per
+# setting in turn, AB_ROUNDS times (2), then removes it. A setting is one VAR=value, the label
+# the output carries; KESTREL_DEFAULTS=1 (read by nothing) stands for the defaults.
+tg_ab() {
+  local file=$1 archs=$2 pattern=$3; shift 3
+  for a in $archs; do
+    ./target/release/kestrel synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
+    for r in $(seq ${AB_ROUNDS:-2}); do
+      for s in "$@"; do ab_bench "$file" $a "-p 16 -n 128" "$pattern" $s; done
+    done
+    rm -rf /tmp/$a
+  done
+}
 # A prefill A/B of one switch on E2B, E4B and 26B (synthetic 4-bit models, made and removed here):
 # `pp_ab FILE VAR "GREP PATTERN" [VAR2=value …]` benches -p 512 -n 8 with VAR=0, 1, 0, 1 per model
 # (AB_VALUES="32 16 32 16" for other values; PP_ARCHS="e4b e2b" for other models).

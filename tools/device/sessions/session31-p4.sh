@@ -14,15 +14,7 @@ set -uo pipefail
 F="$OUT/p4.txt"
 date -u | tee "$F"
 P="tg128|decode step:|^\| (qkv_norm_rope[a-z_0-9]*|attention_short[a-z_0-9]*) "
-for a in e2b e4b 26b-a4b; do
-  ./target/release/kestrel synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
-  for r in 1 2; do
-    ab_bench "$F" $a "-p 16 -n 128" "$P" KESTREL_DEFAULTS=1
-    ab_bench "$F" $a "-p 16 -n 128" "$P" KESTREL_HEAD_NORM_WG=64
-    ab_bench "$F" $a "-p 16 -n 128" "$P" KESTREL_ATTN_SHORT_WG=256
-  done
-  rm -rf /tmp/$a
-done
+tg_ab "$F" "e2b e4b 26b-a4b" "$P" KESTREL_DEFAULTS=1 KESTREL_HEAD_NORM_WG=64 KESTREL_ATTN_SHORT_WG=256
 for k in KESTREL_HEAD_NORM_WG=64 KESTREL_ATTN_SHORT_WG=256; do
   echo "== kfixtures $k ($(date -u +%T))" | tee -a "$F"
   env $k KESTREL_REQUIRE_GPU=1 timeout 150 ./target/release/kfixtures wgpu 2>&1 | grep -E "test result|panicked|FAILED|differ" | tee -a "$F"
