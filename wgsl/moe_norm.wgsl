@@ -16,8 +16,9 @@
 //   experts' outputs, slot-major per token); weight: f32[count, K] (the router's weights);
 //   wt: f32[..] all norm weights of the model, w1 at w1_off and w2 at w2_off; out: f32[count,
 //   n]; p: MoeNormParams; step: Step.
-// Launch: WG threads per token (kernels::rmsnorm's choice for n, V = ceil(n / WG) values per
-//   thread); grid = (1, count). Host guarantees n ≤ V · WG.
+// Launch: WG threads per token (kernels::moe_norm's choice: 1024 where the device allows; at
+//   512, the decode norms' default, it is slower: PERF_NOTES.md session 31), V = ceil(n / WG)
+//   values per thread; grid = (1, count). Host guarantees n ≤ V · WG.
 // Why one workgroup and every load first (as rmsnorm.wgsl): a decode step runs it alone, so its
 // time is its chain of memory round trips; the dense row, the K expert rows, the weights and the
 // router weights are all in flight before the first is used.

@@ -31,7 +31,7 @@
 // waits for a value past it); rows past V · WG values take a plain loop (correct, slower; no
 // Gemma 4 norm is that wide).
 
-const WG: u32 = {{WG}}u; // 1024 where the device allows (the default), 512 or 256: kernels::rmsnorm
+const WG: u32 = {{WG}}u; // 512 where the device allows (the default), 1024 or 256: kernels::rmsnorm
 const V: u32 = {{V}}u;
 const NO_WEIGHT: u32 = 0xffffffffu;
 
