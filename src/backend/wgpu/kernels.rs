@@ -721,7 +721,9 @@ pub const RMSNORM_V: u32 = 12;
 /// A decode norm is one workgroup's latency chain: 1024 threads beat 256 (PERF_NOTES.md,
 /// session 18: tg128 E4B +0.5 %, 26B +1.6 %, E2B even), and 512 beats 1024 in the step
 /// although the norm's own timestamped time does not fall (session 31: E4B 251.3 → 256.3,
-/// E2B even; the 26B's loss at 512 was its MoE close, [`MOE_NORM_WG`]).
+/// E2B even). The 26B lost at 512 (276.5 → 272.8), in the timestamps through its MoE close,
+/// which took these threads then ([`MOE_NORM_WG`]); its norms at 512 beside a close at 1024
+/// are not yet measured (tools/device/sessions/session31-p3.sh).
 pub const RMSNORM_WG: u32 = 512;
 
 /// Threads of the MoE block's close ([`moe_norm`]) where the device allows them: at 512 its
