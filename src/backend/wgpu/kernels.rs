@@ -736,7 +736,7 @@ pub const MOE_NORM_WG: u32 = 1024;
 /// A/B runs.
 fn decode_norm_wg(knob: &str, want: u32, max_threads: u32) -> u32 {
     let fits = |w: &u32| *w <= max_threads;
-    let set = std::env::var(knob).ok().and_then(|v| v.parse().ok()).filter(|w| matches!(w, 256 | 512 | 1024)).filter(fits);
+    let set = env_u32(knob).filter(|w| matches!(w, 256 | 512 | 1024)).filter(fits);
     set.unwrap_or(if fits(&want) { want } else { 256 })
 }
 
@@ -749,7 +749,7 @@ fn decode_norm_wg(knob: &str, want: u32, max_threads: u32) -> u32 {
 /// `max_threads`), `KESTREL_RMSNORM_V` V.
 pub fn rmsnorm(n: usize, max_threads: u32) -> Kernel {
     let wg = decode_norm_wg("KESTREL_RMSNORM_WG", RMSNORM_WG, max_threads);
-    let v = std::env::var("KESTREL_RMSNORM_V").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=RMSNORM_V).contains(v));
+    let v = env_u32("KESTREL_RMSNORM_V").filter(|v| (1..=RMSNORM_V).contains(v));
     Kernel::RmsNorm { v: v.unwrap_or_else(|| rmsnorm_v(n, wg)), wg }
 }
 
