@@ -15,10 +15,13 @@ ab_run() {
 }
 # One A/B run with any bench arguments: `ab_bench FILE ARCH "BENCH ARGS" "GREP PATTERN" [VAR=value …]`
 # benches /tmp/ARCH with those arguments and variables and appends the lines matching the pattern.
+# `BIN=name ab_bench …` runs target/release/name instead of kestrel (a patched build carried
+# beside it: pack-patch.sh).
 ab_bench() {
   local file=$1 arch=$2 args=$3 pattern=$4; shift 4
-  echo "== $arch $*" | tee -a "$file"
-  env "$@" ./target/release/kestrel bench --model /tmp/$arch $args 2>&1 | grep -E "$pattern" | tee -a "$file"
+  local bin=${BIN:-kestrel}
+  echo "== $arch $*${BIN:+ ($bin)}" | tee -a "$file"
+  env "$@" ./target/release/$bin bench --model /tmp/$arch $args 2>&1 | grep -E "$pattern" | tee -a "$file"
 }
 # A decode A/B of several settings: `tg_ab FILE "ARCHS" "GREP PATTERN" SETTING …` makes each
 # synthetic 4-bit model, benches it (-p 16 -n 128: tg128 after a one-token context) once per

@@ -18,17 +18,12 @@ date -u | tee "$F"
 echo "== ktests_own2 own_kv_attention ($(date -u +%T))" | tee -a "$F"
 KESTREL_REQUIRE_GPU=1 timeout 120 ./target/release/ktests_own2 own_kv_attention --nocapture 2>&1 | grep -E "FAIL|test result|panicked|bitwise" | tee -a "$F"
 P="tg128|decode step:|^\| (attention_short|qkv_norm_rope)"
-run() {
-  local bin=$1 a=$2; shift 2
-  echo "== $a $bin $*" | tee -a "$F"
-  env "$@" ./target/release/$bin bench --model /tmp/$a -p 16 -n 128 2>&1 | grep -E "$P" | tee -a "$F"
-}
 for a in e2b e4b 26b-a4b; do
   ./target/release/kestrel synth --arch $a --quant 4bit /tmp/$a > /dev/null 2>&1
   for r in 1 2; do
-    run kestrel $a KESTREL_OWN_KV=0
-    run kestrel $a KESTREL_OWN_KV=1
-    run kestrel_own2 $a KESTREL_OWN_KV=1
+    ab_bench "$F" $a "-p 16 -n 128" "$P" KESTREL_OWN_KV=0
+    ab_bench "$F" $a "-p 16 -n 128" "$P" KESTREL_OWN_KV=1
+    BIN=kestrel_own2 ab_bench "$F" $a "-p 16 -n 128" "$P" KESTREL_OWN_KV=1
   done
   rm -rf /tmp/$a
 done
