@@ -9,19 +9,25 @@
 //   k = rope(norm(x_k) · w_k), v = norm(x_v)   (v: no weight, no rope; x_v = x_k for K-as-V
 //   layers, v_off = k_off), x_k at k_off + kvh·d and x_v at v_off + kvh·d in row t of q
 //   (stride qn.src_stride), w_k at k_w in wt, q's rope row (qn.rope_off, rope_stride), eps qn.eps,
-// into ks / vs (workgroup memory; own_k / own_v read them as vec4s) and, when `write`, into the
-// caches' row kv_row(P). The same products and rotate-half as head_norm_core.wgsl (not the same
-// bits: another pipeline, another sum order). Every thread of the workgroup calls it (barriers).
+// into ks / vs (workgroup memory), then, when `write`, into the caches' row kv_row(P), and, unless
+// copy_row is NO_ROW, into the caches' row copy_row too (this workgroup's own copy). The same
+// products and rotate-half as head_norm_core.wgsl (not the same bits: another pipeline, another
+// sum order). Every thread of the workgroup calls it (barriers).
 //
 // Why a cache row has the same bits whichever step wrote it (verify bitwise decode): every row a
 // decode or verify step writes comes from the one call site of own_kv in attention_short.wgsl,
 // in one pipeline (the writer form and the attention are two dispatches of one kernel), on the
 // same raw row. In a decode step every workgroup of a short row calls it (the q heads of one kv
-// head get the same values), the group's first stores the row, and none reads row P from the
-// caches: its key and value come from ks / vs. The writer form (OwnKvParams::writer, one
-// workgroup per kv head and token) stores the rows of a verify step, and of a decode step whose
-// row is attention_split's, before their attention reads them from the caches. Chunks keep
-// qkv_norm_rope.
+// head get the same values) and the group's first stores the row in the ring; none reads row P
+// from the ring. Each stores its own copy in a staging row instead (kv_row's rows after the
+// ring, unused by decode steps: row h % grp for q head h) and its loops read key P there
+// (key_row selects the row, so no branch sits between the loads of a batch). The first build
+// took key P from ks / vs through a branch around every load: on an H100 that form's dispatch
+// was ≈ 7.6 µs slower than the plain kernel's where the q-norm form is 1.2 µs slower
+// (PERF_NOTES.md, session 32 #3), and the branches are the likeliest cause. The writer form
+// (OwnKvParams::writer, one workgroup per kv head and token) stores the rows of a verify step,
+// and of a decode step whose row is attention_split's, before their attention reads them from
+// the caches. Chunks keep qkv_norm_rope.
 //
 // Why not one prologue for q, k and v (one load round trip and three workgroup sums where this
 // form has two prologues): built in session 32, and every shape of it that also serves verify
@@ -42,7 +48,9 @@ struct OwnKvParams {
 var<workgroup> ks: array<f32, {{OWN_D}}>;
 var<workgroup> vs: array<f32, {{OWN_D}}>;
 
-fn own_kv(t: u32, kvh: u32, lid: u32, write: bool) {
+const NO_ROW: u32 = 0xffffffffu;
+
+fn own_kv(t: u32, kvh: u32, lid: u32, write: bool, copy_row: u32) {
     let d = p.d;
     let half = d / 2u;
     let kb = t * qn.src_stride + kvp.k_off + kvh * d;
@@ -94,14 +102,31 @@ fn own_kv(t: u32, kvh: u32, lid: u32, write: bool) {
     if (i{k} < d) { ks[i{k}] = o{k}; }
     // @end k
     workgroupBarrier();
+    let d4 = d / 4u;
+    let kv4 = p.n_kv_heads * d4;
     if (write) {
-        let d4 = d / 4u;
-        let row = kv_row(step.pos0 + t, p.slots) * p.n_kv_heads * d4 + kvh * d4;
+        let row = kv_row(step.pos0 + t, p.slots) * kv4 + kvh * d4;
         for (var j = lid; j < d4; j += WG) {
             kc[row + j] = own_k(j);
             vc[row + j] = own_v(j);
         }
     }
+    if (copy_row != NO_ROW) {
+        let row = copy_row * kv4 + kvh * d4;
+        for (var j = lid; j < d4; j += WG) {
+            kc[row + j] = own_k(j);
+            vc[row + j] = own_v(j);
+        }
+    }
+    // The copy is read back by other threads of this workgroup (the key and value loops).
+    storageBarrier();
+}
+
+// The cache row attention_short's loops read for key position r: the workgroup's own copy of
+// the decode step's row (`own_row`, staged by own_kv) for r == pos, else kv_row's. A select of
+// the row, not a branch around the loads, so the loads of a batch stay in flight together.
+fn key_row(r: u32, pos: u32, own_row: u32) -> u32 {
+    return select(kv_row(r, p.slots), own_row, own_row != NO_ROW && r == pos);
 }
 
 // The own row's vec4 j of k / v (zero past the row, as the cache loads leave it).

@@ -84,12 +84,15 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // @unroll o OWN_KV
     // The own-row form (attention_own_kv.wgsl): the writer dispatch computes and stores its
     // token's k and v rows (grid x: kv heads); a decode step's short row computes its own key
-    // from the raw projection and takes it from workgroup memory (`own`). One call site.
+    // from the raw projection and reads it from this workgroup's copy (`own_row`). One call site.
     let grp = p.n_heads / p.n_kv_heads;
     let writer = kvp.writer != 0u;
     let own = !writer && step.n_tokens == 1u;
+    // A decode step's own row, this workgroup's copy: staging row h % grp (a decode step stages
+    // nothing; kv_row's staging rows are VERIFY_MAX ≥ grp, the host's guarantee).
+    let own_row = select(NO_ROW, p.slots + h % grp, own);
     if (writer || (own && short_row(pos))) {
-        own_kv(t, select(h / grp, h, writer), lid, writer || h % grp == 0u);
+        own_kv(t, select(h / grp, h, writer), lid, writer || h % grp == 0u, own_row);
     }
     if (writer) { return; }
     // @end o
@@ -119,15 +122,14 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         for (var r0 = 0u; r0 < n_valid; r0 += NT * G) {
             // @unroll g G
             let j{g} = r0 + {g}u * NT + team;
+            // @unroll o PLAIN_KV
             let kb{g} = kv_row(base + min(j{g}, n_valid - 1u), p.slots) * kv4 + kvh * d4;
+            // @end o
             // @unroll o OWN_KV
-            let mine{g} = own && base + min(j{g}, n_valid - 1u) == pos;
+            let kb{g} = key_row(base + min(j{g}, n_valid - 1u), pos, own_row) * kv4 + kvh * d4;
             // @end o
             // @unroll v VPL
             var k{g}_{v} = vec4<f32>(0.0);
-            // @unroll o OWN_KV
-            if (mine{g}) { k{g}_{v} = own_k({v}u * TPK + lane); } else
-            // @end o
             if ({v}u * TPK + lane < d4) { k{g}_{v} = kc[kb{g} + {v}u * TPK + lane]; }
             // @end v
             // @end g
@@ -146,10 +148,12 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         // @unroll g GV
         let jv{g} = {g}u * NTV + vg;
         var v{g} = vec4<f32>(0.0);
-        // @unroll o OWN_KV
-        if (own && base + min(jv{g}, n_valid - 1u) == pos) { v{g} = own_v(vl); } else
-        // @end o
+        // @unroll o PLAIN_KV
         if (vl < d4) { v{g} = vc[kv_row(base + min(jv{g}, n_valid - 1u), p.slots) * kv4 + kvh * d4 + vl]; }
+        // @end o
+        // @unroll o OWN_KV
+        if (vl < d4) { v{g} = vc[key_row(base + min(jv{g}, n_valid - 1u), pos, own_row) * kv4 + kvh * d4 + vl]; }
+        // @end o
         // @end g
         workgroupBarrier();
         let s = select(NEG, sc[lid], lid < n_valid);
@@ -168,10 +172,12 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
             // @unroll g GV
             let nj{g} = r1 + {g}u * NTV + vg;
             var nv{g} = vec4<f32>(0.0);
-            // @unroll o OWN_KV
-            if (r1 < n_valid && own && base + min(nj{g}, n_valid - 1u) == pos) { nv{g} = own_v(vl); } else
-            // @end o
+            // @unroll o PLAIN_KV
             if (r1 < n_valid && vl < d4) { nv{g} = vc[kv_row(base + min(nj{g}, n_valid - 1u), p.slots) * kv4 + kvh * d4 + vl]; }
+            // @end o
+            // @unroll o OWN_KV
+            if (r1 < n_valid && vl < d4) { nv{g} = vc[key_row(base + min(nj{g}, n_valid - 1u), pos, own_row) * kv4 + kvh * d4 + vl]; }
+            // @end o
             // @end g
             // @unroll g GV
             if (r0 + {g}u * NTV + vg < n_valid) { acc += sc[r0 + {g}u * NTV + vg] * v{g}; }

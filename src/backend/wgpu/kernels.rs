@@ -312,7 +312,7 @@ impl Kernel {
                     .replace("{{DK}}", &dk.to_string())
                     .replace("{{SUM_GROUP0}}", if sum_group0 { "true" } else { "false" })
                     .replace("{{VH}}", &short_vh_vec4s(wg, s.tv, sum_group0).to_string());
-                format!("{params}\n{}", unroll(&src, &[("VPL", s.vpl), ("G", s.g), ("GV", s.gv), ("DK", dk), ("OWN_KV", u32::from(own_kv))]))
+                format!("{params}\n{}", unroll(&src, &[("VPL", s.vpl), ("G", s.g), ("GV", s.gv), ("DK", dk), ("OWN_KV", u32::from(own_kv)), ("PLAIN_KV", u32::from(!own_kv))]))
             }
             Kernel::AttentionCombine => {
                 let src = include_str!("../../../wgsl/attention_combine.wgsl").replace("{{U}}", &COMBINE_U.to_string());

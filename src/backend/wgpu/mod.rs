@@ -2440,8 +2440,9 @@ impl<'a> Builder<'a> {
                         Res::Params, Res::Step,
                     ];
                     self.spec(Kernel::QkvNormRope { wg: head_norm_wg(p.d as usize) }, res, &p, (l.n_heads + 2 * l.n_kv_heads) as u32, GridY::Tokens);
-                    // attention_short's host guarantees (the writer form is that kernel too).
-                    if own_kv && d % 8 == 0 && d <= 1024 && rc == cache {
+                    // attention_short's host guarantees (the writer form is that kernel too), and
+                    // a staging row per q head of a kv head for a decode step's copies of its row.
+                    if own_kv && d % 8 == 0 && d <= 1024 && rc == cache && l.n_heads / l.n_kv_heads <= VERIFY_MAX {
                         // Chunks only: decode and verify steps norm q, and k and v, in the attention.
                         self.specs.last_mut().expect("just pushed").only = Only::Multi;
                         let qp = QNormParams { src_stride: qs.2 as u32, src_off: qs.1 as u32, w_off: ln.q, rope_off: rope_off as u32, rope_stride: rope_stride as u32, eps, _pad: [0; 2] };
