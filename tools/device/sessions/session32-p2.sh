@@ -7,7 +7,8 @@
 # kestrel_own2 / ktests_own2. First its kernel test on the H200 (o against the CPU reference,
 # one-token decodes bitwise the verify step), then decode A/B, one process each, alternating
 # own_kv off / the built form / the merged form, two rounds on the three models. ≈ 7 min warm.
-# Build (after `bash tools/device/pack.sh --tests`):
+# The patch applies to 404d7fe; rebase it onto the staging-row form (da79e61) first, or run this
+# from a 404d7fe checkout. Build (after `bash tools/device/pack.sh --tests`):
 #   bash tools/device/pack-patch.sh tools/experiments/own-kv-merged-prologue.patch own2
 # Carry target/carry and .gl.
 set -uo pipefail
