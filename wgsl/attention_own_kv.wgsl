@@ -5,7 +5,7 @@
 // the host after attention_short.wgsl and attention_qnorm.wgsl, which declare q (the raw rows),
 // kc and vc (read-write in this form), p, step, qn, wt, rope, WG, DK and workgroup_sum.
 //
-// own_kv(t, kvh, lid, write): for token t's position P = pos0 + t and kv head kvh,
+// own_kv(t, kvh, lid, write, copy_row): for token t's position P = pos0 + t and kv head kvh,
 //   k = rope(norm(x_k) · w_k), v = norm(x_v)   (v: no weight, no rope; x_v = x_k for K-as-V
 //   layers, v_off = k_off), x_k at k_off + kvh·d and x_v at v_off + kvh·d in row t of q
 //   (stride qn.src_stride), w_k at k_w in wt, q's rope row (qn.rope_off, rope_stride), eps qn.eps,

@@ -425,7 +425,11 @@ impl KernelHarness {
         // and OwnKvParams, bound after step) takes them all in `params`, each block padded to
         // PARAMS2_AT bytes but the last.
         let blocks = kernel.bindings().iter().filter(|b| **b == Bind::Uniform).count().saturating_sub(1).max(1);
-        let block = |i: usize| if i + 1 == blocks { &params[(i * PARAMS2_AT).min(params.len())..] } else { &params[(i * PARAMS2_AT).min(params.len())..((i + 1) * PARAMS2_AT).min(params.len())] };
+        let block = |i: usize| {
+            let start = (i * PARAMS2_AT).min(params.len());
+            let end = if i + 1 == blocks { params.len() } else { ((i + 1) * PARAMS2_AT).min(params.len()) };
+            &params[start..end]
+        };
         let params_buf = uniform("params", block(0));
         let step_buf = uniform("step", bytemuck::bytes_of(&step));
         let more: Vec<wgpu::Buffer> = (1..blocks).map(|i| uniform(&format!("params {}", i + 1), block(i))).collect();
