@@ -18,10 +18,11 @@
 // decode or verify step writes comes from the one call site of own_kv in attention_short.wgsl,
 // in one pipeline (the writer form and the attention are two dispatches of one kernel), on the
 // same raw row. In a decode step every workgroup of a short row calls it (the q heads of one kv
-// head get the same values) and the group's first stores the row in the ring; none reads row P
-// from the ring. Each stores its own copy in a staging row instead (kv_row's rows after the
-// ring, unused by decode steps: row h % grp for q head h) and its loops read key P there
-// (key_row selects the row, so no branch sits between the loads of a batch). The first build
+// head get the same values) and the group's first stores the row in the ring and reads it
+// there (its own stores: its storageBarrier orders them); no other workgroup reads row P from
+// the ring. Each other one stores its own copy in a staging row (kv_row's rows after the ring,
+// unused by decode steps: row h % grp for q head h) and its loops read key P there (key_row
+// selects the row, so no branch sits between the loads of a batch). The first build
 // took key P from ks / vs through a branch around every load: on an H100 that form's dispatch
 // was ≈ 7.6 µs slower than the plain kernel's where the q-norm form is 1.2 µs slower
 // (PERF_NOTES.md, session 32 #3), and the branches are the likeliest cause. The writer form

@@ -88,9 +88,10 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let grp = p.n_heads / p.n_kv_heads;
     let writer = kvp.writer != 0u;
     let own = !writer && step.n_tokens == 1u;
-    // A decode step's own row, this workgroup's copy: staging row h % grp (a decode step stages
+    // A decode step's own row: the group's first q head stores it in the ring and reads it
+    // there; each other one reads its own copy, staging row h % grp (a decode step stages
     // nothing; kv_row's staging rows are VERIFY_MAX ≥ grp, the host's guarantee).
-    let own_row = select(NO_ROW, p.slots + h % grp, own);
+    let own_row = select(NO_ROW, p.slots + h % grp, own && h % grp != 0u);
     if (writer || (own && short_row(pos))) {
         own_kv(t, select(h / grp, h, writer), lid, writer || h % grp == 0u, own_row);
     }
