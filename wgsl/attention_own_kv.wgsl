@@ -103,24 +103,20 @@ fn own_kv(t: u32, kvh: u32, lid: u32, write: bool, copy_row: u32) {
     if (i{k} < d) { ks[i{k}] = o{k}; }
     // @end k
     workgroupBarrier();
-    let d4 = d / 4u;
-    let kv4 = p.n_kv_heads * d4;
-    if (write) {
-        let row = kv_row(step.pos0 + t, p.slots) * kv4 + kvh * d4;
-        for (var j = lid; j < d4; j += WG) {
-            kc[row + j] = own_k(j);
-            vc[row + j] = own_v(j);
-        }
-    }
-    if (copy_row != NO_ROW) {
-        let row = copy_row * kv4 + kvh * d4;
-        for (var j = lid; j < d4; j += WG) {
-            kc[row + j] = own_k(j);
-            vc[row + j] = own_v(j);
-        }
-    }
-    // The copy is read back by other threads of this workgroup (the key and value loops).
+    if (write) { store_own(kv_row(step.pos0 + t, p.slots), kvh, lid); }
+    if (copy_row != NO_ROW) { store_own(copy_row, kvh, lid); }
+    // The stored rows are read back by other threads of this workgroup (the key and value loops).
     storageBarrier();
+}
+
+// ks / vs into kv head kvh's columns of the caches' row `row`.
+fn store_own(row: u32, kvh: u32, lid: u32) {
+    let d4 = p.d / 4u;
+    let base = row * p.n_kv_heads * d4 + kvh * d4;
+    for (var j = lid; j < d4; j += WG) {
+        kc[base + j] = own_k(j);
+        vc[base + j] = own_v(j);
+    }
 }
 
 // The cache row attention_short's loops read for key position r: the workgroup's own copy of
