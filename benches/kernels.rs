@@ -27,7 +27,7 @@
 
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
-    attention_chunk, attention_chunk_coop, attention_split, attention_short, ShortQuery, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, HEAD_NORM_WG, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
+    attention_chunk, attention_chunk_coop, attention_split, attention_short, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, HEAD_NORM_WG, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
     RouterParams, chain_layout, chain_params, ChainPrefetch, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
@@ -655,7 +655,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
         let long = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: ATTN_SPLITS, short_max: 0, _pad: 0 };
         let short = AttnParams { short_max: u32::MAX, ..long };
         let part = f32s(heads * ATTN_SPLITS as usize * (d + 2), 0.0);
-        let mut runs = vec![(attention_short(d, ShortQuery::Given, &limits), short, [kv.clone(), vec![f32s(heads * d, 0.0)]].concat(), (heads as u32, 1, 1))];
+        let mut runs = vec![(attention_short(d, false, &limits), short, [kv.clone(), vec![f32s(heads * d, 0.0)]].concat(), (heads as u32, 1, 1))];
         runs.push((attention_split(d, false), long, [kv, vec![part.clone()]].concat(), (heads as u32, ATTN_SPLITS, 1)));
         runs.push((Kernel::AttentionCombine, long, vec![part, f32s(heads * d, 0.0)], (heads as u32, 1, 1)));
         for (kernel, p, bufs, grid) in runs.into_iter().filter(|r| r.0.label().contains(filter)) {

@@ -208,21 +208,6 @@ fn wgpu_decode_attention_both_forms_match_transformers() {
 }
 
 #[test]
-fn wgpu_own_kv_matches_transformers() {
-    // KV-owning layers without qkv_norm_rope in decode and verify steps
-    // (WgpuOptions::own_kv): their attention computes its row's k and v from the raw q | k | v
-    // row (attention_own_kv.wgsl), and its writer form stores the rows attention_split reads.
-    // With the bound at 40 keys, as above, so the decode steps run both.
-    run_all(
-        &["tiny-e2b", "tiny-e4b", "tiny-moe"],
-        &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, attn_short: 40, own_kv: true, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
-        16,
-        Readback::AllLogits,
-        "wgpu-own-kv",
-    );
-}
-
-#[test]
 fn wgpu_one_submit_per_step_matches_transformers() {
     // Every step in one command buffer (segments off: the form profiled steps take, and
     // KESTREL_SUBMIT_SEGMENTS=0); the other tests run the default, steps submitted in segments

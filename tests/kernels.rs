@@ -37,7 +37,6 @@ use half::bf16;
 use kestrel::backend::cpu::{embed_scale, ops};
 use kestrel::backend::wgpu::harness::{KernelHarness, PARAMS2_AT};
 use kestrel::backend::wgpu::kernels::*;
-use kestrel::backend::wgpu::VERIFY_MAX;
 use kestrel::config::Rope;
 use kestrel::loader::{FileBytes, Matrix, SafetensorsFile, TensorStore};
 use kestrel::quant;
@@ -1955,7 +1954,7 @@ fn split_attention_matches_the_cpu_reference() {
                 let mut forms: Vec<(String, Option<Kernel>)> = Vec::new();
                 for sum_group0 in [true, false] {
                     for max_wg in [512, 1024] {
-                        let k = attention_short_form(c.d, if qnorm { ShortQuery::Raw } else { ShortQuery::Given }, sum_group0, max_wg, &limits);
+                        let k = attention_short_form(c.d, qnorm, sum_group0, max_wg, &limits);
                         // A device whose limits give both caps the same size runs it once.
                         if short_rows > 0 && !forms.iter().any(|f| f.1 == Some(k)) {
                             let Kernel::AttentionShort { wg, .. } = k else { unreachable!("attention_short_form gives attention_short") };
@@ -1982,179 +1981,6 @@ fn split_attention_matches_the_cpu_reference() {
                     }
                 }
             }
-        }
-    }
-}
-
-/// attention_short's own-row form (attention_own_kv.wgsl, `WgpuOptions::own_kv`): a KV-owning
-/// layer's attention computes its row's k and v from the raw stacked q | k | v row, in place of
-/// qkv_norm_rope. Against the CPU reference (q, k and v normed and rotated as qkv_norm_rope's
-/// reference does; the cache's other rows random), for a verify step (the writer form stores the
-/// step's rows, then the attention reads them) with every row attention_short's and with every
-/// row attention_split's (q-norm form) + combine: the outputs, the step's cache rows, and every
-/// other cache row unchanged. Then the same tokens decoded one at a time (attention_short alone:
-/// its own key and value from workgroup memory; for split rows the writer first) must leave
-/// outputs and caches bitwise equal to the verify step's: what keeps speculative decoding
-/// lossless. The step's rows start as poison, so a decode that read its own row from the cache
-/// before writing it fails. Cases: E2B's sliding layer (one row and four), its full layer (a
-/// quarter of the pairs rotate), K-as-V with GQA 3 on a wrapped ring, a head dim that leaves
-/// lanes idle.
-#[test]
-fn own_kv_attention_matches_the_cpu_reference() {
-    let Some(mut h) = harness() else { return };
-    // (d, heads, kv_heads, k_eq_v, tokens, pos0, window, slots)
-    let cases = [
-        (256, 8, 1, false, 1, 130, 512, 640),
-        (256, 8, 1, false, 4, 130, 512, 640),
-        (512, 8, 1, false, 3, 90, 0, 120),
-        (64, 6, 2, true, 3, 20, 16, 18),
-        (200, 2, 1, false, 2, 70, 0, 80),
-    ];
-    let limits = h.gpu().limits.clone();
-    for (d, heads, kv_heads, k_eq_v, tokens, pos0, window, slots) in cases {
-        let name = format!("own_kv(d={d},heads={heads},kv_heads={kv_heads},k_eq_v={k_eq_v},tokens={tokens},pos0={pos0},window={window},slots={slots})");
-        let mut rng = Rng(kestrel::synth::SplitMix64(seed_of(&name)));
-        let (q_dim, kv_dim) = (heads * d, kv_heads * d);
-        let (k_off, v_off) = (q_dim, if k_eq_v { q_dim } else { q_dim + kv_dim });
-        let stride = v_off + kv_dim + 3;
-        let raw = rng.vec(tokens * stride);
-        let (q_w, k_w) = (3usize, 3 + d + 5);
-        let wt = rng.vec(k_w + d + 2);
-        // Sliding layers rotate every pair, full ones a quarter (Gemma 4's two ropes); the
-        // table's other section is poison.
-        let (theta, rotated) = if window > 0 { (10_000.0, d / 2) } else { (1_000_000.0, d / 8) };
-        let inv_freq = Rope { theta, rotated_pairs: rotated, head_dim: d }.inv_freq();
-        let (rope_off, rope_stride) = (d / 2, d / 2 + d);
-        let mut table = vec![f32::from_bits(POISON); tokens * rope_stride];
-        let (mut cos, mut sin) = (vec![vec![0.0f32; d / 2]; tokens], vec![vec![0.0f32; d / 2]; tokens]);
-        for t in 0..tokens {
-            ops::rope_table(&inv_freq, pos0 + t, &mut cos[t], &mut sin[t]);
-            table[t * rope_stride + rope_off..][..d / 2].copy_from_slice(&cos[t]);
-            table[t * rope_stride + rope_off + d / 2..][..d / 2].copy_from_slice(&sin[t]);
-        }
-        let head = |t: usize, off: usize, w: Option<usize>, rope: bool| -> Vec<f32> {
-            let mut v = raw[t * stride + off..][..d].to_vec();
-            ops::rmsnorm(&mut v, w.map(|w| &wt[w..w + d]), EPS);
-            if rope {
-                ops::rope(&mut v, &cos[t], &sin[t]);
-            }
-            v
-        };
-        // The caches: random history; the step's rows the reference's k and v, poison on the GPU.
-        // After the ring, VERIFY_MAX staging rows (kv_row's), poison: where a decode step's
-        // workgroups keep their copies of its row.
-        let staging = vec![POISON; VERIFY_MAX * kv_dim];
-        let (mut kc, mut vc) = (rng.vec(slots * kv_dim), rng.vec(slots * kv_dim));
-        let (mut kc0, mut vc0) = (bits(&kc), bits(&vc));
-        let mut step_rows = vec![false; slots * kv_dim];
-        for t in 0..tokens {
-            let row = (pos0 + t) % slots;
-            for kvh in 0..kv_heads {
-                let at = row * kv_dim + kvh * d;
-                kc[at..at + d].copy_from_slice(&head(t, k_off + kvh * d, Some(k_w), true));
-                vc[at..at + d].copy_from_slice(&head(t, v_off + kvh * d, None, false));
-                kc0[at..at + d].fill(POISON);
-                vc0[at..at + d].fill(POISON);
-                step_rows[at..at + d].fill(true);
-            }
-        }
-        let lo = |p: usize| if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
-        let mut want = vec![0f64; tokens * q_dim];
-        let mut o = vec![0f32; d];
-        for t in 0..tokens {
-            for hh in 0..heads {
-                let kvh = hh / (heads / kv_heads);
-                let q = head(t, hh * d, Some(q_w), true);
-                let at = |pos: usize| (pos % slots) * kv_dim + kvh * d;
-                ops::attend(&q, lo(pos0 + t)..pos0 + t + 1, |pos| &kc[at(pos)..][..d], |pos| &vc[at(pos)..][..d], &mut o);
-                for i in 0..d {
-                    want[t * q_dim + hh * d + i] = o[i] as f64;
-                }
-            }
-        }
-        let f32s = |b: &[u8]| -> Vec<f32> { words(b).into_iter().map(f32::from_bits).collect() };
-        // The ring's rows (the staging rows after them are scratch).
-        let ring = |b: &[u8]| b[..4 * slots * kv_dim].to_vec();
-        let check_caches = |what: &str, kc_got: &[u8], vc_got: &[u8]| {
-            for (cache, got, want, init) in [("k", kc_got, &kc, &kc0), ("v", vc_got, &vc, &vc0)] {
-                let got = words(&ring(got));
-                let (g, r): (Vec<f32>, Vec<f64>) = (0..got.len()).filter(|&i| step_rows[i]).map(|i| (f32::from_bits(got[i]), want[i] as f64)).unzip();
-                if let Err(e) = compare(&g, &r, tol::NORM) {
-                    panic!("{name} {what}: {cache} cache's step rows: {e}");
-                }
-                assert!((0..got.len()).all(|i| step_rows[i] || got[i] == init[i]), "{name} {what}: a {cache} cache row outside the step changed");
-            }
-        };
-        // Params blocks: AttnParams, QNormParams at PARAMS2_AT, OwnKvParams at twice it.
-        let params = |short_max: u32, writer: u32| -> Vec<u8> {
-            let p = AttnParams {
-                d: d as u32, n_heads: heads as u32, n_kv_heads: kv_heads as u32, slots: slots as u32,
-                window: window as u32, n_splits: ATTN_SPLITS, short_max, _pad: 0,
-            };
-            let qp = QNormParams { src_stride: stride as u32, src_off: 0, w_off: q_w as u32, rope_off: rope_off as u32, rope_stride: rope_stride as u32, eps: EPS, _pad: [0; 2] };
-            let kp = OwnKvParams { k_off: k_off as u32, v_off: v_off as u32, k_w: k_w as u32, writer };
-            let mut b = bytemuck::bytes_of(&p).to_vec();
-            b.resize(PARAMS2_AT, 0);
-            b.extend_from_slice(bytemuck::bytes_of(&qp));
-            b.resize(2 * PARAMS2_AT, 0);
-            b.extend_from_slice(bytemuck::bytes_of(&kp));
-            b
-        };
-        // One step of `n` tokens from token t0 of the case: its raw rows and rope rows, the
-        // caches it starts from; returns (o, k cache, v cache) as it leaves them.
-        let step = |h: &mut KernelHarness, short: Kernel, split: bool, t0: usize, n: usize, kc_in: Vec<u8>, vc_in: Vec<u8>| -> (Vec<u8>, Vec<u8>, Vec<u8>) {
-            let s = Step { n_tokens: n as u32, pos0: (pos0 + t0) as u32, n_out: 1, out_row0: n as u32 - 1, ..Default::default() };
-            let raw_b = to_bytes(&bits(&raw[t0 * stride..(t0 + n) * stride]));
-            let rope_b = to_bytes(&bits(&table[t0 * rope_stride..(t0 + n) * rope_stride]));
-            let o0 = to_bytes(&vec![POISON; n * q_dim]);
-            let short_max = if split { 0 } else { u32::MAX };
-            // The writer form: a verify step's rows, or a decode step's split row.
-            let (kc_in, vc_in) = if n > 1 || split {
-                let out = h.run(short, &[raw_b.clone(), kc_in, vc_in, o0.clone(), to_bytes(&bits(&wt)), rope_b.clone()], &params(short_max, 1), s, (kv_heads as u32, n as u32, 1)).unwrap();
-                assert!(out[3] == o0, "{name}: the writer form wrote o");
-                (out[1].clone(), out[2].clone())
-            } else {
-                (kc_in, vc_in)
-            };
-            if split {
-                let part = vec![0u8; 4 * n * heads * ATTN_SPLITS as usize * (d + 2)];
-                let p = params(short_max, 0);
-                let out = h.run(attention_split(d, true), &[raw_b, kc_in.clone(), vc_in.clone(), part, to_bytes(&bits(&wt)), rope_b], &p[..PARAMS2_AT + std::mem::size_of::<QNormParams>()], s, (heads as u32, ATTN_SPLITS, n as u32)).unwrap();
-                let o = h.run(Kernel::AttentionCombine, &[out[3].clone(), o0], &p[..std::mem::size_of::<AttnParams>()], s, (heads as u32, n as u32, 1)).unwrap().swap_remove(1);
-                (o, kc_in, vc_in)
-            } else {
-                let out = h.run(short, &[raw_b, kc_in, vc_in, o0, to_bytes(&bits(&wt)), rope_b], &params(short_max, 0), s, (heads as u32, n as u32, 1)).unwrap();
-                (out[3].clone(), out[1].clone(), out[2].clone())
-            }
-        };
-        // The default largest workgroup (512), 1024 and 256, where the device's limits give them.
-        let mut shorts: Vec<Kernel> = Vec::new();
-        for max_wg in [SHORT_WG_MAX, 1024, 256] {
-            let k = attention_short_form(d, ShortQuery::RawOwnKv, true, max_wg, &limits);
-            if !shorts.contains(&k) {
-                shorts.push(k);
-            }
-        }
-        for (short, split) in shorts.iter().map(|&k| (k, false)).chain([(shorts[0], true)]) {
-            let Kernel::AttentionShort { wg, .. } = short else { unreachable!("attention_short_form gives attention_short") };
-            let form = if split { "split".to_string() } else { format!("short wg{wg}") };
-            let with_staging = |c: &[u32]| to_bytes(&[c, &staging[..]].concat());
-            let (o, kc_v, vc_v) = step(&mut h, short, split, 0, tokens, with_staging(&kc0), with_staging(&vc0));
-            match compare(&f32s(&o), &want, tol::ATTN) {
-                Ok(nmse) => println!("{name} {form} verify [wgpu]: o NMSE {nmse:.1e} OK"),
-                Err(e) => panic!("{name} {form} verify: o: {e}"),
-            }
-            check_caches(&format!("{form} verify"), &kc_v, &vc_v);
-            // The same tokens decoded one at a time, each step starting from the last one's caches.
-            let (mut kc_d, mut vc_d, mut o_d) = (with_staging(&kc0), with_staging(&vc0), Vec::new());
-            for t in 0..tokens {
-                let (o, k, v) = step(&mut h, short, split, t, 1, kc_d, vc_d);
-                o_d.extend(o);
-                (kc_d, vc_d) = (k, v);
-            }
-            assert!(o_d == o, "{name} {form}: decoding one token at a time gives other outputs than the verify step");
-            assert!(ring(&kc_d) == ring(&kc_v) && ring(&vc_d) == ring(&vc_v), "{name} {form}: decoding one token at a time leaves other cache rows than the verify step");
-            println!("{name} {form} [wgpu]: {tokens} one-token decodes bitwise the verify step (o, k and v caches) OK");
         }
     }
 }

@@ -151,17 +151,6 @@ fn wgpu_verify_across_the_short_attention_bound_is_bitwise_sequential_decode() {
     check_verify_bitwise("wgpu-short-bound", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, attn_short: 42, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
 }
 
-/// The same with KV-owning layers' own rows computed in their attention (WgpuOptions::own_kv):
-/// at the default bound (decode steps run attention_short alone, its own k and v from the raw
-/// row; verify steps the writer form first) and across the bound at 42 keys (the decode steps
-/// past it run the writer form, then attention_split). A cache row must have the same bits
-/// whichever step wrote it.
-#[test]
-fn wgpu_own_kv_verify_logits_are_bitwise_sequential_decode() {
-    check_verify_bitwise("wgpu-own-kv", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, own_kv: true, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
-    check_verify_bitwise("wgpu-own-kv-short-bound", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, own_kv: true, attn_short: 42, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
-}
-
 #[test]
 fn wgpu_speculative_equals_greedy() {
     for (target, assistant) in PAIRS {
@@ -169,18 +158,15 @@ fn wgpu_speculative_equals_greedy() {
             let (model, drafter) = open_pair(target, assistant, form);
             let r = &load_refs(target, "reference")[2];
             let p = GenerateParams { max_new: 64, ..params(model.stop_ids.clone(), true) };
-            // Also with KV-owning layers' own rows computed in their attention (WgpuOptions::own_kv).
-            for own_kv in [false, true] {
-                let make = || wgpu_backend(&model, WgpuOptions { max_ctx: 256, max_chunk: 16, own_kv, ..Default::default() });
-                let Some(mut g) = make() else { return };
-                let want = greedy_on(&mut g, &r.prompt, &p);
-                let ks: &[usize] = if form == "hf" { &[1, 3] } else { &[2] };
-                for &k in ks {
-                    let mut b = make().unwrap();
-                    let (got, st) = speculative_on(&mut b, &drafter, k, &r.prompt, &p);
-                    assert_eq!(got, want, "wgpu {target}/{form} own_kv={own_kv} k={k}: speculative output differs from greedy");
-                    eprintln!("wgpu {target}+{assistant} {form} own_kv={own_kv} k={k}: 64 tokens equal greedy; {:.2} tokens/pass, acceptance {:?}", st.tokens_per_pass(), st.acceptance());
-                }
+            let make = || wgpu_backend(&model, WgpuOptions { max_ctx: 256, max_chunk: 16, ..Default::default() });
+            let Some(mut g) = make() else { return };
+            let want = greedy_on(&mut g, &r.prompt, &p);
+            let ks: &[usize] = if form == "hf" { &[1, 3] } else { &[2] };
+            for &k in ks {
+                let mut b = make().unwrap();
+                let (got, st) = speculative_on(&mut b, &drafter, k, &r.prompt, &p);
+                assert_eq!(got, want, "wgpu {target}/{form} k={k}: speculative output differs from greedy");
+                eprintln!("wgpu {target}+{assistant} {form} k={k}: 64 tokens equal greedy; {:.2} tokens/pass, acceptance {:?}", st.tokens_per_pass(), st.acceptance());
             }
         }
     }

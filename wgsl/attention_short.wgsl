@@ -12,9 +12,8 @@
 //
 // Bindings: q: f32[n_tokens, n_heads * d] (or, in the q-norm form, the raw projection: bindings
 //   6–8 and attention_qnorm.wgsl, as attention_split); kc, vc: the K/V caches as vec4s
-//   ([slots + staging, n_kv_heads * d / 4], kv_row in common.wgsl; read-write in the own-row
-//   form, attention_own_kv.wgsl, binding 9); o: f32[n_tokens, n_heads * d] as vec4s;
-//   p: AttnParams; step: Step.
+//   ([slots + staging, n_kv_heads * d / 4], kv_row in common.wgsl); o: f32[n_tokens,
+//   n_heads * d] as vec4s; p: AttnParams; step: Step.
 // Launch: WG threads per (head, token); grid = (n_heads, n_tokens).
 // Host guarantees: d % 8 == 0, d / 4 ≤ TV, WG a power of two ≥ 64 and ≥ d / 4.
 //
@@ -36,8 +35,8 @@
 // they live across the tile loop and cost ≈ 4 µs per dispatch at 1024 threads (session 27 #3).
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, {{KV_ACCESS}}> kc: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, {{KV_ACCESS}}> vc: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> vc: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> o: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> p: AttnParams;
 @group(0) @binding(5) var<uniform> step: Step;
@@ -81,22 +80,6 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let t = wid.y;
     if (t >= step.n_tokens) { return; }
     let pos = step.pos0 + t;
-    // @unroll o OWN_KV
-    // The own-row form (attention_own_kv.wgsl): the writer dispatch computes and stores its
-    // token's k and v rows (grid x: kv heads); a decode step's short row computes its own key
-    // from the raw projection and reads it from this workgroup's copy (`own_row`). One call site.
-    let grp = p.n_heads / p.n_kv_heads;
-    let writer = kvp.writer != 0u;
-    let own = !writer && step.n_tokens == 1u;
-    // A decode step's own row: the group's first q head stores it in the ring and reads it
-    // there; each other one reads its own copy, staging row h % grp (a decode step stages
-    // nothing; kv_row's staging rows are VERIFY_MAX ≥ grp, the host's guarantee).
-    let own_row = select(NO_ROW, p.slots + h % grp, own && h % grp != 0u);
-    if (writer || (own && short_row(pos))) {
-        own_kv(t, select(h / grp, h, writer), lid, writer || h % grp == 0u, own_row);
-    }
-    if (writer) { return; }
-    // @end o
     // Rows with more keys belong to attention_split (a uniform branch: the whole workgroup).
     if (!short_row(pos)) { return; }
     let d = p.d;
@@ -123,12 +106,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         for (var r0 = 0u; r0 < n_valid; r0 += NT * G) {
             // @unroll g G
             let j{g} = r0 + {g}u * NT + team;
-            // @unroll o PLAIN_KV
             let kb{g} = kv_row(base + min(j{g}, n_valid - 1u), p.slots) * kv4 + kvh * d4;
-            // @end o
-            // @unroll o OWN_KV
-            let kb{g} = key_row(base + min(j{g}, n_valid - 1u), pos, own_row) * kv4 + kvh * d4;
-            // @end o
             // @unroll v VPL
             var k{g}_{v} = vec4<f32>(0.0);
             if ({v}u * TPK + lane < d4) { k{g}_{v} = kc[kb{g} + {v}u * TPK + lane]; }
@@ -149,12 +127,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         // @unroll g GV
         let jv{g} = {g}u * NTV + vg;
         var v{g} = vec4<f32>(0.0);
-        // @unroll o PLAIN_KV
         if (vl < d4) { v{g} = vc[kv_row(base + min(jv{g}, n_valid - 1u), p.slots) * kv4 + kvh * d4 + vl]; }
-        // @end o
-        // @unroll o OWN_KV
-        if (vl < d4) { v{g} = vc[key_row(base + min(jv{g}, n_valid - 1u), pos, own_row) * kv4 + kvh * d4 + vl]; }
-        // @end o
         // @end g
         workgroupBarrier();
         let s = select(NEG, sc[lid], lid < n_valid);
@@ -173,12 +146,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
             // @unroll g GV
             let nj{g} = r1 + {g}u * NTV + vg;
             var nv{g} = vec4<f32>(0.0);
-            // @unroll o PLAIN_KV
             if (r1 < n_valid && vl < d4) { nv{g} = vc[kv_row(base + min(nj{g}, n_valid - 1u), p.slots) * kv4 + kvh * d4 + vl]; }
-            // @end o
-            // @unroll o OWN_KV
-            if (r1 < n_valid && vl < d4) { nv{g} = vc[key_row(base + min(nj{g}, n_valid - 1u), pos, own_row) * kv4 + kvh * d4 + vl]; }
-            // @end o
             // @end g
             // @unroll g GV
             if (r0 + {g}u * NTV + vg < n_valid) { acc += sc[r0 + {g}u * NTV + vg] * v{g}; }

@@ -72,8 +72,8 @@ impl KernelHarness {
     /// nothing, as in the real program). Returns the final contents of every storage buffer, in
     /// the same order and with the same lengths as `buffers`. Validation errors (wrong binding
     /// count or size, a grid over the device limit) come back as `Error::Gpu` naming the kernel.
-    /// `params` of a kernel with several params blocks: each but the last padded to
-    /// [`PARAMS2_AT`] bytes (the second at PARAMS2_AT, a third at twice it).
+    /// `params` of a kernel with two params blocks: the first padded to [`PARAMS2_AT`] bytes,
+    /// then the second.
     pub fn run(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32)) -> Result<Vec<Vec<u8>>> {
         self.run_n(kernel, buffers, params, step, grid, 1)
     }
@@ -421,20 +421,15 @@ impl KernelHarness {
                 usage: wgpu::BufferUsages::UNIFORM,
             })
         };
-        // A kernel with more params blocks (the fused-norm qmv's NormPro, attention's QNormParams
-        // and OwnKvParams, bound after step) takes them all in `params`, each block padded to
-        // PARAMS2_AT bytes but the last.
-        let blocks = kernel.bindings().iter().filter(|b| **b == Bind::Uniform).count().saturating_sub(1).max(1);
-        let block = |i: usize| {
-            let start = (i * PARAMS2_AT).min(params.len());
-            let end = if i + 1 == blocks { params.len() } else { ((i + 1) * PARAMS2_AT).min(params.len()) };
-            &params[start..end]
-        };
-        let params_buf = uniform("params", block(0));
+        // A kernel with a second params block (the fused-norm qmv's NormPro, bound last) takes
+        // both in `params`: the first padded to PARAMS2_AT bytes, then the second.
+        let second = kernel.bindings().iter().filter(|b| **b == Bind::Uniform).count() == 3;
+        let (first, rest) = if second { params.split_at(PARAMS2_AT.min(params.len())) } else { (params, &[][..]) };
+        let params_buf = uniform("params", first);
         let step_buf = uniform("step", bytemuck::bytes_of(&step));
-        let more: Vec<wgpu::Buffer> = (1..blocks).map(|i| uniform(&format!("params {}", i + 1), block(i))).collect();
+        let params2_buf = uniform("params 2", rest);
         let mut storage_iter = storage.iter();
-        let mut uniforms = [&params_buf, &step_buf].into_iter().chain(more.iter());
+        let mut uniforms = [&params_buf, &step_buf, &params2_buf].into_iter();
         let entries: Vec<wgpu::BindGroupEntry> = kernel
             .bindings()
             .iter()

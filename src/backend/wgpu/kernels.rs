@@ -108,9 +108,8 @@ pub enum Kernel {
     AttentionCombine,
     /// Decode and verify attention in one dispatch for rows of at most `AttnParams::short_max`
     /// keys (attention_short.wgsl): `d4` = head_dim / 4, `wg` threads per (head, token); see
-    /// [`attention_short`]. `own_kv` (with `qnorm`): the form that computes and stores its own
-    /// row's k and v (attention_own_kv.wgsl), in place of qkv_norm_rope.
-    AttentionShort { d4: u32, wg: u32, qnorm: bool, own_kv: bool, sum_group0: bool },
+    /// [`attention_short`].
+    AttentionShort { d4: u32, wg: u32, qnorm: bool, sum_group0: bool },
     GeluMul,
     /// gelu_mul that also writes each token's sums of its output over groups of 64 (chunks).
     GeluMulSums,
@@ -180,9 +179,7 @@ impl Kernel {
             Kernel::AttentionCoop { d, sums } => format!("attention_coop_d{d}{}", if sums { "_sums" } else { "" }),
             Kernel::AttentionSplit { dk, qnorm } => format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" }),
             Kernel::AttentionCombine => "attention_combine".into(),
-            Kernel::AttentionShort { d4, qnorm, own_kv, sum_group0, .. } => {
-                format!("attention_short_d{}{}{}{}", 4 * d4, if qnorm { "_qnorm" } else { "" }, if own_kv { "_kv" } else { "" }, if sum_group0 { "_g0" } else { "" })
-            }
+            Kernel::AttentionShort { d4, qnorm, sum_group0, .. } => format!("attention_short_d{}{}{}", 4 * d4, if qnorm { "_qnorm" } else { "" }, if sum_group0 { "_g0" } else { "" }),
             Kernel::GeluMul => "gelu_mul".into(),
             Kernel::GeluMulSums => "gelu_mul_sums".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
@@ -292,17 +289,14 @@ impl Kernel {
                 let src = format!("{}\n{qnorm_src}", src.replace("{{LOAD_QUERY}}", load));
                 format!("{params}\n{}\n{tile}", unroll(&src, &[("DK", dk), ("G", g)]))
             }
-            Kernel::AttentionShort { d4, wg, qnorm, own_kv, sum_group0 } => {
+            Kernel::AttentionShort { d4, wg, qnorm, sum_group0 } => {
                 let s = short_shape(d4, wg);
                 let team = if sg >= s.tpk { include_str!("../../../wgsl/attention_team_subgroup.wgsl") } else { include_str!("../../../wgsl/attention_team_tree.wgsl") };
                 // workgroup_sum / workgroup_max over subgroups need subgroups no wider than WG.
                 let src = subgroup_text(&include_str!("../../../wgsl/attention_short.wgsl").replace("// {{TEAM_SUM}}", team), if sg > wg { 0 } else { sg });
                 let (load, qnorm_src) = if qnorm { ("load_query_normed", include_str!("../../../wgsl/attention_qnorm.wgsl")) } else { ("load_query", "") };
                 let dk = (4 * d4).div_ceil(wg);
-                let own_src = if own_kv { include_str!("../../../wgsl/attention_own_kv.wgsl") } else { "" };
-                let src = format!("{}\n{qnorm_src}\n{own_src}", src.replace("{{LOAD_QUERY}}", load))
-                    .replace("{{KV_ACCESS}}", if own_kv { "read_write" } else { "read" })
-                    .replace("{{OWN_D}}", &(4 * d4).to_string())
+                let src = format!("{}\n{qnorm_src}", src.replace("{{LOAD_QUERY}}", load))
                     .replace("{{WG}}", &wg.to_string())
                     .replace("{{TPK}}", &s.tpk.to_string())
                     .replace("{{VPL}}", &s.vpl.to_string())
@@ -312,7 +306,7 @@ impl Kernel {
                     .replace("{{DK}}", &dk.to_string())
                     .replace("{{SUM_GROUP0}}", if sum_group0 { "true" } else { "false" })
                     .replace("{{VH}}", &short_vh_vec4s(wg, s.tv, sum_group0).to_string());
-                format!("{params}\n{}", unroll(&src, &[("VPL", s.vpl), ("G", s.g), ("GV", s.gv), ("DK", dk), ("OWN_KV", u32::from(own_kv)), ("PLAIN_KV", u32::from(!own_kv))]))
+                format!("{params}\n{}", unroll(&src, &[("VPL", s.vpl), ("G", s.g), ("GV", s.gv), ("DK", dk)]))
             }
             Kernel::AttentionCombine => {
                 let src = include_str!("../../../wgsl/attention_combine.wgsl").replace("{{U}}", &COMBINE_U.to_string());
@@ -558,8 +552,6 @@ impl Kernel {
             Kernel::RmsNorm { .. } | Kernel::RmsNormRows { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite, Read],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
-            // The own-row form writes its row of the caches (1, 2); kvp (9).
-            Kernel::AttentionShort { own_kv: true, .. } => &[Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, Read, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } | Kernel::AttentionShort { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
             Kernel::HeadNormRope { .. } | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } | Kernel::AttentionShort { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCoop { sums: false, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
@@ -864,22 +856,10 @@ pub fn attention_split(head_dim: usize, qnorm: bool) -> Kernel {
 /// workgroup memory holds the kernel's arrays, else fewer. The value groups' sums in the default
 /// form. A/B knobs for measurements: `KESTREL_ATTN_SHORT_SUM=tree|group0` picks the sum,
 /// `KESTREL_ATTN_SHORT_WG=256|512|1024` the largest size.
-pub fn attention_short(head_dim: usize, q: ShortQuery, limits: &wgpu::Limits) -> Kernel {
+pub fn attention_short(head_dim: usize, qnorm: bool, limits: &wgpu::Limits) -> Kernel {
     let sum_group0 = std::env::var("KESTREL_ATTN_SHORT_SUM").map_or(SHORT_SUM_GROUP0, |v| v == "group0");
     let max_wg = env_u32("KESTREL_ATTN_SHORT_WG").unwrap_or(SHORT_WG_MAX);
-    attention_short_form(head_dim, q, sum_group0, max_wg, limits)
-}
-
-/// What attention_short's q binding holds and what the kernel makes of it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ShortQuery {
-    /// q normalised and rotated (qkv_norm_rope or head_norm_rope wrote it).
-    Given,
-    /// The raw projection: the kernel norms and rotates q (attention_qnorm.wgsl).
-    Raw,
-    /// The raw stacked q | k | v of a KV-owning layer: q as `Raw`, and the row's own k and v
-    /// computed and stored by the kernel (attention_own_kv.wgsl).
-    RawOwnKv,
+    attention_short_form(head_dim, qnorm, sum_group0, max_wg, limits)
 }
 
 /// The largest attention_short workgroup a decode or verify step takes. On the H200 with group
@@ -892,34 +872,20 @@ pub const SHORT_WG_MAX: u32 = 512;
 /// attention_short with the value groups' sums added by group 0 after one barrier
 /// (`sum_group0`) or by a halving tree, at most `max_wg` threads per (head, token) (1024, 512
 /// or 256: the largest of them the device's limits allow).
-pub fn attention_short_form(head_dim: usize, q: ShortQuery, sum_group0: bool, max_wg: u32, limits: &wgpu::Limits) -> Kernel {
+pub fn attention_short_form(head_dim: usize, qnorm: bool, sum_group0: bool, max_wg: u32, limits: &wgpu::Limits) -> Kernel {
     let d4 = head_dim as u32 / 4;
-    let qnorm = q != ShortQuery::Given;
-    let own_kv = q == ShortQuery::RawOwnKv;
     let wg = [1024u32, 512, 256]
         .into_iter()
         .filter(|&wg| wg <= max_wg)
-        .find(|&wg| wg <= limits.max_compute_invocations_per_workgroup && wg <= limits.max_compute_workgroup_size_x && short_shared_bytes(d4, wg, qnorm, own_kv, sum_group0) <= limits.max_compute_workgroup_storage_size)
+        .find(|&wg| wg <= limits.max_compute_invocations_per_workgroup && wg <= limits.max_compute_workgroup_size_x && short_shared_bytes(d4, wg, qnorm, sum_group0) <= limits.max_compute_workgroup_storage_size)
         .unwrap_or(256);
-    Kernel::AttentionShort { d4, wg, qnorm, own_kv, sum_group0 }
+    Kernel::AttentionShort { d4, wg, qnorm, sum_group0 }
 }
 
 /// attention_short's workgroup memory: qs (1024 floats), sc and red (WG each), vh and, in the
-/// q-norm form, qn_red (WG); in the own-row form ks and vs (a row each).
-fn short_shared_bytes(d4: u32, wg: u32, qnorm: bool, own_kv: bool, sum_group0: bool) -> u32 {
-    4 * (1024 + 2 * wg + if qnorm { wg } else { 0 } + if own_kv { 8 * d4 } else { 0 }) + 16 * short_vh_vec4s(wg, short_shape(d4, wg).tv, sum_group0)
-}
-
-/// Params of attention_short's own-row form (`OwnKvParams` in attention_own_kv.wgsl): where the
-/// raw k and v heads start in a stacked row, the k norm's weight, and whether this dispatch is
-/// the writer form (one workgroup per kv head and token, caches only).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
-pub struct OwnKvParams {
-    pub k_off: u32,
-    pub v_off: u32,
-    pub k_w: u32,
-    pub writer: u32,
+/// q-norm form, qn_red (WG).
+fn short_shared_bytes(d4: u32, wg: u32, qnorm: bool, sum_group0: bool) -> u32 {
+    4 * (1024 + 2 * wg + if qnorm { wg } else { 0 }) + 16 * short_vh_vec4s(wg, short_shape(d4, wg).tv, sum_group0)
 }
 
 /// attention_short's vh in vec4s: the halving tree's upper half, or (group 0's sum) every value
@@ -1698,26 +1664,6 @@ mod tests {
         let src = "a\n  // @unroll r R\n  x{r}\n  // @unroll t 2\n  y{r}_{t}\n  // @end t\n  // @end r\nb\n";
         assert_eq!(unroll(src, &[("R", 2)]), "a\n  x0\n  y0_0\n  y0_1\n  x1\n  y1_0\n  y1_1\nb\n");
         assert_eq!(unroll("// @unroll r 0\nz\n// @end r\nq\n", &[]), "q\n");
-    }
-
-    /// attention_short's own-row form at the head dims and thread counts the models meet, with
-    /// subgroups of 32 (the H200), 8 (lavapipe) and none: naga validates it (barriers only in
-    /// uniform control flow, among others) and writes it to SPIR-V.
-    #[test]
-    fn own_kv_attention_validates() {
-        use naga::valid::{Capabilities, ValidationFlags, Validator};
-        for (d4, wg) in [(64, 512), (128, 512), (16, 256), (64, 1024), (50, 256)] {
-            for sg in [32, 8, 0] {
-                let k = super::Kernel::AttentionShort { d4, wg, qnorm: true, own_kv: true, sum_group0: true };
-                let src = k.source(sg);
-                let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
-                let info = Validator::new(ValidationFlags::all(), Capabilities::SUBGROUP).validate(&module).unwrap_or_else(|e| panic!("{} sg {sg}: {}", k.label(), e.emit_to_string(&src)));
-                let opts = naga::back::spv::Options { lang_version: (1, 6), ..Default::default() };
-                if let Err(e) = naga::back::spv::write_vec(&module, &info, &opts, None) {
-                    panic!("{} sg {sg}: SPIR-V: {e}", k.label());
-                }
-            }
-        }
     }
 
     /// qmm_coop and attention_coop need a device with cooperative matrices (not lavapipe,

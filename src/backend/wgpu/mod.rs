@@ -149,15 +149,6 @@ pub struct WgpuOptions {
     /// split the rows between them by this count, so a verify step's rows stay bitwise a decode
     /// step's. `KESTREL_ATTN_SHORT=N` overrides it for A/B measurements.
     pub attn_short: u32,
-    /// A KV-owning layer's decode and verify steps leave out its qkv_norm_rope dispatch: its
-    /// attention norms and rotates q from the raw stacked q | k | v row (as KV-sharing layers'
-    /// does) and computes its own row's k and v there too (attention_own_kv.wgsl), storing them
-    /// in the caches; verify steps, and decode steps whose row is attention_split's, store their
-    /// rows first by the same kernel's writer form. One dependent dispatch fewer per KV-owning
-    /// layer in a decode step of a short row; chunks keep qkv_norm_rope. Off until measured on
-    /// the H200 (PERF_NOTES.md, session 32). `KESTREL_OWN_KV=0|1` overrides it for A/B
-    /// measurements.
-    pub own_kv: bool,
 }
 
 impl Default for WgpuOptions {
@@ -177,7 +168,6 @@ impl Default for WgpuOptions {
             moe_norm: true,
             moe_overlap: true,
             attn_short: ATTN_SHORT_MAX,
-            own_kv: false,
         }
     }
 }
@@ -393,10 +383,8 @@ impl Spec {
 
 /// Which decode attention kernels own a row (attention_params.wgsl's short_row): rows of at most
 /// `max` keys are attention_short's (`short`), the others attention_split's and
-/// attention_combine's (and, with `WgpuOptions::own_kv`, the writer form's that stores their
-/// K/V rows first). A one-row step dispatches only the owner's kernels; steps of several rows
-/// dispatch all of them and each kernel skips the rows it does not own (the writer form stores
-/// every row of a verify step).
+/// attention_combine's. A one-row step dispatches only the owner's kernels; steps of several
+/// rows dispatch all of them and each kernel skips the rows it does not own.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct KeysOwner {
     short: bool,
@@ -2096,7 +2084,6 @@ impl<'a> Builder<'a> {
         let fold_q_norm = switch("KESTREL_ATTN_QNORM", self.opts.fold_q_norm);
         let attn_short = std::env::var("KESTREL_ATTN_SHORT").ok().and_then(|v| v.parse().ok()).unwrap_or(self.opts.attn_short);
         let moe_norm = switch("KESTREL_MOE_NORM", self.opts.moe_norm);
-        let own_kv = switch("KESTREL_OWN_KV", self.opts.own_kv);
         let moe_overlap = switch("KESTREL_MOE_OVERLAP", self.opts.moe_overlap);
         // Chunk attention on tensor cores (where the mat-mats run there): A/B knob
         // KESTREL_ATTN_COOP=0.
@@ -2398,8 +2385,6 @@ impl<'a> Builder<'a> {
             let first = self.specs.len();
             // A KV-sharing layer's raw q and where its heads lie, when attention_split norms it.
             let mut q_raw: Option<(wgpu::Buffer, QNormParams)> = None;
-            // A KV-owning layer whose attention computes its own row's k and v (`own_kv`).
-            let mut own_row: Option<OwnKvParams> = None;
             let (qs, ks, vs) = match &gl.proj {
                 Proj::Stacked(m) => {
                     let rows = m.parts[0].rows;
@@ -2440,15 +2425,6 @@ impl<'a> Builder<'a> {
                         Res::Params, Res::Step,
                     ];
                     self.spec(Kernel::QkvNormRope { wg: head_norm_wg(p.d as usize) }, res, &p, (l.n_heads + 2 * l.n_kv_heads) as u32, GridY::Tokens);
-                    // attention_short's host guarantees (the writer form is that kernel too), and
-                    // a staging row per q head of a kv head for a decode step's copies of its row.
-                    if own_kv && d % 8 == 0 && d <= 1024 && rc == cache && l.n_heads / l.n_kv_heads <= VERIFY_MAX {
-                        // Chunks only: decode and verify steps norm q, and k and v, in the attention.
-                        self.specs.last_mut().expect("just pushed").only = Only::Multi;
-                        let qp = QNormParams { src_stride: qs.2 as u32, src_off: qs.1 as u32, w_off: ln.q, rope_off: rope_off as u32, rope_stride: rope_stride as u32, eps, _pad: [0; 2] };
-                        q_raw = Some((qkv.clone(), qp));
-                        own_row = Some(OwnKvParams { k_off: ks.1 as u32, v_off: vs.1 as u32, k_w: ln.k, writer: 0 });
-                    }
                 }
                 (kv_src, _) => {
                     if let KvSource::Own { cache } = kv_src {
@@ -2521,25 +2497,6 @@ impl<'a> Builder<'a> {
             };
             let attn_res = |out: &wgpu::Buffer| [vec![Res::Buf(qb.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(out.clone()), Res::Params, Res::Step], extra.clone()].concat();
             let owner = |short| Some(KeysOwner { short, window: ap.window, max: ap.short_max });
-            let short_q = match (qnorm, own_row) {
-                (_, Some(_)) => ShortQuery::RawOwnKv,
-                (true, None) => ShortQuery::Raw,
-                (false, None) => ShortQuery::Given,
-            };
-            // The own-row form's kvp (binding 9): the attention's, and the writer form's.
-            let own_res = |writer: u32, b: &mut Self| own_row.map(|kp| {
-                let (off, len) = b.push_params(&OwnKvParams { writer, ..kp });
-                Res::ParamsAt(off, len)
-            });
-            if own_row.is_some() {
-                // The writer form: the rows of a verify step, or of a decode step whose row is
-                // attention_split's, stored before the attention reads them (one workgroup per
-                // kv head and token; `o` is bound, not written).
-                let wres = [attn_res(&att), own_res(1, &mut self).into_iter().collect()].concat();
-                self.spec(attention_short(d, short_q, &self.gpu.limits), wres, &ap, l.n_kv_heads as u32, GridY::Tokens);
-                self.specs.last_mut().expect("just pushed").only = Only::Single;
-                self.specs.last_mut().expect("just pushed").keys = owner(false);
-            }
             if ap.short_max < u32::MAX {
                 self.spec(attention_split(d, qnorm), attn_res(&attn_part), &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
                 self.specs.last_mut().expect("just pushed").only = Only::Single;
@@ -2550,8 +2507,7 @@ impl<'a> Builder<'a> {
                 self.specs.last_mut().expect("just pushed").keys = owner(false);
             }
             if ap.short_max > 0 {
-                let res = [attn_res(&att), own_res(0, &mut self).into_iter().collect()].concat();
-                self.spec(attention_short(d, short_q, &self.gpu.limits), res, &ap, l.n_heads as u32, GridY::Tokens);
+                self.spec(attention_short(d, qnorm, &self.gpu.limits), attn_res(&att), &ap, l.n_heads as u32, GridY::Tokens);
                 self.specs.last_mut().expect("just pushed").only = Only::Single;
                 self.specs.last_mut().expect("just pushed").keys = owner(true);
             }
