@@ -5,6 +5,7 @@
 //! (why the program has the shape it has) is in `mod.rs`.
 
 use super::*;
+
 /// Uploads weights, allocates buffers and records the program.
 pub(super) struct Builder<'a> {
     gpu: Gpu,
