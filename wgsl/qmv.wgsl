@@ -56,7 +56,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // @unroll r GLU
     rows[OWN + {r}u] = p.rows + min(r0 + {r}u, p.rows - 1u);
     // @end r
-    qmv_reduce(qmv_dots_wg(rows, xrows, lane, lid, p.cols, p.gs), lid, lane);
+    qmv_reduce({{DOTS}}(rows, xrows, lane, lid, p.cols, p.gs), lid, lane);
     if (lane == 0u) {
         // @unroll r PLAIN
         // @unroll t TOK

@@ -91,14 +91,24 @@ fn digits4(u: vec4<u32>) -> vec3<u32> {
     return vec3<u32>(pack4xU8(u >> vec4<u32>(16u)), pack4xU8(u >> vec4<u32>(8u)), pack4xU8(u)) ^ vec3<u32>(0x80808080u);
 }
 
-// Stages one chunk of x (v0..v7: its 32 values) for token st, chunk sk of the round (dot32i).
-fn stage_chunk(st: u32, sk: u32, v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>, v4: vec4<f32>, v5: vec4<f32>, v6: vec4<f32>, v7: vec4<f32>) {
+// One chunk of x (v0..v7: its 32 values) as dot32i's integer digits: p0..p5 are its arguments
+// a0, a1, b0, b1, c0, c1, and `scale` the 2^-k that undoes X = round(x · 2^k).
+struct ChunkDigits {
+    p0: vec4<u32>,
+    p1: vec4<u32>,
+    p2: vec4<u32>,
+    p3: vec4<u32>,
+    p4: vec4<u32>,
+    p5: vec4<u32>,
+    scale: f32,
+}
+
+fn chunk_digits(v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>, v4: vec4<f32>, v5: vec4<f32>, v6: vec4<f32>, v7: vec4<f32>) -> ChunkDigits {
     let mv = max(max(max(abs(v0), abs(v1)), max(abs(v2), abs(v3))), max(max(abs(v4), abs(v5)), max(abs(v6), abs(v7))));
     // e: the biased exponent of the largest |x| (clamped: all-tiny chunks round to small X; a
     // non-finite x makes xsum, so the row, non-finite). 2^k = 2^(148 − e) keeps |X| < 2^22.
     let e = clamp(bitcast<u32>(max(max(mv.x, mv.y), max(mv.z, mv.w))) >> 23u, 22u, 254u);
     let up = bitcast<f32>((275u - e) << 23u);
-    xsc[st * NCH + sk] = bitcast<f32>((e - 21u) << 23u);
     // fma(x, 2^k, 1.5 · 2^23) rounds x · 2^k to the integer X in the low mantissa bits
     // (0x4b400000 + X), which the add turns into U = X + 0x808080.
     let magic = vec4<f32>(12582912.0);
@@ -111,7 +121,6 @@ fn stage_chunk(st: u32, sk: u32, v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3
     let ub1 = bitcast<vec4<u32>>(fma(v5, vec4<f32>(up), magic)) + bias;
     let ub2 = bitcast<vec4<u32>>(fma(v6, vec4<f32>(up), magic)) + bias;
     let ub3 = bitcast<vec4<u32>>(fma(v7, vec4<f32>(up), magic)) + bias;
-    let xo = st * 6u * NCH + sk;
     // Word w of the chunk: values 8w..8w+7, the even ones then the odd ones.
     let d0 = digits4(vec4<u32>(ua0.x, ua0.z, ua1.x, ua1.z));
     let e0 = digits4(vec4<u32>(ua0.y, ua0.w, ua1.y, ua1.w));
@@ -121,12 +130,30 @@ fn stage_chunk(st: u32, sk: u32, v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3
     let e2 = digits4(vec4<u32>(ub0.y, ub0.w, ub1.y, ub1.w));
     let d3 = digits4(vec4<u32>(ub2.x, ub2.z, ub3.x, ub3.z));
     let e3 = digits4(vec4<u32>(ub2.y, ub2.w, ub3.y, ub3.w));
-    xq[xo] = vec4<u32>(d0.x, e0.x, d1.x, e1.x);
-    xq[xo + NCH] = vec4<u32>(d2.x, e2.x, d3.x, e3.x);
-    xq[xo + 2u * NCH] = vec4<u32>(d0.y, e0.y, d1.y, e1.y);
-    xq[xo + 3u * NCH] = vec4<u32>(d2.y, e2.y, d3.y, e3.y);
-    xq[xo + 4u * NCH] = vec4<u32>(d0.z, e0.z, d1.z, e1.z);
-    xq[xo + 5u * NCH] = vec4<u32>(d2.z, e2.z, d3.z, e3.z);
+    return ChunkDigits(
+        vec4<u32>(d0.x, e0.x, d1.x, e1.x), vec4<u32>(d2.x, e2.x, d3.x, e3.x),
+        vec4<u32>(d0.y, e0.y, d1.y, e1.y), vec4<u32>(d2.y, e2.y, d3.y, e3.y),
+        vec4<u32>(d0.z, e0.z, d1.z, e1.z), vec4<u32>(d2.z, e2.z, d3.z, e3.z),
+        bitcast<f32>((e - 21u) << 23u));
+}
+
+// Σ of a chunk's 32 values, in the one order every loop uses (the bias term's Σx).
+fn chunk_sum(v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>, v4: vec4<f32>, v5: vec4<f32>, v6: vec4<f32>, v7: vec4<f32>) -> f32 {
+    return ((dot(v0, vec4<f32>(1.0)) + dot(v1, vec4<f32>(1.0))) + (dot(v2, vec4<f32>(1.0)) + dot(v3, vec4<f32>(1.0))))
+         + ((dot(v4, vec4<f32>(1.0)) + dot(v5, vec4<f32>(1.0))) + (dot(v6, vec4<f32>(1.0)) + dot(v7, vec4<f32>(1.0))));
+}
+
+// Stages one chunk of x (v0..v7: its 32 values) for token st, chunk sk of the round (dot32i).
+fn stage_chunk(st: u32, sk: u32, v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>, v4: vec4<f32>, v5: vec4<f32>, v6: vec4<f32>, v7: vec4<f32>) {
+    let d = chunk_digits(v0, v1, v2, v3, v4, v5, v6, v7);
+    xsc[st * NCH + sk] = d.scale;
+    let xo = st * 6u * NCH + sk;
+    xq[xo] = d.p0;
+    xq[xo + NCH] = d.p1;
+    xq[xo + 2u * NCH] = d.p2;
+    xq[xo + 3u * NCH] = d.p3;
+    xq[xo + 4u * NCH] = d.p4;
+    xq[xo + 5u * NCH] = d.p5;
 }
 
 // The lane's partial sums for rows × tokens ([r * TOK + t]) over its chunks of a row of `cols`
@@ -169,8 +196,7 @@ fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32,
         if (c0 + {u}u * LANES < chunks) {
             // @unroll t TOK
             {
-                let xs = ((dot(v{t}_{u}_0, vec4<f32>(1.0)) + dot(v{t}_{u}_1, vec4<f32>(1.0))) + (dot(v{t}_{u}_2, vec4<f32>(1.0)) + dot(v{t}_{u}_3, vec4<f32>(1.0))))
-                       + ((dot(v{t}_{u}_4, vec4<f32>(1.0)) + dot(v{t}_{u}_5, vec4<f32>(1.0))) + (dot(v{t}_{u}_6, vec4<f32>(1.0)) + dot(v{t}_{u}_7, vec4<f32>(1.0))));
+                let xs = chunk_sum(v{t}_{u}_0, v{t}_{u}_1, v{t}_{u}_2, v{t}_{u}_3, v{t}_{u}_4, v{t}_{u}_5, v{t}_{u}_6, v{t}_{u}_7);
                 // @unroll r RPT
                 acc{r}_{t} += s{r}_{u} * dot32(w{r}_{u}, v{t}_{u}_0 * pre, v{t}_{u}_1 * pre, v{t}_{u}_2 * pre, v{t}_{u}_3 * pre, v{t}_{u}_4 * pre, v{t}_{u}_5 * pre, v{t}_{u}_6 * pre, v{t}_{u}_7 * pre) + b{r}_{u} * xs;
                 // @end r
@@ -236,8 +262,7 @@ fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid
     }
     for (var base = 0u; base < chunks; base += NCH) {
         if (stager) {
-            xsum[st * NCH + sk] = ((dot(v0, vec4<f32>(1.0)) + dot(v1, vec4<f32>(1.0))) + (dot(v2, vec4<f32>(1.0)) + dot(v3, vec4<f32>(1.0))))
-                                + ((dot(v4, vec4<f32>(1.0)) + dot(v5, vec4<f32>(1.0))) + (dot(v6, vec4<f32>(1.0)) + dot(v7, vec4<f32>(1.0))));
+            xsum[st * NCH + sk] = chunk_sum(v0, v1, v2, v3, v4, v5, v6, v7);
             stage_chunk(st, sk, v0, v1, v2, v3, v4, v5, v6, v7);
         }
         workgroupBarrier();

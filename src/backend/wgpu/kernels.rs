@@ -444,9 +444,15 @@ const QMV_GELU_B: u32 = u32::MAX;
 fn qmv_kernel(pro: u32, first: u32, sg: u32) -> String {
     let src = include_str!("../../../wgsl/qmv.wgsl");
     if pro == 0 {
-        return src.replace("// {{XLOAD}}", "fn xload(i: u32) -> vec4<f32> { return x[i]; }").replace("{{XROW}}", "(min(t0 + {t}u, count - 1u) * p.x_stride) / 4u");
+        return src
+            .replace("// {{XLOAD}}", "fn xload(i: u32) -> vec4<f32> { return x[i]; }")
+            .replace("{{XROW}}", "(min(t0 + {t}u, count - 1u) * p.x_stride) / 4u")
+            .replace("{{DOTS}}", "qmv_dots_wg");
     }
+    let digits = qmv_digits();
+    let src = src.replace("{{DOTS}}", if digits { "qmv_dots_digits" } else { "qmv_dots_wg" });
     let pro_src = include_str!("../../../wgsl/qmv_norm.wgsl")
+        .replace("{{DIGITS}}", if digits { "true" } else { "false" })
         .replace("{{PB}}", &first.to_string())
         .replace("{{PB1}}", &(first + 1).to_string())
         .replace("{{PB2}}", &(first + 2).to_string())
@@ -458,12 +464,21 @@ fn qmv_kernel(pro: u32, first: u32, sg: u32) -> String {
     src.replace("// {{XLOAD}}", &pro_src).replace("{{XROW}}", "{t}u * N4").replace("// {{PROLOGUE}}", "qmv_prologue(lid, wid.x + wid.z == 0u, t0, count);")
 }
 
-/// The label suffix of a fused-norm variant (`_norm1536`), none for the plain one.
+/// Whether the fused-norm forms multiply integer digits of their input (qmv_norm.wgsl's DIGITS:
+/// the prologue turns each 32-value chunk into dot32i's digits once, the loop is
+/// `qmv_dots_digits`) rather than its floats (`qmv_dots`). On unless `KESTREL_QMV_DIGITS=0`
+/// (an A/B knob; PERF_NOTES.md, session 34).
+fn qmv_digits() -> bool {
+    std::env::var("KESTREL_QMV_DIGITS").as_deref() != Ok("0")
+}
+
+/// The label suffix of a fused-norm variant (`_norm1536`, `_norm1536i` with integer digits),
+/// none for the plain one.
 fn pro_label(pro: u32) -> String {
     if pro == 0 {
         String::new()
     } else {
-        format!("_norm{}", 4 * pro)
+        format!("_norm{}{}", 4 * pro, if qmv_digits() { "i" } else { "" })
     }
 }
 
