@@ -16,7 +16,8 @@
 // Launch: 128 threads (TOK = 1); workgroup (i, j, t) owns output rows [TEAMS·OWN·i, …) of slot j
 //   of token t (OWN = RPT, or PAIRS gate/up pairs with RPT = 2 · PAIRS); grid =
 //   (ceil(rows / (TEAMS·OWN)), top_k, n_tokens).
-// Host guarantees: cols % 64 == 0, x_tok_stride % 4 == 0, x_slot_stride % 4 == 0.
+// Host guarantees: cols % 64 == 0, x_tok_stride % 4 == 0, x_slot_stride % 4 == 0; in the
+//   DIGITS form (qmv_digits.wgsl appended) cols = 4 · N4.
 
 @group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding(1) var<storage, read> scales: array<u32>;
@@ -51,7 +52,24 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // @end r
     var xrows: array<u32, TOK>;
     xrows[0] = (t * p.x_tok_stride + j * p.x_slot_stride) / 4u;
-    qmv_reduce(qmv_dots(rows, xrows, lane, p.cols, p.gs), lid, lane);
+    var dots: array<f32, RPT * TOK>;
+    if (DIGITS) {
+        // The slot's x as integer digits in workgroup memory, each chunk converted by one thread
+        // (qmv_digits.wgsl: the loop's arithmetic at about a third of the float loop's).
+        for (var c = lid; c < NCHUNK; c += WG) {
+            let xb = xrows[0] + 8u * c;
+            // @unroll i 8
+            let v{i} = x[xb + {i}u];
+            // @end i
+            store_digits(c, v0, v1, v2, v3, v4, v5, v6, v7);
+        }
+        workgroupBarrier();
+        var drows: array<u32, TOK>; // token 0's digits from xw[0]
+        dots = qmv_dots_digits(rows, drows, lane, lid, p.cols, p.gs);
+    } else {
+        dots = qmv_dots(rows, xrows, lane, p.cols, p.gs);
+    }
+    qmv_reduce(dots, lid, lane);
     if (lane == 0u) {
         // @unroll r PLAIN
         if (r0 + {r}u < p.rows) { y[(t * p.top_k + j) * p.y_stride + r0 + {r}u] = red[{r}u * WG + lid]; }

@@ -41,21 +41,13 @@ struct NormPro {
 @group(0) @binding({{PB2}}) var<storage, read_write> res_out: array<vec4<f32>>;
 @group(0) @binding({{PB3}}) var<uniform> np: NormPro;
 
-const N4: u32 = {{N4}}u;
 const KV: u32 = {{KV}}u; // vec4s per thread: ceil(N4 / WG)
 
-const NCHUNK: u32 = N4 / 8u; // 32-value chunks per row
-
-// v of token t, as [t][vec4 j of a chunk][chunk]: the loop's lanes read consecutive chunks'
-// j-th vec4s, consecutive addresses (stored as the row is, [t][chunk][j], each lane's reads
-// were 128 bytes apart: bank conflicts, session 7's first fused form lost 30-60 % to them).
-// Held as bits: in the DIGITS form each chunk's 8 slots are rewritten in place with its integer
-// digits (slots 0–5, dot32i's arguments) and its scale and Σx (slot 6; see qmv_dots_digits).
-var<workgroup> xw: array<vec4<u32>, TOK * N4>;
-
-// The loop reads the chunks' integer digits (qmv_dots_digits) instead of their floats.
-const DIGITS: bool = {{DIGITS}};
-
+// v of token t lives in qmv_digits.wgsl's xw as [t][vec4 j of a chunk][chunk]: the loop's lanes
+// read consecutive chunks' j-th vec4s, consecutive addresses (stored as the row is,
+// [t][chunk][j], each lane's reads were 128 bytes apart: bank conflicts, session 7's first fused
+// form lost 30-60 % to them). Held as bits: in the DIGITS form each chunk's slots are rewritten
+// in place with its digits (qmv_digits.wgsl).
 fn xw_index(t: u32, k: u32) -> u32 {
     return t * N4 + (k & 7u) * NCHUNK + (k >> 3u);
 }
@@ -126,68 +118,8 @@ fn qmv_prologue(lid: u32, write: bool, t0: u32, count: u32) {
             // @unroll j 8
             let v{j} = bitcast<vec4<f32>>(xw[b + {j}u * NCHUNK]);
             // @end j
-            let d = chunk_digits(v0, v1, v2, v3, v4, v5, v6, v7);
-            let xs = chunk_sum(v0, v1, v2, v3, v4, v5, v6, v7);
-            xw[b] = d.p0;
-            xw[b + NCHUNK] = d.p1;
-            xw[b + 2u * NCHUNK] = d.p2;
-            xw[b + 3u * NCHUNK] = d.p3;
-            xw[b + 4u * NCHUNK] = d.p4;
-            xw[b + 5u * NCHUNK] = d.p5;
-            xw[b + 6u * NCHUNK] = vec4<u32>(bitcast<u32>(d.scale), bitcast<u32>(xs), 0u, 0u);
+            store_digits(b, v0, v1, v2, v3, v4, v5, v6, v7);
         }
         workgroupBarrier();
     }
-}
-
-// The DIGITS form's loop: qmv_dots (the same chunks per lane, in the same order, CU at a time)
-// with the staged loop's arithmetic per chunk, s · (dot32i(w, x digits) · 2^-k) + b · Σx, on the
-// digits the prologue left in xw. Why (PERF_NOTES.md, session 34): the float loop spends about
-// five instructions per weight on unpacking and multiply-adds, the packed integer dot products
-// about one and a half, and the fused consumers (E2B's GeGLU above all) are single-wave kernels
-// whose arithmetic follows their loads rather than hiding behind them. A row's arithmetic
-// depends only on LANES and cols, so decode and verify rows stay bitwise equal.
-fn qmv_dots_digits(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid: u32, cols: u32, gs: u32) -> array<f32, RPT * TOK> {
-    let chunks = cols / 32u;
-    let groups = cols / gs;
-    let per_group = gs / 32u;
-    // @unroll r RPT
-    // @unroll t TOK
-    var acc{r}_{t} = 0.0;
-    // @end t
-    // @end r
-    for (var c0 = lane; c0 < chunks; c0 += LANES * CU) {
-        // @unroll u CU
-        let c{u} = min(c0 + {u}u * LANES, chunks - 1u);
-        // @unroll r RPT
-        let w{r}_{u} = w[rows[{r}] * chunks + c{u}];
-        let g{r}_{u} = rows[{r}] * groups + c{u} / per_group;
-        let s{r}_{u} = scale_at(g{r}_{u});
-        let b{r}_{u} = bias_at(g{r}_{u});
-        // @end r
-        // @end u
-        // @unroll u CU
-        if (c0 + {u}u * LANES < chunks) {
-            // @unroll t TOK
-            {
-                let xb = xrows[{t}] + c{u};
-                let ks = bitcast<vec4<f32>>(xw[xb + 6u * NCHUNK]);
-                // @unroll i 6
-                let p{i} = xw[xb + {i}u * NCHUNK];
-                // @end i
-                // @unroll r RPT
-                acc{r}_{t} += s{r}_{u} * (dot32i(w{r}_{u}, p0, p1, p2, p3, p4, p5) * ks.x) + b{r}_{u} * ks.y;
-                // @end r
-            }
-            // @end t
-        }
-        // @end u
-    }
-    var out: array<f32, RPT * TOK>;
-    // @unroll r RPT
-    // @unroll t TOK
-    out[{r}u * TOK + {t}u] = acc{r}_{t};
-    // @end t
-    // @end r
-    return out;
 }

@@ -73,10 +73,11 @@ pub enum Kernel {
     /// The sums of x over each quantisation group of its rows, for the tensor-core mat-mats
     /// whose x's producer does not write them: a thread per group.
     GroupSum,
-    /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair).
-    QmvMoe { lanes: u32, rpt: u32 },
+    /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair; `n4` > 0:
+    /// x rows of 4 · n4 values staged as integer digits, qmv_digits.wgsl).
+    QmvMoe { lanes: u32, rpt: u32, n4: u32 },
     /// `QmvMoe` over a fused gate_up stack with the GeGLU as epilogue (qmv_moe.wgsl's GeGLU form).
-    QmvMoeGlu { lanes: u32, pairs: u32 },
+    QmvMoeGlu { lanes: u32, pairs: u32, n4: u32 },
     Embed(Format),
     /// `v`: values of a row each thread holds in registers (`V` in rmsnorm.wgsl), `wg` threads
     /// per workgroup (256, 512 or 1024), [`rmsnorm`]: decode and verify steps' form (and
@@ -168,8 +169,8 @@ impl Kernel {
             Kernel::QmmCoopGlu { tb } => format!("qmm_coop_glu_q4_64x{}", 64 * tb),
             Kernel::QmmSum => "qmm_sum".into(),
             Kernel::GroupSum => "group_sum".into(),
-            Kernel::QmvMoe { lanes, rpt } => format!("qmv_moe_q4_l{lanes}_r{rpt}"),
-            Kernel::QmvMoeGlu { lanes, pairs } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}"),
+            Kernel::QmvMoe { lanes, rpt, n4 } => format!("qmv_moe_q4_l{lanes}_r{rpt}{}", if n4 > 0 { "_i" } else { "" }),
+            Kernel::QmvMoeGlu { lanes, pairs, n4 } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}{}", if n4 > 0 { "_i" } else { "" }),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm { .. } => "rmsnorm".into(),
             Kernel::RmsNormRows { wg, sums, parts, .. } => format!("rmsnorm_rows{wg}{}{}", if sums { "_sums" } else { "" }, if parts { "_parts" } else { "" }),
@@ -232,8 +233,8 @@ impl Kernel {
                 format!("{}\n{}", include_str!("../../../wgsl/matmul_gb_params.wgsl"), qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg, pro == 0))
             }
             Kernel::QmvGlu { tok, lanes, pairs, pro } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, 2 * pairs, pairs, sg, pro == 0)),
-            Kernel::QmvMoe { lanes, rpt } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, rpt, 0, sg, false)),
-            Kernel::QmvMoeGlu { lanes, pairs } => format!("{moe_params}\n{}", qmv_source(include_str!("../../../wgsl/qmv_moe.wgsl"), 1, lanes, 2 * pairs, pairs, sg, false)),
+            Kernel::QmvMoe { lanes, rpt, n4 } => format!("{moe_params}\n{}", qmv_source(&qmv_moe_kernel(n4), 1, lanes, rpt, 0, sg, false)),
+            Kernel::QmvMoeGlu { lanes, pairs, n4 } => format!("{moe_params}\n{}", qmv_source(&qmv_moe_kernel(n4), 1, lanes, 2 * pairs, pairs, sg, false)),
             Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
             Kernel::QmmMoe => format!("{moe_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)),
             Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb, false, qmm_bias_prefetch(true))),
@@ -452,24 +453,44 @@ fn qmv_kernel(pro: u32, first: u32, sg: u32) -> String {
     let digits = qmv_digits();
     let src = src.replace("{{DOTS}}", if digits { "qmv_dots_digits" } else { "qmv_dots_wg" });
     let pro_src = include_str!("../../../wgsl/qmv_norm.wgsl")
-        .replace("{{DIGITS}}", if digits { "true" } else { "false" })
         .replace("{{PB}}", &first.to_string())
         .replace("{{PB1}}", &(first + 1).to_string())
         .replace("{{PB2}}", &(first + 2).to_string())
         .replace("{{PB3}}", &(first + 3).to_string())
-        .replace("{{N4}}", &pro.to_string())
         .replace("{{KV}}", &pro.div_ceil(QMV_WG).to_string())
         .replace("// @unroll k KV", &format!("// @unroll k {}", pro.div_ceil(QMV_WG)));
-    let pro_src = subgroup_text(&pro_src, sg);
+    let pro_src = format!("{}\n{}", subgroup_text(&pro_src, sg), digits_source(pro, digits));
     src.replace("// {{XLOAD}}", &pro_src).replace("{{XROW}}", "{t}u * N4").replace("// {{PROLOGUE}}", "qmv_prologue(lid, wid.x + wid.z == 0u, t0, count);")
 }
 
-/// Whether the fused-norm forms multiply integer digits of their input (qmv_norm.wgsl's DIGITS:
-/// the prologue turns each 32-value chunk into dot32i's digits once, the loop is
-/// `qmv_dots_digits`) rather than its floats (`qmv_dots`). On unless `KESTREL_QMV_DIGITS=0`
-/// (an A/B knob; PERF_NOTES.md, session 34).
+/// qmv_digits.wgsl for x rows of 4 · `n4` values, its loop on (`on`) or not.
+fn digits_source(n4: u32, on: bool) -> String {
+    include_str!("../../../wgsl/qmv_digits.wgsl").replace("{{N4}}", &n4.to_string()).replace("{{DIGITS}}", if on { "true" } else { "false" })
+}
+
+/// Whether the fused-norm and routed-expert mat-vecs multiply integer digits of their input
+/// (qmv_digits.wgsl: each 32-value chunk turned into dot32i's digits once per workgroup, the
+/// loop `qmv_dots_digits`) rather than its floats (`qmv_dots`). On unless `KESTREL_QMV_DIGITS=0`,
+/// or for the experts' down projection alone `=gate` (A/B knobs; PERF_NOTES.md, session 34).
 fn qmv_digits() -> bool {
     std::env::var("KESTREL_QMV_DIGITS").as_deref() != Ok("0")
+}
+
+/// The x row length (in vec4s) a routed-expert mat-vec of `cols` stages as digits, 0 for the
+/// float loop: [`qmv_digits`], for rows whose digits fit [`QMV_MOE_DIGITS_BYTES`] (`glu`: the
+/// gate_up form; `KESTREL_QMV_DIGITS=gate` leaves the down projection on floats).
+fn qmv_moe_n4(cols: usize, glu: bool) -> u32 {
+    let on = qmv_digits() && (glu || std::env::var("KESTREL_QMV_DIGITS").as_deref() != Ok("gate"));
+    if on && 4 * cols <= QMV_MOE_DIGITS_BYTES { (cols / 4) as u32 } else { 0 }
+}
+
+/// Workgroup memory a routed-expert mat-vec may give its digits (16 bytes per 4 values; the
+/// 26B's 2816-wide gate_up rows take 11 KiB, beside `red`, within lavapipe's 32 KiB).
+const QMV_MOE_DIGITS_BYTES: usize = 16384;
+
+/// qmv_moe.wgsl with qmv_digits.wgsl (its loop on for x rows of 4 · `n4` > 0 values).
+fn qmv_moe_kernel(n4: u32) -> String {
+    format!("{}\n{}", include_str!("../../../wgsl/qmv_moe.wgsl"), digits_source(n4.max(8), n4 > 0))
 }
 
 /// The label suffix of a fused-norm variant (`_norm1536`, `_norm1536i` with integer digits),
@@ -627,7 +648,7 @@ pub fn qmv_moe_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize
         return None;
     }
     let (lanes, rpt) = qmv_tile_override(rows * top_k, cols).unwrap_or_else(|| qmv_tile(rows * top_k, cols));
-    Some((Kernel::QmvMoe { lanes, rpt }, QMV_WG / lanes * rpt))
+    Some((Kernel::QmvMoe { lanes, rpt, n4: qmv_moe_n4(cols, false) }, QMV_WG / lanes * rpt))
 }
 
 /// The `qmv_moe_glu` variant for fused gate_up experts of `rows` gate (and `rows` up) rows ×
@@ -639,7 +660,7 @@ pub fn qmv_moe_glu_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: u
     }
     let (lanes, rpt) = qmv_tile_override(2 * rows * top_k, cols).unwrap_or_else(|| qmv_tile(2 * rows * top_k, cols));
     let pairs = (rpt / 2).max(1);
-    Some((Kernel::QmvMoeGlu { lanes, pairs }, QMV_WG / lanes * pairs))
+    Some((Kernel::QmvMoeGlu { lanes, pairs, n4: qmv_moe_n4(cols, true) }, QMV_WG / lanes * pairs))
 }
 
 /// Tokens of one `qmm` workgroup (`BN` in qmm.wgsl).
@@ -1067,7 +1088,12 @@ pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Opt
     if !cols.is_multiple_of(64) || !x_stride.is_multiple_of(4) {
         return None;
     }
-    let (lanes, rpt) = qmv_dense_tile(2 * rows, cols);
+    // Tall stacks of the widths whose GeGLU takes the fused-norm prologue (E2B's 1536) get two
+    // pairs per team: half the workgroups, so half the redundant prologues. Measured on the
+    // H100 with the integer-digit loop (session 34 p1): E2B 391.4 / 390.7 → 394.7 / 402.0 tok/s,
+    // the GeGLU's timestamped 17.5 → 16.8 µs; at 8 lanes × 2 pairs 392.4 / 391.7.
+    let wide_fused = qmv_tile_override(2 * rows, cols).is_none() && 2 * rows >= 12288 && cols <= PRO_MAX_HIDDEN;
+    let (lanes, rpt) = if wide_fused { (16, 4) } else { qmv_dense_tile(2 * rows, cols) };
     let pairs = (rpt / 2).max(1);
     Some((Kernel::QmvGlu { tok, lanes, pairs, pro: 0 }, QMV_WG / lanes * pairs))
 }
