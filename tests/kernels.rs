@@ -1016,8 +1016,9 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
             .collect();
         assert!(outs[0] == outs[1], "qmv_glu rows={rows} cols={cols}: tile 1 and tile {MATMUL_VERIFY_TOK} differ");
     }
-    // The fused-norm forms: the normed input and the updated residual too. 1536 columns take
-    // the plain loop with a clamped second chunk, 2816 the staged one.
+    // The fused-norm forms (their loop on the prologue's integer digits, qmv_digits.wgsl, unless
+    // KESTREL_QMV_DIGITS=0): the normed input and the updated residual too. At 1536 columns a
+    // lane's second chunk is clamped on its last round.
     for glu in [false, true] {
         for (rows, cols) in [(65, 320), (70, 1536), (40, 2816)] {
             let outs: Vec<(Vec<u8>, Vec<u8>)> = [1, PRO_VERIFY_TOK as usize]
