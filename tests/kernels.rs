@@ -986,6 +986,32 @@ fn qmv_staged_rows_carry_a_non_finite_x() {
     assert!(changed.is_empty(), "token 2's rows changed: {changed:?}");
 }
 
+/// The same for the routed experts' loop on integer digits (qmv_moe.wgsl with qmv_digits.wgsl,
+/// the 26B's 2816-wide gate/up input shared by the slots): every row of a token whose x holds an
+/// inf or a NaN is non-finite, the other token's rows are unchanged.
+#[test]
+fn qmv_moe_digit_rows_carry_a_non_finite_x() {
+    let Some(mut h) = harness() else { return };
+    let c = MoeMatmulCase { qmv: true, ..MoeMatmulCase::new(Format::Q4, 9, 8, 9, 2816, 3) };
+    let l = c.build(&mut Rng(kestrel::synth::SplitMix64(5)));
+    assert!(l.kernel.label().ends_with("_i"), "{} is not the digits form", l.kernel.label());
+    let mut bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+    let f32s = |b: &[u8]| -> Vec<f32> { words(b).into_iter().map(f32::from_bits).collect() };
+    let per_token = 8 * 9; // top_k slots × rows
+    let clean = f32s(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[5]);
+    assert!(clean[..3 * per_token].iter().all(|v| v.is_finite()), "non-finite rows from a finite x");
+    // Token 0: +inf at column 40; token 1: NaN at column 1000; token 2 untouched.
+    bufs[4][4 * 40..4 * 41].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    bufs[4][4 * (2816 + 1000)..4 * (2816 + 1001)].copy_from_slice(&f32::NAN.to_le_bytes());
+    let got = f32s(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[5]);
+    for t in 0..2 {
+        let finite = got[t * per_token..(t + 1) * per_token].iter().filter(|v| v.is_finite()).count();
+        assert_eq!(finite, 0, "token {t}: {finite} of {per_token} rows finite with a non-finite x");
+    }
+    let changed = (2 * per_token..3 * per_token).filter(|&i| got[i].to_bits() != clean[i].to_bits()).count();
+    assert_eq!(changed, 0, "token 2's rows changed");
+}
+
 /// Decode and verify run different token tiles of qmv: a row's result must not depend on the
 /// tile (the speculative path's logits are bitwise a decode's).
 #[test]
