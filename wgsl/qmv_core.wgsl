@@ -156,6 +156,19 @@ fn stage_chunk(st: u32, sk: u32, v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3
     xq[xo + 5u * NCH] = d.p5;
 }
 
+// One chunk of a row's weights and its group's scale and bias: the loads the unstaged loops
+// issue per (row, chunk) before they use any.
+struct ChunkW {
+    w: vec4<u32>,
+    s: f32,
+    b: f32,
+}
+
+fn chunk_w(row: u32, c: u32, chunks: u32, groups: u32, per_group: u32) -> ChunkW {
+    let g = row * groups + c / per_group;
+    return ChunkW(w[row * chunks + c], scale_at(g), bias_at(g));
+}
+
 // The lane's partial sums for rows × tokens ([r * TOK + t]) over its chunks of a row of `cols`
 // values in groups of `gs`.
 fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32, gs: u32) -> array<f32, RPT * TOK> {
@@ -175,10 +188,7 @@ fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32,
         // @unroll u CU
         let c{u} = min(c0 + {u}u * LANES, chunks - 1u);
         // @unroll r RPT
-        let w{r}_{u} = w[rows[{r}] * chunks + c{u}];
-        let g{r}_{u} = rows[{r}] * groups + c{u} / per_group;
-        let s{r}_{u} = scale_at(g{r}_{u});
-        let b{r}_{u} = bias_at(g{r}_{u});
+        let k{r}_{u} = chunk_w(rows[{r}], c{u}, chunks, groups, per_group);
         // @end r
         // @unroll t TOK
         let xb{t}_{u} = xrows[{t}] + c{u} * 8u;
@@ -198,7 +208,7 @@ fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32,
             {
                 let xs = chunk_sum(v{t}_{u}_0, v{t}_{u}_1, v{t}_{u}_2, v{t}_{u}_3, v{t}_{u}_4, v{t}_{u}_5, v{t}_{u}_6, v{t}_{u}_7);
                 // @unroll r RPT
-                acc{r}_{t} += s{r}_{u} * dot32(w{r}_{u}, v{t}_{u}_0 * pre, v{t}_{u}_1 * pre, v{t}_{u}_2 * pre, v{t}_{u}_3 * pre, v{t}_{u}_4 * pre, v{t}_{u}_5 * pre, v{t}_{u}_6 * pre, v{t}_{u}_7 * pre) + b{r}_{u} * xs;
+                acc{r}_{t} += k{r}_{u}.s * dot32(k{r}_{u}.w, v{t}_{u}_0 * pre, v{t}_{u}_1 * pre, v{t}_{u}_2 * pre, v{t}_{u}_3 * pre, v{t}_{u}_4 * pre, v{t}_{u}_5 * pre, v{t}_{u}_6 * pre, v{t}_{u}_7 * pre) + k{r}_{u}.b * xs;
                 // @end r
             }
             // @end t

@@ -54,10 +54,7 @@ fn qmv_dots_digits(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid
         // @unroll u CU
         let c{u} = min(c0 + {u}u * LANES, chunks - 1u);
         // @unroll r RPT
-        let w{r}_{u} = w[rows[{r}] * chunks + c{u}];
-        let g{r}_{u} = rows[{r}] * groups + c{u} / per_group;
-        let s{r}_{u} = scale_at(g{r}_{u});
-        let b{r}_{u} = bias_at(g{r}_{u});
+        let k{r}_{u} = chunk_w(rows[{r}], c{u}, chunks, groups, per_group);
         // @end r
         // @end u
         // @unroll u CU
@@ -70,7 +67,7 @@ fn qmv_dots_digits(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid
                 let p{i} = xw[xb + {i}u * NCHUNK];
                 // @end i
                 // @unroll r RPT
-                acc{r}_{t} += s{r}_{u} * (dot32i(w{r}_{u}, p0, p1, p2, p3, p4, p5) * ks.x) + b{r}_{u} * ks.y;
+                acc{r}_{t} += k{r}_{u}.s * (dot32i(k{r}_{u}.w, p0, p1, p2, p3, p4, p5) * ks.x) + k{r}_{u}.b * ks.y;
                 // @end r
             }
             // @end t
