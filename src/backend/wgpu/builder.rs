@@ -5,6 +5,8 @@
 //! (why the program has the shape it has) is in `mod.rs`.
 
 use super::*;
+use crate::config::LayerSpec;
+use crate::loader::{LayerWeights, MoeWeights};
 
 /// Uploads weights, allocates buffers and records the program.
 pub(super) struct Builder<'a> {
@@ -149,6 +151,176 @@ fn part_params(m: &GpuMatrix, part: &GpuPart, x_stride: usize, y_stride: usize, 
 /// `2 · rows` per token, the GeGLU in its first half.
 fn glu_params(m: &GpuMatrix, rows: usize, x_stride: usize) -> MatmulParams {
     MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, k_splits: 0 }
+}
+
+/// Where each norm's weights start in the norm-weights buffer, for one layer.
+struct LayerNorms {
+    input: u32,
+    post_attn: u32,
+    pre_ff: u32,
+    post_ff: u32,
+    q: u32,
+    k: u32,
+    ple_post: u32,
+    /// MoE: router scale, pre_feedforward_layernorm_2, post_feedforward_layernorm_1/2.
+    moe: Option<[u32; 4]>,
+}
+
+/// The norm weights: one buffer, offsets recorded per use ([`Builder::upload_norms`]).
+struct Norms {
+    buf: wgpu::Buffer,
+    layers: Vec<LayerNorms>,
+    final_norm: u32,
+    /// The per-layer inputs' projection norm (`NO_WEIGHT` without them).
+    ple: u32,
+}
+
+/// The model's matrices on the GPU ([`Builder::upload_weights`]).
+struct GpuWeights {
+    /// The token embedding, also the tied LM head.
+    embed: GpuMatrix,
+    /// The per-layer inputs' embedding table and model projection.
+    ple: Option<(GpuMatrix, GpuMatrix)>,
+    layers: Vec<GpuLayer>,
+}
+
+struct GpuLayer {
+    proj: Proj,
+    o: GpuMatrix,
+    mlp: Mlp,
+    down: GpuMatrix,
+    ple: Option<(GpuMatrix, GpuMatrix)>,
+    moe: Option<GpuMoe>,
+}
+
+/// The attention input projections: q, k and v (k only for K-as-V layers) stacked into
+/// one 4-bit matrix (one mat-vec writes q | k | v), or separate (KV-sharing layers have
+/// only q; other formats).
+enum Proj {
+    Separate { q: GpuMatrix, k: Option<GpuMatrix>, v: Option<GpuMatrix> },
+    Stacked(GpuMatrix),
+}
+
+/// The MLP's gate and up projections: one stacked 4-bit matrix whose decode mat-vec
+/// applies the GeGLU itself (qmv_glu), or two matrices and gelu_mul.
+enum Mlp {
+    Split { gate: GpuMatrix, up: GpuMatrix },
+    Stacked(GpuMatrix),
+}
+
+/// Routed experts, every expert resident (stacked along rows).
+struct GpuMoe {
+    router: GpuMatrix,
+    per_expert_scale: wgpu::Buffer,
+    /// (matrix, expert_stride, row_off) of the gate and up projections.
+    gate: (GpuMatrix, usize, usize),
+    up: Option<GpuMatrix>,
+    up_off: usize,
+    down: GpuMatrix,
+}
+
+/// The MoE blocks' buffers: dense out, router logits, router idx, router weights, router input,
+/// the expert slot table, expert gate, expert up and expert out.
+type MoeBufs = (wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer);
+
+/// The step's activation buffers, sized for the largest chunk, and the KV caches
+/// ([`Builder::alloc_acts`]).
+struct Acts {
+    /// Output rows the head computes in one step.
+    logit_rows: usize,
+    ids: wgpu::Buffer,
+    rope_buf: wgpu::Buffer,
+    /// Values per token of `rope_buf` (the sliding layers' head_dim, then the full layers').
+    rope_stride: usize,
+    /// The residual stream's two buffers ([`PassState::cur`]).
+    xs: [wgpu::Buffer; 2],
+    xn: wgpu::Buffer,
+    xn2: wgpu::Buffer,
+    q: wgpu::Buffer,
+    att: wgpu::Buffer,
+    q_sep: wgpu::Buffer,
+    ktmp: wgpu::Buffer,
+    vtmp: wgpu::Buffer,
+    qkv: wgpu::Buffer,
+    o: wgpu::Buffer,
+    attn_part: wgpu::Buffer,
+    g: wgpu::Buffer,
+    u: wgpu::Buffer,
+    xf: wgpu::Buffer,
+    logits: wgpu::Buffer,
+    best: wgpu::Buffer,
+    argmax_part: wgpu::Buffer,
+    moe_bufs: Option<MoeBufs>,
+    moe_groups: Option<Groups>,
+    /// The per-layer inputs, their context projection and the PLE gate.
+    ple_bufs: Option<(wgpu::Buffer, wgpu::Buffer, wgpu::Buffer)>,
+    kcache: Vec<wgpu::Buffer>,
+    vcache: Vec<wgpu::Buffer>,
+}
+
+/// What every block of the forward pass reads: the norm offsets, weights and buffers, the KV
+/// layout and the switches read once per build ([`Builder::record`]).
+struct Forward<'p> {
+    norms: &'p Norms,
+    weights: &'p GpuWeights,
+    acts: &'p Acts,
+    kv: &'p KvLayout,
+    eps: f32,
+    fold_q_norm: bool,
+    attn_short: u32,
+    moe_norm: bool,
+    moe_overlap: bool,
+    attn_coop: bool,
+    attn_sums: bool,
+    streaming: bool,
+    /// The layer whose attention starts a prompt's tail, if any.
+    tail_layer: Option<usize>,
+}
+
+impl Forward<'_> {
+    /// The params of a norm of one segment of `n` values.
+    fn plain(&self, n: usize, w_off: u32, mode: u32, post: f32) -> NormParams {
+        NormParams {
+            n: n as u32, segs: 1, x_stride: n as u32, x_row_sel: 0, out_stride: n as u32,
+            w_off, mode, count_sel: 0, pre: 1.0, post, eps: self.eps, ..Default::default()
+        }
+    }
+}
+
+/// One layer, as its blocks record it: its index, config, matrices, norm offsets and weights.
+#[derive(Clone, Copy)]
+struct Layer<'p> {
+    li: usize,
+    l: &'p LayerSpec,
+    gl: &'p GpuLayer,
+    ln: &'p LayerNorms,
+    lw: &'p LayerWeights,
+}
+
+/// What the layers hand on to each other as they record.
+struct PassState {
+    /// The residual stream: xs[cur] holds it; a residual norm writes xs[cur ^ 1] and flips cur.
+    cur: usize,
+    /// The residual norm that ended the last layer, for the next input norm.
+    residual: Option<usize>,
+    /// Where the prompt's tail starts ([`Forward::tail_layer`]), and the rows it reads by token of
+    /// that layer's residual and q.
+    tail_cut: Option<(usize, usize, Vec<(wgpu::Buffer, u64)>)>,
+}
+
+/// How a MoE layer's experts record, decided by its feed-forward block ([`Builder::record_ffn`]).
+struct MoePlan {
+    /// The moe_norm dispatch that closes the block in decode and verify steps.
+    closing: Option<Kernel>,
+    /// The dense branch's own decode buffers (its GeGLU and its down projection's output) when
+    /// it runs beside the routed one.
+    overlap: Option<(wgpu::Buffer, wgpu::Buffer)>,
+    /// Where the router's dispatches end ([`Mark::route_end`]).
+    route_end: Option<usize>,
+    /// The norm that wrote the experts' input (pre_norm_2(h)) into xn2.
+    xn2_from: Option<NormOut>,
+    /// The dense down projection's x stride.
+    down_x_stride: usize,
 }
 
 impl<'a> Builder<'a> {
@@ -992,7 +1164,6 @@ impl<'a> Builder<'a> {
         let cfg = self.cfg;
         let t = &cfg.text;
         let c = self.opts.max_chunk;
-        let (h, eps, vocab) = (t.hidden_size, t.rms_norm_eps, t.vocab_size);
         let kv = KvLayout::new(cfg, self.opts.max_ctx, c);
         let fold_q_norm = switch("KESTREL_ATTN_QNORM", self.opts.fold_q_norm);
         let attn_short = std::env::var("KESTREL_ATTN_SHORT").ok().and_then(|v| v.parse().ok()).unwrap_or(self.opts.attn_short);
@@ -1002,12 +1173,68 @@ impl<'a> Builder<'a> {
         // KESTREL_ATTN_COOP=0.
         let attn_coop = self.tensor_cores() && switch("KESTREL_ATTN_COOP", true);
         let attn_sums = switch("KESTREL_ATTN_SUMS", true) && self.producer_sums;
-        let q_max = cfg.layers.iter().map(|l| l.q_dim()).max().unwrap_or(0);
-        let kv_max = cfg.layers.iter().map(|l| l.kv_dim()).max().unwrap_or(0);
-        let mlp_max = cfg.layers.iter().map(|l| l.mlp_width).max().unwrap_or(0);
-        let (pd, nl) = (t.hidden_size_per_layer_input, t.num_hidden_layers);
+        // Expert slots of an installation: all experts (resident) or a streamed cache.
+        let n_slots = match self.opts.expert_slots {
+            ExpertSlots::Some(s) => s.min(t.num_experts),
+            ExpertSlots::All => t.num_experts,
+        };
+        // `--expert-slots N` streams even when N ≥ the expert count (slots fill on first use);
+        // `all` loads every expert at start.
+        let streaming = w.expert_files.is_some() && matches!(self.opts.expert_slots, ExpertSlots::Some(_));
 
         // ---- norm weights: one buffer, offsets recorded per use
+        let norms = self.upload_norms(w);
+
+        // ---- weights
+        let weights = self.upload_weights(w, n_slots, streaming)?;
+
+        // ---- activations, sized for the largest chunk
+        let acts = self.alloc_acts(&kv, &weights, n_slots, streaming)?;
+
+        let f = Forward {
+            norms: &norms,
+            weights: &weights,
+            acts: &acts,
+            kv: &kv,
+            eps: t.rms_norm_eps,
+            fold_q_norm,
+            attn_short,
+            moe_norm,
+            moe_overlap,
+            attn_coop,
+            attn_sums,
+            streaming,
+            // A prompt's tail (WgpuOptions::prompt_tail) starts at the attention of the last layer
+            // that writes K/V. Not with streamed experts: their steps run in host-driven parts.
+            tail_layer: cfg.layers.iter().rposition(|l| matches!(l.kv, KvSource::Own { .. })).filter(|_| switch("KESTREL_PROMPT_TAIL", self.opts.prompt_tail) && !streaming),
+        };
+
+        // ---- the program
+        self.record_inputs(&f)?;
+        let mut state = PassState { cur: 0, residual: None, tail_cut: None };
+        for (li, (l, gl)) in cfg.layers.iter().zip(&weights.layers).enumerate() {
+            let layer = Layer { li, l, gl, ln: &norms.layers[li], lw: &w.layers[li] };
+            let post_attn = self.record_attention(&f, layer, &mut state)?;
+            let post_ff = self.record_ffn(&f, layer, post_attn, &mut state)?;
+            self.record_ple(&f, layer, post_ff, &mut state)?;
+        }
+
+        // ---- head: final norm of the output rows, tied LM head, softcap + argmax
+        self.record_head(&f, state.cur)?;
+
+        self.rows_norms()?;
+
+        let tail = self.prompt_tail(&f, state);
+
+        // ---- bind groups
+        let program = self.bind_program()?;
+
+        let streaming = self.streaming_state(w, &acts, n_slots, streaming);
+        Ok(self.into_backend(w, kv, acts, program, tail, streaming))
+    }
+
+    /// The norm weights in one buffer, each norm at the offset recorded for its uses.
+    fn upload_norms(&mut self, w: &ModelWeights) -> Norms {
         let mut norms: Vec<f32> = Vec::new();
         // Each norm starts at a multiple of 4 values: the fused-norm mat-vec reads them as vec4.
         let mut add_norm = |v: &[f32]| -> u32 {
@@ -1016,17 +1243,6 @@ impl<'a> Builder<'a> {
             norms.extend_from_slice(v);
             off
         };
-        struct LayerNorms {
-            input: u32,
-            post_attn: u32,
-            pre_ff: u32,
-            post_ff: u32,
-            q: u32,
-            k: u32,
-            ple_post: u32,
-            /// MoE: router scale, pre_feedforward_layernorm_2, post_feedforward_layernorm_1/2.
-            moe: Option<[u32; 4]>,
-        }
         let layer_norms: Vec<LayerNorms> = w
             .layers
             .iter()
@@ -1048,8 +1264,12 @@ impl<'a> Builder<'a> {
         norms.resize(norms.len().next_multiple_of(4), 0.0);
         let norm_buf = self.gpu.upload("norm weights", bytemuck::cast_slice(&norms));
         self.weight_bytes += 4 * norms.len() as u64;
+        Norms { buf: norm_buf, layers: layer_norms, final_norm, ple: ple_norm }
+    }
 
-        // ---- weights
+    /// The model's matrices: the embedding (also the LM head), the per-layer inputs' table and
+    /// projection, and each layer's.
+    fn upload_weights(&mut self, w: &ModelWeights, n_slots: usize, streaming: bool) -> Result<GpuWeights> {
         let embed = self.upload_matrix(&w.embed)?;
         let ple_w = match &w.ple {
             Some(p) => {
@@ -1060,45 +1280,6 @@ impl<'a> Builder<'a> {
             }
             None => None,
         };
-        struct GpuLayer {
-            proj: Proj,
-            o: GpuMatrix,
-            mlp: Mlp,
-            down: GpuMatrix,
-            ple: Option<(GpuMatrix, GpuMatrix)>,
-            moe: Option<GpuMoe>,
-        }
-        /// The attention input projections: q, k and v (k only for K-as-V layers) stacked into
-        /// one 4-bit matrix (one mat-vec writes q | k | v), or separate (KV-sharing layers have
-        /// only q; other formats).
-        enum Proj {
-            Separate { q: GpuMatrix, k: Option<GpuMatrix>, v: Option<GpuMatrix> },
-            Stacked(GpuMatrix),
-        }
-        /// The MLP's gate and up projections: one stacked 4-bit matrix whose decode mat-vec
-        /// applies the GeGLU itself (qmv_glu), or two matrices and gelu_mul.
-        enum Mlp {
-            Split { gate: GpuMatrix, up: GpuMatrix },
-            Stacked(GpuMatrix),
-        }
-        /// Routed experts, every expert resident (stacked along rows).
-        struct GpuMoe {
-            router: GpuMatrix,
-            per_expert_scale: wgpu::Buffer,
-            /// (matrix, expert_stride, row_off) of the gate and up projections.
-            gate: (GpuMatrix, usize, usize),
-            up: Option<GpuMatrix>,
-            up_off: usize,
-            down: GpuMatrix,
-        }
-        // Expert slots of an installation: all experts (resident) or a streamed cache.
-        let n_slots = match self.opts.expert_slots {
-            ExpertSlots::Some(s) => s.min(t.num_experts),
-            ExpertSlots::All => t.num_experts,
-        };
-        // `--expert-slots N` streams even when N ≥ the expert count (slots fill on first use);
-        // `all` loads every expert at start.
-        let streaming = w.expert_files.is_some() && matches!(self.opts.expert_slots, ExpertSlots::Some(_));
         let mut layers = Vec::with_capacity(w.layers.len());
         for (li, lw) in w.layers.iter().enumerate() {
             layers.push(GpuLayer {
@@ -1124,67 +1305,83 @@ impl<'a> Builder<'a> {
                     None => None,
                 },
                 moe: match &lw.moe {
-                    Some(m) => {
-                        let iw = t.moe_intermediate_size;
-                        let (gate, up, up_off, down) = match (&m.experts, &w.expert_files) {
-                            (Some(st), _) => {
-                                let before = self.weight_bytes;
-                                let (gate, up, up_off) = match &st.gate_up {
-                                    ExpertGateUp::Fused(gu) => ((self.upload_matrix_whole(gu)?, 2 * iw, 0), None, iw),
-                                    ExpertGateUp::Split { gate, up } => match self.upload_experts_fused(gate, up, t.num_experts)? {
-                                        Some(gu) => ((gu, 2 * iw, 0), None, iw),
-                                        None => ((self.upload_matrix_whole(gate)?, iw, 0), Some(self.upload_matrix_whole(up)?), 0),
-                                    },
-                                };
-                                let down = self.upload_matrix_whole(&st.down)?;
-                                self.routed_decode_bytes += (self.weight_bytes - before) * t.top_k_experts as u64 / t.num_experts as u64;
-                                (gate, up, up_off, down)
-                            }
-                            (None, Some(files)) => {
-                                let sl = self.slot_layer(files, n_slots)?;
-                                let per_expert: u64 = files.layout.parts.iter().map(|p| p.w.1 + p.scales.map_or(0, |s| s.1) + p.biases.map_or(0, |b| b.1)).sum();
-                                self.routed_decode_bytes += per_expert * t.top_k_experts as u64;
-                                let get = |role: &str| sl.parts.iter().find(|(p, _)| p.role == role).map(|(_, g)| g.clone());
-                                let down = get("down").ok_or_else(|| Error::Invalid("expert layout has no `down` part".into()))?;
-                                let r = match get("gate_up") {
-                                    Some(gu) => ((gu, 2 * iw, 0), None, iw, down),
-                                    None => {
-                                        let gate = get("gate").ok_or_else(|| Error::Invalid("expert layout has no `gate` part".into()))?;
-                                        ((gate, iw, 0), get("up"), 0, down)
-                                    }
-                                };
-                                if !streaming {
-                                    // Every expert resident: slot e holds expert e, filled once.
-                                    files.for_each_expert(li, |e, blob| {
-                                        sl.write(&self.gpu.queue, e, blob);
-                                        Ok(())
-                                    })?;
-                                    // Flush the layer's staged copies now: queued writes hold
-                                    // host-visible staging memory until a submit completes
-                                    // (without this, 26B-A4B peaked at 37 GB of GPU memory).
-                                    self.gpu.queue.submit([]);
-                                    self.gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
-                                }
-                                self.slot_layers.insert(li, sl);
-                                r
-                            }
-                            (None, None) => return Err(Error::Invalid("MoE layer without expert weights".into())),
-                        };
-                        Some(GpuMoe {
-                            router: self.upload_matrix(&m.router_proj)?,
-                            per_expert_scale: self.gpu.upload("per_expert_scale", bytemuck::cast_slice(&m.per_expert_scale)),
-                            gate,
-                            up,
-                            up_off,
-                            down,
-                        })
-                    }
+                    Some(m) => Some(self.upload_moe(w, li, m, n_slots, streaming)?),
                     None => None,
                 },
             });
         }
+        Ok(GpuWeights { embed, ple: ple_w, layers })
+    }
 
-        // ---- activations, sized for the largest chunk
+    /// A MoE layer's router and routed experts: the checkpoint's stacks, or an installation's
+    /// expert slots (filled here unless they stream).
+    fn upload_moe(&mut self, w: &ModelWeights, li: usize, m: &MoeWeights, n_slots: usize, streaming: bool) -> Result<GpuMoe> {
+        let t = &self.cfg.text;
+        let iw = t.moe_intermediate_size;
+        let (gate, up, up_off, down) = match (&m.experts, &w.expert_files) {
+            (Some(st), _) => {
+                let before = self.weight_bytes;
+                let (gate, up, up_off) = match &st.gate_up {
+                    ExpertGateUp::Fused(gu) => ((self.upload_matrix_whole(gu)?, 2 * iw, 0), None, iw),
+                    ExpertGateUp::Split { gate, up } => match self.upload_experts_fused(gate, up, t.num_experts)? {
+                        Some(gu) => ((gu, 2 * iw, 0), None, iw),
+                        None => ((self.upload_matrix_whole(gate)?, iw, 0), Some(self.upload_matrix_whole(up)?), 0),
+                    },
+                };
+                let down = self.upload_matrix_whole(&st.down)?;
+                self.routed_decode_bytes += (self.weight_bytes - before) * t.top_k_experts as u64 / t.num_experts as u64;
+                (gate, up, up_off, down)
+            }
+            (None, Some(files)) => {
+                let sl = self.slot_layer(files, n_slots)?;
+                let per_expert: u64 = files.layout.parts.iter().map(|p| p.w.1 + p.scales.map_or(0, |s| s.1) + p.biases.map_or(0, |b| b.1)).sum();
+                self.routed_decode_bytes += per_expert * t.top_k_experts as u64;
+                let get = |role: &str| sl.parts.iter().find(|(p, _)| p.role == role).map(|(_, g)| g.clone());
+                let down = get("down").ok_or_else(|| Error::Invalid("expert layout has no `down` part".into()))?;
+                let r = match get("gate_up") {
+                    Some(gu) => ((gu, 2 * iw, 0), None, iw, down),
+                    None => {
+                        let gate = get("gate").ok_or_else(|| Error::Invalid("expert layout has no `gate` part".into()))?;
+                        ((gate, iw, 0), get("up"), 0, down)
+                    }
+                };
+                if !streaming {
+                    // Every expert resident: slot e holds expert e, filled once.
+                    files.for_each_expert(li, |e, blob| {
+                        sl.write(&self.gpu.queue, e, blob);
+                        Ok(())
+                    })?;
+                    // Flush the layer's staged copies now: queued writes hold
+                    // host-visible staging memory until a submit completes
+                    // (without this, 26B-A4B peaked at 37 GB of GPU memory).
+                    self.gpu.queue.submit([]);
+                    self.gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+                }
+                self.slot_layers.insert(li, sl);
+                r
+            }
+            (None, None) => return Err(Error::Invalid("MoE layer without expert weights".into())),
+        };
+        Ok(GpuMoe {
+            router: self.upload_matrix(&m.router_proj)?,
+            per_expert_scale: self.gpu.upload("per_expert_scale", bytemuck::cast_slice(&m.per_expert_scale)),
+            gate,
+            up,
+            up_off,
+            down,
+        })
+    }
+
+    /// The step's activation buffers, sized for the largest chunk, and the KV caches.
+    fn alloc_acts(&mut self, kv: &KvLayout, weights: &GpuWeights, n_slots: usize, streaming: bool) -> Result<Acts> {
+        let cfg = self.cfg;
+        let t = &cfg.text;
+        let c = self.opts.max_chunk;
+        let (h, vocab) = (t.hidden_size, t.vocab_size);
+        let q_max = cfg.layers.iter().map(|l| l.q_dim()).max().unwrap_or(0);
+        let kv_max = cfg.layers.iter().map(|l| l.kv_dim()).max().unwrap_or(0);
+        let mlp_max = cfg.layers.iter().map(|l| l.mlp_width).max().unwrap_or(0);
+        let (pd, nl) = (t.hidden_size_per_layer_input, t.num_hidden_layers);
         let logit_rows = c.min((self.gpu.adapter_max_binding / (4 * vocab as u64)).max(1) as usize);
         let ids = self.act("ids", c)?;
         let (ds, df) = (t.head_dim, t.global_head_dim);
@@ -1240,7 +1437,7 @@ impl<'a> Builder<'a> {
         } else {
             None
         };
-        let ple_bufs = if ple_w.is_some() {
+        let ple_bufs = if weights.ple.is_some() {
             Some((self.act("ple inputs", c * nl * pd)?, self.act("ple context", c * nl * pd)?, self.act("ple gate", c * pd)?))
         } else {
             None
@@ -1252,315 +1449,411 @@ impl<'a> Builder<'a> {
             kcache.push(self.act(&format!("k cache {i} (layer {})", cs.layer), elems)?);
             vcache.push(self.act(&format!("v cache {i} (layer {})", cs.layer), elems)?);
         }
+        Ok(Acts {
+            logit_rows,
+            ids,
+            rope_buf,
+            rope_stride,
+            xs: [x, x_alt],
+            xn,
+            xn2,
+            q,
+            att,
+            q_sep,
+            ktmp,
+            vtmp,
+            qkv,
+            o,
+            attn_part,
+            g,
+            u,
+            xf,
+            logits,
+            best,
+            argmax_part,
+            moe_bufs,
+            moe_groups,
+            ple_bufs,
+            kcache,
+            vcache,
+        })
+    }
 
-        // ---- the program
-        self.embed(&embed, &ids, &x, embed_scale(h));
-        if let (Some((ple_e, ple_p)), Some((ple_all, ple_ctx, _))) = (&ple_w, &ple_bufs) {
+    /// The token embedding into the residual stream, and the per-layer inputs.
+    fn record_inputs(&mut self, f: &Forward) -> Result<()> {
+        let Acts { ids, xs, ple_bufs, .. } = f.acts;
+        let norm_buf = &f.norms.buf;
+        let t = &self.cfg.text;
+        let (h, eps) = (t.hidden_size, t.rms_norm_eps);
+        let (pd, nl) = (t.hidden_size_per_layer_input, t.num_hidden_layers);
+        self.embed(&f.weights.embed, ids, &xs[0], embed_scale(h));
+        if let (Some((ple_e, ple_p)), Some((ple_all, ple_ctx, _))) = (&f.weights.ple, ple_bufs) {
             // ple = (norm(W_plmp · h · H^-½) + E_ple[id] · √P) · 2^-½
-            self.embed(ple_e, &ids, ple_all, (pd as f64).sqrt() as f32);
-            self.matmul(ple_p, &x, h, ple_ctx, nl * pd, false)?;
-            self.norm(ple_ctx, &norm_buf, ple_all, NormParams {
+            self.embed(ple_e, ids, ple_all, (pd as f64).sqrt() as f32);
+            self.matmul(ple_p, &xs[0], h, ple_ctx, nl * pd, false)?;
+            self.norm(ple_ctx, norm_buf, ple_all, NormParams {
                 n: pd as u32, segs: nl as u32, x_stride: (nl * pd) as u32, x_row_sel: 0, out_stride: (nl * pd) as u32,
-                w_off: ple_norm, mode: 1, count_sel: 0, pre: (h as f64).powf(-0.5) as f32,
+                w_off: f.norms.ple, mode: 1, count_sel: 0, pre: (h as f64).powf(-0.5) as f32,
                 post: std::f32::consts::FRAC_1_SQRT_2, eps, ..Default::default()
             });
         }
-        let plain = |n: usize, w_off: u32, mode: u32, post: f32| NormParams {
-            n: n as u32, segs: 1, x_stride: n as u32, x_row_sel: 0, out_stride: n as u32,
-            w_off, mode, count_sel: 0, pre: 1.0, post, eps, ..Default::default()
+        Ok(())
+    }
+
+    /// A layer's attention block: the input norm, the q, k and v projections, their head
+    /// norms and rope (k and v into the cache), the chunk attention and the decode and verify
+    /// forms, the o projection and the post-attention residual norm (returned).
+    fn record_attention(&mut self, f: &Forward, layer: Layer, st: &mut PassState) -> Result<usize> {
+        let Layer { li, l, gl, ln, .. } = layer;
+        let Acts { xs, xn, q, att, q_sep, ktmp, vtmp, qkv, o, attn_part, rope_buf, kcache, vcache, .. } = f.acts;
+        let (kv, norm_buf, rope_stride) = (f.kv, &f.norms.buf, f.acts.rope_stride);
+        let t = &self.cfg.text;
+        let (c, h, eps, ds) = (self.opts.max_chunk, t.hidden_size, t.rms_norm_eps, t.head_dim);
+        let d = l.head_dim;
+        let rope_off = if l.kind == AttnKind::Full { ds } else { 0 };
+        let rc = kv.read_cache[li];
+        let slots = kv.caches[rc].slots as u32;
+
+        // attention block; the input norm rides on the last layer's final residual norm
+        let input_norm = st.residual.take();
+        // Where xn comes from: chunk norms can also write its group sums for the mat-mats.
+        let xn_from = match input_norm {
+            Some(prev) => self.chain_norm(prev, ln.input, 1.0, xn, h),
+            None => NormOut { spec: self.norm(&xs[st.cur], norm_buf, xn, f.plain(h, ln.input, 0, 1.0)), slot: 0 },
         };
-        // A prompt's tail (WgpuOptions::prompt_tail) starts at the attention of the last layer
-        // that writes K/V. Not with streamed experts: their steps run in host-driven parts.
-        let tail_layer = cfg.layers.iter().rposition(|l| matches!(l.kv, KvSource::Own { .. })).filter(|_| switch("KESTREL_PROMPT_TAIL", self.opts.prompt_tail) && !streaming);
-        // Where the tail starts, and the rows it reads by token of that layer's residual and q.
-        let mut tail_cut: Option<(usize, usize, Vec<(wgpu::Buffer, u64)>)> = None;
-        // The residual norm that ended the last layer, for the next input norm.
-        let mut residual: Option<usize> = None;
-        // The residual stream: xs[cur] holds it; a residual norm writes xs[cur ^ 1] and flips cur.
-        let xs = [x.clone(), x_alt];
-        let mut cur = 0;
-        for (li, (l, gl)) in cfg.layers.iter().zip(&layers).enumerate() {
-            let ln = &layer_norms[li];
-            let lw = &w.layers[li];
-            let d = l.head_dim;
-            let rope_off = if l.kind == AttnKind::Full { ds } else { 0 };
-            let rc = kv.read_cache[li];
-            let slots = kv.caches[rc].slots as u32;
-
-            // attention block; the input norm rides on the last layer's final residual norm
-            let input_norm = residual.take();
-            // Where xn comes from: chunk norms can also write its group sums for the mat-mats.
-            let xn_from = match input_norm {
-                Some(prev) => self.chain_norm(prev, ln.input, 1.0, &xn, h),
-                None => NormOut { spec: self.norm(&xs[cur], &norm_buf, &xn, plain(h, ln.input, 0, 1.0)), slot: 0 },
-            };
-            // Where q, k and v land: (buffer, offset in a row, row stride) each.
-            let first = self.specs.len();
-            // A KV-sharing layer's raw q and where its heads lie, when attention_split norms it.
-            let mut q_raw: Option<(wgpu::Buffer, QNormParams)> = None;
-            let (qs, ks, vs) = match &gl.proj {
-                Proj::Stacked(m) => {
-                    let rows = m.parts[0].rows;
-                    self.matmul_from(m, &xn, h, &qkv, rows, XFrom::Norm(xn_from))?;
-                    let k_off = l.q_dim();
-                    // attention_k_eq_v: V = raw K projection
-                    let v_off = if rows > l.q_dim() + l.kv_dim() { k_off + l.kv_dim() } else { k_off };
-                    ((&qkv, 0, rows), (&qkv, k_off, rows), (&qkv, v_off, rows))
-                }
-                Proj::Separate { q: qm, k, v } => {
-                    self.matmul_from(qm, &xn, h, &q_sep, l.q_dim(), XFrom::Norm(xn_from))?;
-                    if let Some(k) = k {
-                        self.matmul_from(k, &xn, h, &ktmp, l.kv_dim(), XFrom::Norm(xn_from))?;
-                    }
-                    if let Some(v) = v {
-                        self.matmul_from(v, &xn, h, &vtmp, l.kv_dim(), XFrom::Norm(xn_from))?;
-                    }
-                    let vsrc = if v.is_some() { &vtmp } else { &ktmp };
-                    ((&q_sep, 0, l.q_dim()), (&ktmp, 0, l.kv_dim()), (vsrc, 0, l.kv_dim()))
-                }
-            };
-            // The input norm inside its reader: the stacked q|k|v, or a KV-sharing layer's q
-            // (separate q, k and v are three readers: fuse_norm leaves the norm alone then).
-            if let Some(prev) = input_norm {
-                self.fuse_norm(prev, first, h);
+        // Where q, k and v land: (buffer, offset in a row, row stride) each.
+        let first = self.specs.len();
+        // A KV-sharing layer's raw q and where its heads lie, when attention_split norms it.
+        let mut q_raw: Option<(wgpu::Buffer, QNormParams)> = None;
+        let (qs, ks, vs) = match &gl.proj {
+            Proj::Stacked(m) => {
+                let rows = m.parts[0].rows;
+                self.matmul_from(m, xn, h, qkv, rows, XFrom::Norm(xn_from))?;
+                let k_off = l.q_dim();
+                // attention_k_eq_v: V = raw K projection
+                let v_off = if rows > l.q_dim() + l.kv_dim() { k_off + l.kv_dim() } else { k_off };
+                ((qkv, 0, rows), (qkv, k_off, rows), (qkv, v_off, rows))
             }
-            match (l.kv, &gl.proj) {
-                (KvSource::Own { cache }, Proj::Stacked(_)) => {
-                    // One dispatch for the q, k and v heads of the stacked row.
-                    let p = QkvParams {
-                        d: d as u32, src_stride: qs.2 as u32, rope_off: rope_off as u32, rope_stride: rope_stride as u32,
-                        n_q: l.n_heads as u32, n_kv: l.n_kv_heads as u32, k_off: ks.1 as u32, v_off: vs.1 as u32,
-                        q_w: ln.q, k_w: ln.k, slots: kv.caches[cache].slots as u32, eps,
-                    };
-                    let res = vec![
-                        Res::Buf(qkv.clone()), Res::Buf(norm_buf.clone()), Res::Buf(rope_buf.clone()),
-                        Res::Buf(q.clone()), Res::Buf(kcache[cache].clone()), Res::Buf(vcache[cache].clone()),
-                        Res::Params, Res::Step,
-                    ];
-                    self.spec(Kernel::QkvNormRope { wg: head_norm_wg(p.d as usize) }, res, &p, (l.n_heads + 2 * l.n_kv_heads) as u32, GridY::Tokens);
+            Proj::Separate { q: qm, k, v } => {
+                self.matmul_from(qm, xn, h, q_sep, l.q_dim(), XFrom::Norm(xn_from))?;
+                if let Some(k) = k {
+                    self.matmul_from(k, xn, h, ktmp, l.kv_dim(), XFrom::Norm(xn_from))?;
                 }
-                (kv_src, _) => {
-                    if let KvSource::Own { cache } = kv_src {
-                        let base = HeadParams {
-                            d: d as u32, n_heads: l.n_kv_heads as u32, src_stride: ks.2 as u32, w_off: ln.k,
-                            rope: 1, rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 1,
-                            slots: kv.caches[cache].slots as u32, eps, src_off: ks.1 as u32, _pad: 0,
-                        };
-                        let (kb, vb) = (ks.0.clone(), vs.0.clone());
-                        self.head_norm_rope(&kb, &norm_buf, &rope_buf, &kcache[cache], base);
-                        self.head_norm_rope(&vb, &norm_buf, &rope_buf, &vcache[cache], HeadParams { w_off: NO_WEIGHT, rope: 0, src_stride: vs.2 as u32, src_off: vs.1 as u32, ..base });
-                    }
-                    let qb = qs.0.clone();
-                    self.head_norm_rope(&qb, &norm_buf, &rope_buf, &q, HeadParams {
-                        d: d as u32, n_heads: l.n_heads as u32, src_stride: qs.2 as u32, w_off: ln.q, rope: 1,
-                        rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 0, slots: 0, eps, src_off: qs.1 as u32, _pad: 0,
-                    });
-                    if fold_q_norm {
-                        // Chunks only: decode and verify steps norm q in attention_split.
-                        self.specs.last_mut().expect("just pushed").only = Only::Multi;
-                        let qp = QNormParams { src_stride: qs.2 as u32, src_off: qs.1 as u32, w_off: ln.q, rope_off: rope_off as u32, rope_stride: rope_stride as u32, eps, _pad: [0; 2] };
-                        q_raw = Some((qb, qp));
-                    }
+                if let Some(v) = v {
+                    self.matmul_from(v, xn, h, vtmp, l.kv_dim(), XFrom::Norm(xn_from))?;
                 }
+                let vsrc = if v.is_some() { vtmp } else { ktmp };
+                ((q_sep, 0, l.q_dim()), (ktmp, 0, l.kv_dim()), (vsrc, 0, l.kv_dim()))
             }
-            let ap = AttnParams {
-                d: d as u32, n_heads: l.n_heads as u32, n_kv_heads: l.n_kv_heads as u32, slots,
-                window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
-                n_splits: attn_splits(), short_max: if d % 8 == 0 && d <= 1024 { attn_short } else { 0 }, _pad: 0,
-            };
-            // Chunks (prefill): 16 queries per workgroup share each key tile, or 32 on tensor cores.
-            let mut res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
-            // The tensor-core form also writes its output's sums over each 64-dim value stage,
-            // the o projection's group sums of x, instead of a group_sum pass
-            // (KESTREL_ATTN_SUMS=0: not).
-            let mut o_from = XFrom::Any;
-            let (chunk_attn, bq) = match attention_chunk_coop(d) {
-                Some(Kernel::AttentionCoop { d, .. }) if attn_coop && attn_sums => {
-                    let osum = self.scratch(Scratch::ProducerSums, c * l.q_dim() / 64)?;
-                    res.push(Res::Buf(osum.clone()));
-                    o_from = XFrom::Sums { sums: Res::Buf(osum), cols: l.q_dim(), gs: 64 };
-                    (Kernel::AttentionCoop { d, sums: true }, ATTN_COOP_BQ)
-                }
-                Some(k) if attn_coop => (k, ATTN_COOP_BQ),
-                _ => (attention_chunk(d), ATTN_BQ),
-            };
-            if tail_layer == Some(li) {
-                // What the rest of the program reads by token that the part before it wrote:
-                // the residual into this layer, q as decode's attention reads it (the raw
-                // projection where attention_split norms it) and, below, the per-layer inputs
-                // and the rope row.
-                let mut rows = vec![(xs[cur].clone(), 4 * h as u64)];
-                rows.push(match &q_raw {
-                    Some((qb, _)) => (qb.clone(), 4 * qs.2 as u64),
-                    None => (q.clone(), 4 * l.q_dim() as u64),
-                });
-                tail_cut = Some((self.specs.len(), li, rows));
-            }
-            self.spec(chunk_attn, res, &ap, l.n_heads as u32, GridY::TokenTiles(bq));
-            self.specs.last_mut().expect("just pushed").only = Only::Multi;
-            // Decode and verify: the keys split over attn_splits() workgroups per head, then
-            // merged; rows of at most ap.short_max keys in one dispatch instead (attention_short).
-            let qnorm = q_raw.is_some();
-            let (qb, extra) = match q_raw.take() {
-                Some((qb, qp)) => {
-                    let (off, len) = self.push_params(&qp);
-                    (qb, vec![Res::Buf(norm_buf.clone()), Res::Buf(rope_buf.clone()), Res::ParamsAt(off, len)])
-                }
-                None => (q.clone(), Vec::new()),
-            };
-            let attn_res = |out: &wgpu::Buffer| [vec![Res::Buf(qb.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(out.clone()), Res::Params, Res::Step], extra.clone()].concat();
-            let owner = |short| Some(KeysOwner { short, window: ap.window, max: ap.short_max });
-            if ap.short_max < u32::MAX {
-                self.spec(attention_split(d, qnorm), attn_res(&attn_part), &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
-                self.specs.last_mut().expect("just pushed").only = Only::Single;
-                self.specs.last_mut().expect("just pushed").keys = owner(false);
-                let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
-                self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
-                self.specs.last_mut().expect("just pushed").only = Only::Single;
-                self.specs.last_mut().expect("just pushed").keys = owner(false);
-            }
-            if ap.short_max > 0 {
-                self.spec(attention_short(d, qnorm, &self.gpu.limits), attn_res(&att), &ap, l.n_heads as u32, GridY::Tokens);
-                self.specs.last_mut().expect("just pushed").only = Only::Single;
-                self.specs.last_mut().expect("just pushed").keys = owner(true);
-            }
-            self.matmul_from(&gl.o, &att, l.q_dim(), &o, h, o_from)?;
-            let post_attn = self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_attn, 2, 1.0));
-            cur ^= 1;
-
-            // feed-forward block
-            let ff_from = self.chain_norm(post_attn, ln.pre_ff, 1.0, &xn, h);
-            // Decode and verify steps close a MoE block in one moe_norm dispatch where its
-            // registers hold the row; chunks run the dense post-norm, moe_combine and the
-            // routed post-norm.
-            let max_wg = self.gpu.limits.max_compute_invocations_per_workgroup;
-            let closing = match kernels::moe_norm(h, tk, max_wg) {
-                k @ Kernel::MoeNorm { v, wg, .. } if moe_norm && gl.moe.is_some() && h <= (v * wg) as usize => Some(k),
-                _ => None,
-            };
-            // Decode and verify steps of a resident MoE model run the dense branch beside the
-            // routed one: its GeGLU mat-vec with the experts' and its down projection with
-            // theirs, each pair without a barrier between (`Dispatch::ready`). For that the
-            // dense branch's decode forms write buffers of their own per layer (new to the pass
-            // when they write them), and moe_norm reads the dense output from there.
-            let overlap = match (&gl.mlp, closing) {
-                (Mlp::Stacked(_), Some(_)) if moe_overlap && !streaming => {
-                    let rows = VERIFY_MAX;
-                    Some((self.act("ffn gate (dense branch, decode)", rows * 2 * l.mlp_width)?, self.act("moe dense out (decode)", rows * h)?))
-                }
-                _ => None,
-            };
-            // MoE layers route first, so that a streamed step can hand the top-k to the host and
-            // run the dense branch while the host reads the missing experts.
-            let mut route_end = None;
-            let mut xn2_from = None;
-            if let (Some(moe), Some((_, logits_r, idx, wts, xr, ..)), Some([rs, ..])) = (&gl.moe, &moe_bufs, ln.moe) {
-                // router on norm(h) · scale · H^-½, and the experts' input pre_norm_2(h): both norms
-                // of the rows the post-attention norm just wrote, chained onto it.
-                let xr_from = self.chain_norm(post_attn, rs, (h as f64).powf(-0.5) as f32, xr, h);
-                let pre2 = ln.moe.expect("MoE layers have their norms")[1];
-                xn2_from = Some(self.chain_norm(post_attn, pre2, 1.0, &xn2, h));
-                self.matmul_from(&moe.router, xr, h, logits_r, ne, XFrom::Norm(xr_from))?;
-                let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
-                self.spec(Kernel::RouterTopk { staged: router_staged() }, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
-                self.specs.last_mut().expect("just pushed").one_workgroup_per_token();
-                route_end = Some(self.specs.len());
-            }
-            let (down_x_stride, down_from) = match &gl.mlp {
-                Mlp::Split { gate, up } => {
-                    self.matmul_from(gate, &xn, h, &g, l.mlp_width, XFrom::Norm(ff_from))?;
-                    self.matmul_from(up, &xn, h, &u, l.mlp_width, XFrom::Norm(ff_from))?;
-                    self.gelu_mul(&g, &u, GeluParams { n: l.mlp_width as u32, a_stride: l.mlp_width as u32, b_stride: l.mlp_width as u32, b_off: 0, ..Default::default() });
-                    (l.mlp_width, XFrom::Any)
-                }
-                Mlp::Stacked(gu) => {
-                    let first = self.specs.len();
-                    let sums = self.matmul_glu(gu, l.mlp_width, &xn, h, &g, ff_from, overlap.is_none())?;
-                    if gl.moe.is_none() {
-                        self.fuse_norm(post_attn, first, h);
-                    }
-                    (2 * l.mlp_width, sums)
-                }
-            };
-            self.matmul_steps(&gl.down, &g, down_x_stride, &o, h, false, overlap.is_none(), down_from)?;
-            let mut ff_out = &o;
-            if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, _, post1, post2])) = (&gl.moe, &moe_bufs, ln.moe) {
-                // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h))), the
-                // experts reading pre_norm_2(h) from xn2 (chained above)
-                let dense_norm = self.norm(&o, &norm_buf, m1, plain(h, post1, 0, 1.0));
-                if closing.is_some() {
-                    self.specs[dense_norm].only = Only::Multi;
-                }
-                let experts_begin = self.specs.len();
-                let sel = if streaming { slot_idx } else { idx };
-                let groups = moe_groups.as_ref().expect("allocated for MoE models");
-                self.moe_group(sel, groups, tk);
-                let (gm, gstride, goff) = &moe.gate;
-                // Fused gate_up: decode/verify run one GeGLU mat-vec; chunks the grouped kernels.
-                let glu = moe.up.is_none() && self.moe_glu(gm, *gstride, *goff, moe.up_off, iw, sel, &xn2, h, 0, eg, tk);
-                if let (Some((g1, _)), Mlp::Stacked(gu)) = (&overlap, &gl.mlp) {
-                    // The dense GeGLU beside the experts' (xn made ready by their dispatch).
-                    if glu {
-                        self.specs.last_mut().expect("just pushed").ready.push(xn.clone());
-                    }
-                    self.glu_single(gu, l.mlp_width, &xn, h, g1);
-                }
-                self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, &xn2, h, 0, eg, tk, !glu, xn2_from.map_or(XFrom::Any, XFrom::Norm))?;
-                let (um, ustride, uoff) = match &moe.up {
-                    Some(u) => (u, iw, 0),
-                    None => (gm, *gstride, moe.up_off),
+        };
+        // The input norm inside its reader: the stacked q|k|v, or a KV-sharing layer's q
+        // (separate q, k and v are three readers: fuse_norm leaves the norm alone then).
+        if let Some(prev) = input_norm {
+            self.fuse_norm(prev, first, h);
+        }
+        match (l.kv, &gl.proj) {
+            (KvSource::Own { cache }, Proj::Stacked(_)) => {
+                // One dispatch for the q, k and v heads of the stacked row.
+                let p = QkvParams {
+                    d: d as u32, src_stride: qs.2 as u32, rope_off: rope_off as u32, rope_stride: rope_stride as u32,
+                    n_q: l.n_heads as u32, n_kv: l.n_kv_heads as u32, k_off: ks.1 as u32, v_off: vs.1 as u32,
+                    q_w: ln.q, k_w: ln.k, slots: kv.caches[cache].slots as u32, eps,
                 };
-                self.moe_matmul(um, ustride, uoff, iw, sel, groups, &xn2, h, 0, eu, tk, !glu, xn2_from.map_or(XFrom::Any, XFrom::Norm))?;
-                self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0, ..Default::default() });
-                if glu {
-                    self.specs.last_mut().expect("just pushed").only = Only::Multi;
-                }
-                let routed_down = self.specs.len();
-                self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk, true, XFrom::Any)?;
-                if let Some((g1, d1)) = &overlap {
-                    // The dense down projection beside the experts' (its decode spec, recorded
-                    // first, makes the dense GeGLU's output ready).
-                    self.specs[routed_down].ready.push(g1.clone());
-                    self.matvec_single(&gl.down, g1, down_x_stride, d1, h);
-                }
-                if streaming {
-                    let route_end = route_end.expect("recorded above for MoE layers");
-                    self.marks.push(Mark { layer: li, route_end, experts_begin, experts_end: self.specs.len() });
-                }
-                let res = vec![Res::Buf(wts.clone()), Res::Buf(eo.clone()), Res::Buf(o.clone()), Res::Params, Res::Step];
-                self.spec(Kernel::MoeCombine, res, &CombineParams { n: h as u32, top_k: tk as u32, _pad: [0; 2] }, (h as u32).div_ceil(64), GridY::Tokens);
-                let combine = self.specs.len() - 1;
-                let routed_norm = self.norm(&o, &norm_buf, m1, plain(h, post2, 1, 1.0));
-                if let Some(kernel) = closing {
-                    self.specs[combine].only = Only::Multi;
-                    self.specs[routed_norm].only = Only::Multi;
-                    let dense = overlap.as_ref().map_or(&o, |(_, d1)| d1);
-                    let res = vec![Res::Buf(dense.clone()), Res::Buf(eo.clone()), Res::Buf(wts.clone()), Res::Buf(norm_buf.clone()), Res::Buf(m1.clone()), Res::Params, Res::Step];
-                    let p = MoeNormParams { n: h as u32, w1_off: post1, w2_off: post2, eps, post1: 1.0, post2: 1.0, _pad: [0; 2] };
-                    self.spec(kernel, res, &p, 1, GridY::Tokens);
-                    self.specs.last_mut().expect("just pushed").only = Only::Single;
-                }
-                ff_out = m1;
+                let res = vec![
+                    Res::Buf(qkv.clone()), Res::Buf(norm_buf.clone()), Res::Buf(rope_buf.clone()),
+                    Res::Buf(q.clone()), Res::Buf(kcache[cache].clone()), Res::Buf(vcache[cache].clone()),
+                    Res::Params, Res::Step,
+                ];
+                self.spec(Kernel::QkvNormRope { wg: head_norm_wg(p.d as usize) }, res, &p, (l.n_heads + 2 * l.n_kv_heads) as u32, GridY::Tokens);
             }
-            let post_ff_scale = if gl.ple.is_some() { 1.0 } else { lw.layer_scalar };
-            let post_ff = self.residual_norm(ff_out, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.post_ff, 2, post_ff_scale));
-            cur ^= 1;
-            residual = Some(post_ff);
-
-            // per-layer input, then the layer scalar
-            if let (Some((gate, proj)), Some((ple_all, _, ple_g))) = (&gl.ple, &ple_bufs) {
-                let first = self.specs.len();
-                let sums = self.ple_gate(gate, &xs[cur], h, ple_g, ple_all, pd, nl * pd, li * pd, NormOut { spec: post_ff, slot: 0 })?;
-                self.fuse_norm(post_ff, first, h);
-                self.matmul_from(proj, ple_g, pd, &o, h, sums)?;
-                residual = Some(self.residual_norm(&o, &norm_buf, &xs[cur], &xs[cur ^ 1], plain(h, ln.ple_post, 2, lw.layer_scalar)));
-                cur ^= 1;
+            (kv_src, _) => {
+                if let KvSource::Own { cache } = kv_src {
+                    let base = HeadParams {
+                        d: d as u32, n_heads: l.n_kv_heads as u32, src_stride: ks.2 as u32, w_off: ln.k,
+                        rope: 1, rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 1,
+                        slots: kv.caches[cache].slots as u32, eps, src_off: ks.1 as u32, _pad: 0,
+                    };
+                    let (kb, vb) = (ks.0.clone(), vs.0.clone());
+                    self.head_norm_rope(&kb, norm_buf, rope_buf, &kcache[cache], base);
+                    self.head_norm_rope(&vb, norm_buf, rope_buf, &vcache[cache], HeadParams { w_off: NO_WEIGHT, rope: 0, src_stride: vs.2 as u32, src_off: vs.1 as u32, ..base });
+                }
+                let qb = qs.0.clone();
+                self.head_norm_rope(&qb, norm_buf, rope_buf, q, HeadParams {
+                    d: d as u32, n_heads: l.n_heads as u32, src_stride: qs.2 as u32, w_off: ln.q, rope: 1,
+                    rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 0, slots: 0, eps, src_off: qs.1 as u32, _pad: 0,
+                });
+                if f.fold_q_norm {
+                    // Chunks only: decode and verify steps norm q in attention_split.
+                    self.specs.last_mut().expect("just pushed").only = Only::Multi;
+                    let qp = QNormParams { src_stride: qs.2 as u32, src_off: qs.1 as u32, w_off: ln.q, rope_off: rope_off as u32, rope_stride: rope_stride as u32, eps, _pad: [0; 2] };
+                    q_raw = Some((qb, qp));
+                }
             }
         }
+        let ap = AttnParams {
+            d: d as u32, n_heads: l.n_heads as u32, n_kv_heads: l.n_kv_heads as u32, slots,
+            window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
+            n_splits: attn_splits(), short_max: if d % 8 == 0 && d <= 1024 { f.attn_short } else { 0 }, _pad: 0,
+        };
+        // Chunks (prefill): 16 queries per workgroup share each key tile, or 32 on tensor cores.
+        let mut res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
+        // The tensor-core form also writes its output's sums over each 64-dim value stage,
+        // the o projection's group sums of x, instead of a group_sum pass
+        // (KESTREL_ATTN_SUMS=0: not).
+        let mut o_from = XFrom::Any;
+        let (chunk_attn, bq) = match attention_chunk_coop(d) {
+            Some(Kernel::AttentionCoop { d, .. }) if f.attn_coop && f.attn_sums => {
+                let osum = self.scratch(Scratch::ProducerSums, c * l.q_dim() / 64)?;
+                res.push(Res::Buf(osum.clone()));
+                o_from = XFrom::Sums { sums: Res::Buf(osum), cols: l.q_dim(), gs: 64 };
+                (Kernel::AttentionCoop { d, sums: true }, ATTN_COOP_BQ)
+            }
+            Some(k) if f.attn_coop => (k, ATTN_COOP_BQ),
+            _ => (attention_chunk(d), ATTN_BQ),
+        };
+        if f.tail_layer == Some(li) {
+            // What the rest of the program reads by token that the part before it wrote:
+            // the residual into this layer, q as decode's attention reads it (the raw
+            // projection where attention_split norms it) and, below, the per-layer inputs
+            // and the rope row.
+            let mut rows = vec![(xs[st.cur].clone(), 4 * h as u64)];
+            rows.push(match &q_raw {
+                Some((qb, _)) => (qb.clone(), 4 * qs.2 as u64),
+                None => (q.clone(), 4 * l.q_dim() as u64),
+            });
+            st.tail_cut = Some((self.specs.len(), li, rows));
+        }
+        self.spec(chunk_attn, res, &ap, l.n_heads as u32, GridY::TokenTiles(bq));
+        self.specs.last_mut().expect("just pushed").only = Only::Multi;
+        // Decode and verify: the keys split over attn_splits() workgroups per head, then
+        // merged; rows of at most ap.short_max keys in one dispatch instead (attention_short).
+        let qnorm = q_raw.is_some();
+        let (qb, extra) = match q_raw.take() {
+            Some((qb, qp)) => {
+                let (off, len) = self.push_params(&qp);
+                (qb, vec![Res::Buf(norm_buf.clone()), Res::Buf(rope_buf.clone()), Res::ParamsAt(off, len)])
+            }
+            None => (q.clone(), Vec::new()),
+        };
+        let attn_res = |out: &wgpu::Buffer| [vec![Res::Buf(qb.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(out.clone()), Res::Params, Res::Step], extra.clone()].concat();
+        let owner = |short| Some(KeysOwner { short, window: ap.window, max: ap.short_max });
+        if ap.short_max < u32::MAX {
+            self.spec(attention_split(d, qnorm), attn_res(attn_part), &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
+            self.specs.last_mut().expect("just pushed").only = Only::Single;
+            self.specs.last_mut().expect("just pushed").keys = owner(false);
+            let res = vec![Res::Buf(attn_part.clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
+            self.spec(Kernel::AttentionCombine, res, &ap, l.n_heads as u32, GridY::Tokens);
+            self.specs.last_mut().expect("just pushed").only = Only::Single;
+            self.specs.last_mut().expect("just pushed").keys = owner(false);
+        }
+        if ap.short_max > 0 {
+            self.spec(attention_short(d, qnorm, &self.gpu.limits), attn_res(att), &ap, l.n_heads as u32, GridY::Tokens);
+            self.specs.last_mut().expect("just pushed").only = Only::Single;
+            self.specs.last_mut().expect("just pushed").keys = owner(true);
+        }
+        self.matmul_from(&gl.o, att, l.q_dim(), o, h, o_from)?;
+        let post_attn = self.residual_norm(o, norm_buf, &xs[st.cur], &xs[st.cur ^ 1], f.plain(h, ln.post_attn, 2, 1.0));
+        st.cur ^= 1;
+        Ok(post_attn)
+    }
 
-        // ---- head: final norm of the output rows, tied LM head, softcap + argmax
-        self.norm(&xs[cur], &norm_buf, &xf, NormParams { x_row_sel: 1, count_sel: 1, ..plain(h, final_norm, 0, 1.0) });
-        self.matmul(&embed, &xf, h, &logits, vocab, true)?;
+    /// A layer's feed-forward block: the pre-feed-forward norm, the router (MoE layers), the
+    /// dense MLP, the routed experts and the post-feed-forward residual norm (returned).
+    fn record_ffn(&mut self, f: &Forward, layer: Layer, post_attn: usize, st: &mut PassState) -> Result<usize> {
+        let Layer { l, gl, ln, lw, .. } = layer;
+        let Acts { xs, xn, .. } = f.acts;
+        let norm_buf = &f.norms.buf;
+        let t = &self.cfg.text;
+        let (h, tk) = (t.hidden_size, t.top_k_experts);
+
+        // feed-forward block
+        let ff_from = self.chain_norm(post_attn, ln.pre_ff, 1.0, xn, h);
+        // Decode and verify steps close a MoE block in one moe_norm dispatch where its
+        // registers hold the row; chunks run the dense post-norm, moe_combine and the
+        // routed post-norm.
+        let max_wg = self.gpu.limits.max_compute_invocations_per_workgroup;
+        let closing = match kernels::moe_norm(h, tk, max_wg) {
+            k @ Kernel::MoeNorm { v, wg, .. } if f.moe_norm && gl.moe.is_some() && h <= (v * wg) as usize => Some(k),
+            _ => None,
+        };
+        // Decode and verify steps of a resident MoE model run the dense branch beside the
+        // routed one: its GeGLU mat-vec with the experts' and its down projection with
+        // theirs, each pair without a barrier between (`Dispatch::ready`). For that the
+        // dense branch's decode forms write buffers of their own per layer (new to the pass
+        // when they write them), and moe_norm reads the dense output from there.
+        let overlap = match (&gl.mlp, closing) {
+            (Mlp::Stacked(_), Some(_)) if f.moe_overlap && !f.streaming => {
+                let rows = VERIFY_MAX;
+                Some((self.act("ffn gate (dense branch, decode)", rows * 2 * l.mlp_width)?, self.act("moe dense out (decode)", rows * h)?))
+            }
+            _ => None,
+        };
+        // MoE layers route first, so that a streamed step can hand the top-k to the host and
+        // run the dense branch while the host reads the missing experts.
+        let (route_end, xn2_from) = self.record_router(f, layer, post_attn)?;
+        let down_x_stride = self.record_mlp(f, layer, post_attn, ff_from, overlap.is_none())?;
+        let ff_out = self.record_moe(f, layer, MoePlan { closing, overlap, route_end, xn2_from, down_x_stride })?;
+        let post_ff_scale = if gl.ple.is_some() { 1.0 } else { lw.layer_scalar };
+        let post_ff = self.residual_norm(ff_out, norm_buf, &xs[st.cur], &xs[st.cur ^ 1], f.plain(h, ln.post_ff, 2, post_ff_scale));
+        st.cur ^= 1;
+        st.residual = Some(post_ff);
+        Ok(post_ff)
+    }
+
+    /// A MoE layer's router: its input norm and the experts' (both chained onto the
+    /// post-attention norm), the router projection and its top-k. Returns where its dispatches
+    /// end and the experts' input norm (none on dense layers).
+    fn record_router(&mut self, f: &Forward, layer: Layer, post_attn: usize) -> Result<(Option<usize>, Option<NormOut>)> {
+        let Layer { gl, ln, .. } = layer;
+        let Acts { xn2, moe_bufs, .. } = f.acts;
+        let t = &self.cfg.text;
+        let (h, ne, tk) = (t.hidden_size, t.num_experts, t.top_k_experts);
+        let mut route_end = None;
+        let mut xn2_from = None;
+        if let (Some(moe), Some((_, logits_r, idx, wts, xr, ..)), Some([rs, ..])) = (&gl.moe, moe_bufs, ln.moe) {
+            // router on norm(h) · scale · H^-½, and the experts' input pre_norm_2(h): both norms
+            // of the rows the post-attention norm just wrote, chained onto it.
+            let xr_from = self.chain_norm(post_attn, rs, (h as f64).powf(-0.5) as f32, xr, h);
+            let pre2 = ln.moe.expect("MoE layers have their norms")[1];
+            xn2_from = Some(self.chain_norm(post_attn, pre2, 1.0, xn2, h));
+            self.matmul_from(&moe.router, xr, h, logits_r, ne, XFrom::Norm(xr_from))?;
+            let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
+            self.spec(Kernel::RouterTopk { staged: router_staged() }, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
+            self.specs.last_mut().expect("just pushed").one_workgroup_per_token();
+            route_end = Some(self.specs.len());
+        }
+        Ok((route_end, xn2_from))
+    }
+
+    /// A layer's dense MLP: gate and up (stacked: one GeGLU mat-mat) and the down projection
+    /// into `o`. `decode`: with their decode and verify forms (not when the dense branch runs
+    /// beside the experts). Returns the down projection's x stride.
+    fn record_mlp(&mut self, f: &Forward, layer: Layer, post_attn: usize, ff_from: NormOut, decode: bool) -> Result<usize> {
+        let Layer { l, gl, .. } = layer;
+        let Acts { xn, g, u, o, .. } = f.acts;
+        let h = self.cfg.text.hidden_size;
+        let (down_x_stride, down_from) = match &gl.mlp {
+            Mlp::Split { gate, up } => {
+                self.matmul_from(gate, xn, h, g, l.mlp_width, XFrom::Norm(ff_from))?;
+                self.matmul_from(up, xn, h, u, l.mlp_width, XFrom::Norm(ff_from))?;
+                self.gelu_mul(g, u, GeluParams { n: l.mlp_width as u32, a_stride: l.mlp_width as u32, b_stride: l.mlp_width as u32, b_off: 0, ..Default::default() });
+                (l.mlp_width, XFrom::Any)
+            }
+            Mlp::Stacked(gu) => {
+                let first = self.specs.len();
+                let sums = self.matmul_glu(gu, l.mlp_width, xn, h, g, ff_from, decode)?;
+                if gl.moe.is_none() {
+                    self.fuse_norm(post_attn, first, h);
+                }
+                (2 * l.mlp_width, sums)
+            }
+        };
+        self.matmul_steps(&gl.down, g, down_x_stride, o, h, false, decode, down_from)?;
+        Ok(down_x_stride)
+    }
+
+    /// A MoE layer's routed experts (and the dense branch's decode forms beside them, when
+    /// they overlap), moe_combine and the post-norms that close the block. Returns the
+    /// block's output: `m1` on MoE layers, else the dense MLP's `o`.
+    fn record_moe<'p>(&mut self, f: &Forward<'p>, layer: Layer, plan: MoePlan) -> Result<&'p wgpu::Buffer> {
+        let Layer { li, l, gl, ln, .. } = layer;
+        let Acts { xn, xn2, o, moe_bufs, moe_groups, .. } = f.acts;
+        let norm_buf = &f.norms.buf;
+        let MoePlan { closing, overlap, route_end, xn2_from, down_x_stride } = plan;
+        let t = &self.cfg.text;
+        let (h, eps) = (t.hidden_size, t.rms_norm_eps);
+        let (tk, iw) = (t.top_k_experts, t.moe_intermediate_size);
+        let mut ff_out = o;
+        if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, _, post1, post2])) = (&gl.moe, moe_bufs, ln.moe) {
+            // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h))), the
+            // experts reading pre_norm_2(h) from xn2 (chained above)
+            let dense_norm = self.norm(o, norm_buf, m1, f.plain(h, post1, 0, 1.0));
+            if closing.is_some() {
+                self.specs[dense_norm].only = Only::Multi;
+            }
+            let experts_begin = self.specs.len();
+            let sel = if f.streaming { slot_idx } else { idx };
+            let groups = moe_groups.as_ref().expect("allocated for MoE models");
+            self.moe_group(sel, groups, tk);
+            let (gm, gstride, goff) = &moe.gate;
+            // Fused gate_up: decode/verify run one GeGLU mat-vec; chunks the grouped kernels.
+            let glu = moe.up.is_none() && self.moe_glu(gm, *gstride, *goff, moe.up_off, iw, sel, xn2, h, 0, eg, tk);
+            if let (Some((g1, _)), Mlp::Stacked(gu)) = (&overlap, &gl.mlp) {
+                // The dense GeGLU beside the experts' (xn made ready by their dispatch).
+                if glu {
+                    self.specs.last_mut().expect("just pushed").ready.push(xn.clone());
+                }
+                self.glu_single(gu, l.mlp_width, xn, h, g1);
+            }
+            self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, xn2, h, 0, eg, tk, !glu, xn2_from.map_or(XFrom::Any, XFrom::Norm))?;
+            let (um, ustride, uoff) = match &moe.up {
+                Some(u) => (u, iw, 0),
+                None => (gm, *gstride, moe.up_off),
+            };
+            self.moe_matmul(um, ustride, uoff, iw, sel, groups, xn2, h, 0, eu, tk, !glu, xn2_from.map_or(XFrom::Any, XFrom::Norm))?;
+            self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0, ..Default::default() });
+            if glu {
+                self.specs.last_mut().expect("just pushed").only = Only::Multi;
+            }
+            let routed_down = self.specs.len();
+            self.moe_matmul(&moe.down, h, 0, h, sel, groups, eg, tk * iw, iw, eo, tk, true, XFrom::Any)?;
+            if let Some((g1, d1)) = &overlap {
+                // The dense down projection beside the experts' (its decode spec, recorded
+                // first, makes the dense GeGLU's output ready).
+                self.specs[routed_down].ready.push(g1.clone());
+                self.matvec_single(&gl.down, g1, down_x_stride, d1, h);
+            }
+            if f.streaming {
+                let route_end = route_end.expect("recorded above for MoE layers");
+                self.marks.push(Mark { layer: li, route_end, experts_begin, experts_end: self.specs.len() });
+            }
+            let res = vec![Res::Buf(wts.clone()), Res::Buf(eo.clone()), Res::Buf(o.clone()), Res::Params, Res::Step];
+            self.spec(Kernel::MoeCombine, res, &CombineParams { n: h as u32, top_k: tk as u32, _pad: [0; 2] }, (h as u32).div_ceil(64), GridY::Tokens);
+            let combine = self.specs.len() - 1;
+            let routed_norm = self.norm(o, norm_buf, m1, f.plain(h, post2, 1, 1.0));
+            if let Some(kernel) = closing {
+                self.specs[combine].only = Only::Multi;
+                self.specs[routed_norm].only = Only::Multi;
+                let dense = overlap.as_ref().map_or(o, |(_, d1)| d1);
+                let res = vec![Res::Buf(dense.clone()), Res::Buf(eo.clone()), Res::Buf(wts.clone()), Res::Buf(norm_buf.clone()), Res::Buf(m1.clone()), Res::Params, Res::Step];
+                let p = MoeNormParams { n: h as u32, w1_off: post1, w2_off: post2, eps, post1: 1.0, post2: 1.0, _pad: [0; 2] };
+                self.spec(kernel, res, &p, 1, GridY::Tokens);
+                self.specs.last_mut().expect("just pushed").only = Only::Single;
+            }
+            ff_out = m1;
+        }
+        Ok(ff_out)
+    }
+
+    /// A layer's per-layer input (PLE): the gate, its projection and the residual norm that
+    /// applies the layer scalar.
+    fn record_ple(&mut self, f: &Forward, layer: Layer, post_ff: usize, st: &mut PassState) -> Result<()> {
+        let Layer { li, gl, ln, lw, .. } = layer;
+        let Acts { xs, o, ple_bufs, .. } = f.acts;
+        let norm_buf = &f.norms.buf;
+        let t = &self.cfg.text;
+        let h = t.hidden_size;
+        let (pd, nl) = (t.hidden_size_per_layer_input, t.num_hidden_layers);
+
+        // per-layer input, then the layer scalar
+        if let (Some((gate, proj)), Some((ple_all, _, ple_g))) = (&gl.ple, ple_bufs) {
+            let first = self.specs.len();
+            let sums = self.ple_gate(gate, &xs[st.cur], h, ple_g, ple_all, pd, nl * pd, li * pd, NormOut { spec: post_ff, slot: 0 })?;
+            self.fuse_norm(post_ff, first, h);
+            self.matmul_from(proj, ple_g, pd, o, h, sums)?;
+            st.residual = Some(self.residual_norm(o, norm_buf, &xs[st.cur], &xs[st.cur ^ 1], f.plain(h, ln.ple_post, 2, lw.layer_scalar)));
+            st.cur ^= 1;
+        }
+        Ok(())
+    }
+
+    /// The head, on the output rows of the residual stream's `xs[cur]`.
+    fn record_head(&mut self, f: &Forward, cur: usize) -> Result<()> {
+        let Acts { xs, xf, logits, best, argmax_part, .. } = f.acts;
+        let t = &self.cfg.text;
+        let (h, vocab) = (t.hidden_size, t.vocab_size);
+        self.norm(&xs[cur], &f.norms.buf, xf, NormParams { x_row_sel: 1, count_sel: 1, ..f.plain(h, f.norms.final_norm, 0, 1.0) });
+        self.matmul(&f.weights.embed, xf, h, logits, vocab, true)?;
         let cap = t.final_logit_softcapping.unwrap_or(0.0);
         let chunks = argmax_chunks(vocab);
         let (param_off, param_len) = self.push_params(&ArgmaxParams { vocab: vocab as u32, cap, chunks, _pad: 0 });
@@ -1582,23 +1875,30 @@ impl<'a> Builder<'a> {
         };
         self.specs.push(pass(Kernel::SoftcapArgmax, chunks, false, GridY::Out));
         self.specs.push(pass(Kernel::ArgmaxMerge, 0, true, GridY::One));
+        Ok(())
+    }
 
-        self.rows_norms()?;
-
-        let tail = match tail_cut {
+    /// The prompt's tail, from where the layers cut it.
+    fn prompt_tail(&self, f: &Forward, st: PassState) -> Option<PromptTail> {
+        let Acts { rope_buf, ple_bufs, .. } = f.acts;
+        let t = &self.cfg.text;
+        let (pd, nl) = (t.hidden_size_per_layer_input, t.num_hidden_layers);
+        match st.tail_cut {
             Some((start, layer, mut rows)) => {
                 debug_assert!(matches!(self.specs[start].kernel, Kernel::Attention { .. } | Kernel::AttentionCoop { .. }), "the tail starts at a chunk attention");
-                rows.push((rope_buf.clone(), 4 * rope_stride as u64));
-                if let Some((ple_all, ..)) = &ple_bufs {
+                rows.push((rope_buf.clone(), 4 * f.acts.rope_stride as u64));
+                if let Some((ple_all, ..)) = ple_bufs {
                     rows.push((ple_all.clone(), 4 * (nl * pd) as u64));
                 }
                 let bytes = rows.iter().map(|r| r.1).sum();
                 Some(PromptTail { start, layer, rows, scratch: self.gpu.storage("prompt tail rows", bytes), step: self.gpu.storage("prompt tail step", std::mem::size_of::<Step>() as u64) })
             }
             None => None,
-        };
+        }
+    }
 
-        // ---- bind groups
+    /// The recorded specs as dispatches, each with its bind group.
+    fn bind_program(&mut self) -> Result<Vec<Dispatch>> {
         let param_buf = {
             use wgpu::util::DeviceExt;
             self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -1664,8 +1964,14 @@ impl<'a> Builder<'a> {
             }
             program.push(Dispatch { label: s.kernel.label(), only: s.only, pipeline, single, verify, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y, ready: s.ready, keys: s.keys });
         }
+        Ok(program)
+    }
 
-        let streaming = match (&w.expert_files, &moe_bufs) {
+    /// The host side of a streamed installation's expert cache (none unless `streaming`).
+    fn streaming_state(&mut self, w: &ModelWeights, acts: &Acts, n_slots: usize, streaming: bool) -> Option<Streaming> {
+        let c = self.opts.max_chunk;
+        let tk = self.cfg.text.top_k_experts;
+        match (&w.expert_files, &acts.moe_bufs) {
             (Some(files), Some((_, _, idx, _, _, slot_idx, ..))) if streaming => Some(Streaming {
                 streamer: Streamer::new(files.clone(), n_slots),
                 slots: std::mem::take(&mut self.slot_layers),
@@ -1676,12 +1982,20 @@ impl<'a> Builder<'a> {
                 top_k: tk,
             }),
             _ => None,
-        };
+        }
+    }
+
+    /// The backend that runs the recorded program.
+    fn into_backend(self, w: &Arc<ModelWeights>, kv: KvLayout, acts: Acts, program: Vec<Dispatch>, tail: Option<PromptTail>, streaming: Option<Streaming>) -> WgpuBackend {
+        let cfg = self.cfg;
+        let t = &cfg.text;
+        let vocab = t.vocab_size;
+        let Acts { ids, rope_buf, rope_stride, best, logits, xf, kcache, vcache, logit_rows, .. } = acts;
         let commit_scratch = self.gpu.storage("commit scratch", (VERIFY_MAX * kv.caches.iter().map(|c| c.slot_elems()).max().unwrap_or(1) * 4) as u64);
         let best_read = self.gpu.staging("argmax readback", (4 * logit_rows) as u64);
         let chain_read = [self.gpu.staging("run-ahead argmax 0", 4), self.gpu.staging("run-ahead argmax 1", 4)];
         let logits_read = self.gpu.staging("logits readback", (4 * logit_rows * vocab) as u64);
-        Ok(WgpuBackend {
+        WgpuBackend {
             cfg: cfg.clone(),
             kv,
             opts: self.opts.clone(),
@@ -1721,6 +2035,6 @@ impl<'a> Builder<'a> {
             commit_scratch,
             tail,
             gpu: self.gpu,
-        })
+        }
     }
 }
