@@ -470,25 +470,28 @@ fn digits_source(n4: u32, on: bool) -> String {
 
 /// Whether the fused-norm and routed-expert mat-vecs multiply integer digits of their input
 /// (qmv_digits.wgsl: each 32-value chunk turned into dot32i's digits once per workgroup, the
-/// loop `qmv_dots_digits`) rather than its floats (`qmv_dots`). On unless `KESTREL_QMV_DIGITS=0`,
-/// or for the experts' down projection alone `=gate` (A/B knobs; PERF_NOTES.md, session 34).
+/// loop `qmv_dots_digits`) rather than its floats (`qmv_dots`). On unless `KESTREL_QMV_DIGITS=0`;
+/// `=gate` keeps the experts' down projection on floats (A/B knobs; PERF_NOTES.md, session 34).
 fn qmv_digits() -> bool {
     std::env::var("KESTREL_QMV_DIGITS").as_deref() != Ok("0")
 }
 
-/// The x row length (in vec4s) a routed-expert mat-vec of `cols` stages as digits, 0 for the
-/// float loop: [`qmv_digits`], for rows whose digits fit [`QMV_MOE_DIGITS_BYTES`] (`glu`: the
-/// gate_up form; `KESTREL_QMV_DIGITS=gate` leaves the down projection on floats).
-fn qmv_moe_n4(cols: usize, glu: bool) -> u32 {
+/// The x row length (in vec4s) a routed-expert mat-vec of `cols` and `rpt` rows per team stages
+/// as digits, 0 for the float loop: [`qmv_digits`], where the digits (16 bytes per 4 values) and
+/// `red` fit [`WG_MEMORY_MIN`], so no device's limit needs asking (the 26B's 2816-wide gate_up
+/// rows: 11 KiB + 2 KiB). `glu`: the gate_up form (`KESTREL_QMV_DIGITS=gate` leaves the down
+/// projection on floats).
+fn qmv_moe_n4(cols: usize, rpt: u32, glu: bool) -> u32 {
     let on = qmv_digits() && (glu || std::env::var("KESTREL_QMV_DIGITS").as_deref() != Ok("gate"));
-    if on && 4 * cols <= QMV_MOE_DIGITS_BYTES { (cols / 4) as u32 } else { 0 }
+    let bytes = 4 * cols + 4 * (rpt * QMV_WG) as usize;
+    if on && bytes <= WG_MEMORY_MIN { (cols / 4) as u32 } else { 0 }
 }
 
-/// Workgroup memory a routed-expert mat-vec may give its digits (16 bytes per 4 values; the
-/// 26B's 2816-wide gate_up rows take 11 KiB, beside `red`, within lavapipe's 32 KiB).
-const QMV_MOE_DIGITS_BYTES: usize = 16384;
+/// Workgroup memory every WebGPU device offers (maxComputeWorkgroupStorageSize's minimum).
+const WG_MEMORY_MIN: usize = 16384;
 
-/// qmv_moe.wgsl with qmv_digits.wgsl (its loop on for x rows of 4 · `n4` > 0 values).
+/// qmv_moe.wgsl with qmv_digits.wgsl: its loop on for x rows of 4 · `n4` > 0 values; off, the
+/// digits' array is a token 8 vec4s the float loop never touches.
 fn qmv_moe_kernel(n4: u32) -> String {
     format!("{}\n{}", include_str!("../../../wgsl/qmv_moe.wgsl"), digits_source(n4.max(8), n4 > 0))
 }
@@ -648,7 +651,7 @@ pub fn qmv_moe_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize
         return None;
     }
     let (lanes, rpt) = qmv_tile_override(rows * top_k, cols).unwrap_or_else(|| qmv_tile(rows * top_k, cols));
-    Some((Kernel::QmvMoe { lanes, rpt, n4: qmv_moe_n4(cols, false) }, QMV_WG / lanes * rpt))
+    Some((Kernel::QmvMoe { lanes, rpt, n4: qmv_moe_n4(cols, rpt, false) }, QMV_WG / lanes * rpt))
 }
 
 /// The `qmv_moe_glu` variant for fused gate_up experts of `rows` gate (and `rows` up) rows ×
@@ -660,7 +663,7 @@ pub fn qmv_moe_glu_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: u
     }
     let (lanes, rpt) = qmv_tile_override(2 * rows * top_k, cols).unwrap_or_else(|| qmv_tile(2 * rows * top_k, cols));
     let pairs = (rpt / 2).max(1);
-    Some((Kernel::QmvMoeGlu { lanes, pairs, n4: qmv_moe_n4(cols, true) }, QMV_WG / lanes * pairs))
+    Some((Kernel::QmvMoeGlu { lanes, pairs, n4: qmv_moe_n4(cols, 2 * pairs, true) }, QMV_WG / lanes * pairs))
 }
 
 /// Tokens of one `qmm` workgroup (`BN` in qmm.wgsl).
