@@ -1094,7 +1094,7 @@ pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Opt
     // Tall stacks of the widths whose GeGLU takes the fused-norm prologue (E2B's 1536) get two
     // pairs per team: half the workgroups, so half the redundant prologues. Measured on the
     // H100 with the integer-digit loop (session 34 p1): E2B 391.4 / 390.7 → 394.7 / 402.0 tok/s,
-    // the GeGLU's timestamped 17.5 → 16.8 µs; at 8 lanes × 2 pairs 392.4 / 391.7.
+    // the GeGLU's timestamped 22.9 → 21.9 µs a dispatch; at 8 lanes × 2 pairs 392.4 / 391.7.
     let wide_fused = qmv_tile_override(2 * rows, cols).is_none() && 2 * rows >= 12288 && cols <= PRO_MAX_HIDDEN;
     let (lanes, rpt) = if wide_fused { (16, 4) } else { qmv_dense_tile(2 * rows, cols) };
     let pairs = (rpt / 2).max(1);
