@@ -1094,8 +1094,11 @@ pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Opt
     // Tall stacks of the widths whose GeGLU takes the fused-norm prologue (E2B's 1536) get two
     // pairs per team: half the workgroups, so half the redundant prologues. Measured on the
     // H100 with the integer-digit loop (session 34 p1): E2B 391.4 / 390.7 → 394.7 / 402.0 tok/s,
-    // the GeGLU's timestamped 22.9 → 21.9 µs a dispatch; at 8 lanes × 2 pairs 392.4 / 391.7.
-    let wide_fused = qmv_tile_override(2 * rows, cols).is_none() && 2 * rows >= 12288 && cols <= PRO_MAX_HIDDEN;
+    // the GeGLU's timestamped 22.9 → 21.9 µs a dispatch; at 8 lanes × 2 pairs 392.4 / 391.7. On
+    // the float loop it gained nothing (26.7 µs), so `KESTREL_QMV_DIGITS=0` keeps the old tile
+    // (that knob then gives session 33's kernels whole). The rule assumes these widths are fused,
+    // as they are by default (`PRO_MAX_HIDDEN`); `KESTREL_FUSE_NORMS=0` leaves them unfused on it.
+    let wide_fused = qmv_digits() && qmv_tile_override(2 * rows, cols).is_none() && 2 * rows >= 12288 && cols <= PRO_MAX_HIDDEN;
     let (lanes, rpt) = if wide_fused { (16, 4) } else { qmv_dense_tile(2 * rows, cols) };
     let pairs = (rpt / 2).max(1);
     Some((Kernel::QmvGlu { tok, lanes, pairs, pro: 0 }, QMV_WG / lanes * pairs))
