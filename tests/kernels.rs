@@ -3147,6 +3147,88 @@ fn moe_norm_matches_its_three_dispatches() {
     }
 }
 
+/// route_norm (a MoE layer's post-attention norm, router projection and top-k in one dispatch)
+/// against the three dispatches it replaces in decode and verify steps: rmsnorm (mode 2,
+/// chained to three norms, the third the router's input at post n^-½), the decode matmul of the
+/// router and router_topk's staged form. The same operations in the same order: bitwise on
+/// lavapipe; on a GPU whose compiler may contract a multiply and its add in one kernel and not
+/// the other (as moe_norm's test), the floats within tol::SAME_OPS and the picks equal. Also
+/// the logits against an f64 product of the router's rows with the norm's third output
+/// (tol::DOT), and the arrival counters back at 0 after one dispatch and after two back to
+/// back (a counter left unreset would make the second dispatch's last workgroup miss its turn).
+/// Shapes: the 26B's (2816 values, 128 experts 8-bit, top 8) at one token and three (workgroups
+/// own register blocks 0–5 of 16), a 4-bit router, and a bf16 one shorter than the workgroup.
+#[test]
+fn route_norm_matches_its_three_dispatches() {
+    let Some(mut h) = harness() else { return };
+    let max_wg = h.gpu().limits.max_compute_invocations_per_workgroup;
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let as_f32 = |b: &[u8]| -> Vec<f32> { words(b).into_iter().map(f32::from_bits).collect() };
+    let small = || vec![0u8; 16];
+    for (n, ne, k, tokens, fmt) in [(2816usize, 128usize, 8usize, 1usize, Format::Q8), (2816, 128, 8, 3, Format::Q8), (1536, 32, 4, 2, Format::Q4), (256, 8, 2, 2, Format::Bf16)] {
+        let what = format!("n {n}, {ne} experts {fmt:?}, top {k}, {tokens} token(s)");
+        let mut rng = Rng(kestrel::synth::SplitMix64(seed_of(&format!("route_norm {what}"))));
+        let (x, res, wt) = (rng.vec(tokens * n), rng.vec(tokens * n), rng.vec(4 * n));
+        let router = Weights::new(fmt, ne, n, 64, &mut rng);
+        let scale: Vec<f32> = (0..ne).map(|_| 1.0 + 0.5 * rng.uniform()).collect();
+        let eps = 1e-6f32;
+        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let Kernel::RmsNorm { v, wg } = rmsnorm(n, max_wg) else { panic!("rmsnorm's kernel") };
+        let np = NormParams {
+            n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: 0, mode: 2, pre: 1.0, post: 1.0, eps,
+            chain: 3, w2_off: n as u32, out2_stride: n as u32, w3_off: 2 * n as u32, w4_off: 3 * n as u32,
+            post2: 1.0, post3: (n as f32).powf(-0.5), post4: 1.0, ..Default::default()
+        };
+        let zeros = |len: usize| vec![0u8; 4 * len];
+        let poison = |len: usize| bytes(&vec![f32::from_bits(POISON); len]);
+        // The three dispatches.
+        let norm_bufs = vec![bytes(&x), bytes(&wt), zeros(tokens * n), zeros(tokens * n), zeros(tokens * n), zeros(tokens * n), bytes(&res), small(), small()];
+        let normed = h.run(Kernel::RmsNorm { v, wg }, &norm_bufs, bytemuck::bytes_of(&np), step, (1, tokens as u32, 1)).unwrap();
+        let [rw, rs, rb] = router.part(0, ne);
+        let mp = MatmulParams { rows: ne as u32, cols: n as u32, gs: 64, x_stride: n as u32, y_stride: ne as u32, ..Default::default() };
+        let mm_bufs = [rw.clone(), rs.clone(), rb.clone(), normed[4].clone(), zeros(tokens * ne)];
+        let logits = h.run(Kernel::Matmul(fmt, 1), &mm_bufs, bytemuck::bytes_of(&mp), step, (ne as u32, tokens as u32, 1)).unwrap().swap_remove(4);
+        let tp = RouterParams { n_experts: ne as u32, top_k: k as u32, _pad: [0; 2] };
+        let topk_bufs = [logits.clone(), bytes(&scale), poison(tokens * k), poison(tokens * k)];
+        let picked = h.run(Kernel::RouterTopk { staged: true }, &topk_bufs, bytemuck::bytes_of(&tp), step, (tokens as u32, 1, 1)).unwrap();
+        // The one, dispatched twice on the same buffers.
+        let (rc, groups) = route_norm_rc(n, ne, wg);
+        let rp = RouteParams { n_experts: ne as u32, top_k: k as u32, cols: n as u32, gs: 64 };
+        let mut params = bytemuck::bytes_of(&np).to_vec();
+        params.resize(PARAMS2_AT, 0);
+        params.extend_from_slice(bytemuck::bytes_of(&rp));
+        let mut bufs = norm_bufs.clone();
+        bufs.extend([rw, rs, rb, zeros(tokens * ne), zeros(tokens), bytes(&scale), poison(tokens * k), poison(tokens * k)]);
+        let kernel = Kernel::RouteNorm { v, wg, rc, f: fmt };
+        for reps in [1, 2] {
+            let got = h.run_n(kernel, &bufs, &params, step, (groups, tokens as u32, 1), reps).unwrap();
+            let what = format!("{what}, {reps} dispatch(es)");
+            for (name, gi, wi, want) in [("out", 2, 2, &normed), ("out2", 3, 3, &normed), ("out3", 4, 4, &normed), ("out4", 5, 5, &normed), ("logits", 12, 4, &vec![logits.clone(); 5]), ("weight", 16, 3, &picked)] {
+                let want: Vec<f64> = as_f32(&want[wi]).into_iter().map(f64::from).collect();
+                match compare(&as_f32(&got[gi]), &want, tol::SAME_OPS) {
+                    Ok(nmse) => println!("route_norm {what}: {name} NMSE {nmse:.1e} against the three dispatches"),
+                    Err(e) => panic!("{what}: route_norm's {name} against the three dispatches: {e}"),
+                }
+            }
+            assert_eq!(words(&got[15]), words(&picked[2]), "{what}: route_norm's picks differ from router_topk's");
+            assert!(words(&got[13]).iter().all(|&c| c == 0), "{what}: arrival counters not reset: {:?}", words(&got[13]));
+            // The logits against f64 (the norm's third output as route_norm wrote it).
+            let xr = as_f32(&got[4]);
+            let mut row = vec![0f32; n];
+            let mut want = vec![0f64; tokens * ne];
+            for e in 0..ne {
+                router.matrix.row_f32(e, &mut row);
+                for t in 0..tokens {
+                    want[t * ne + e] = (0..n).map(|i| row[i] as f64 * xr[t * n + i] as f64).sum();
+                }
+            }
+            if let Err(e) = compare(&as_f32(&got[12]), &want, tol::DOT) {
+                panic!("{what}: route_norm's logits against the f64 product: {e}");
+            }
+        }
+    }
+}
+
 #[test]
 fn harness_rejects_a_wrong_number_of_buffers() {
     let Some(mut h) = harness() else { return };

@@ -83,6 +83,10 @@ pub enum Kernel {
     /// per workgroup (256, 512 or 1024), [`rmsnorm`]: decode and verify steps' form (and
     /// chunks' with `KESTREL_NORM_ROWS=0`).
     RmsNorm { v: u32, wg: u32 },
+    /// A MoE layer's post-attention norm (`RmsNorm { v, wg }`, chained three ways) with the
+    /// router's projection (weights in format `f`, `rc` chunks of 8 a thread) and top-k in one
+    /// decode / verify dispatch (route_norm.wgsl); see [`route_norm_rc`].
+    RouteNorm { v: u32, wg: u32, rc: u32, f: Format },
     /// The chunk form of rmsnorm shaped for many rows (rmsnorm_rows.wgsl): `wg` threads per
     /// row (64, 128 or 256), each holding `v4` vec4s per array. The same bindings and params;
     /// see [`rmsnorm_rows`]. `sums`: also its outputs' group sums (binding 9, the tensor-core
@@ -173,6 +177,7 @@ impl Kernel {
             Kernel::QmvMoeGlu { lanes, pairs, n4 } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}{}", if n4 > 0 { "_i" } else { "" }),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm { .. } => "rmsnorm".into(),
+            Kernel::RouteNorm { .. } => "route_norm".into(),
             Kernel::RmsNormRows { wg, sums, parts, .. } => format!("rmsnorm_rows{wg}{}{}", if sums { "_sums" } else { "" }, if parts { "_parts" } else { "" }),
             Kernel::HeadNormRope { wg } => format!("head_norm_rope{}", wg_label(wg)),
             Kernel::QkvNormRope { wg } => format!("qkv_norm_rope{}", wg_label(wg)),
@@ -247,8 +252,13 @@ impl Kernel {
             Kernel::GroupSum => include_str!("../../../wgsl/group_sum.wgsl").to_string(),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm { v, wg } => {
-                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
-                format!("{norm_params}\n{}", unroll(&src, &[("V", v)]))
+                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string()).replace("{{ROUTE}}", "false");
+                format!("{norm_params}\n{}", unroll(&src, &[("V", v), ("ROUTE", 0), ("RC", 0)]))
+            }
+            Kernel::RouteNorm { v, wg, rc, f } => {
+                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string()).replace("{{ROUTE}}", "true");
+                let (route, pick) = (include_str!("../../../wgsl/route_norm.wgsl"), include_str!("../../../wgsl/router_pick.wgsl"));
+                format!("{norm_params}\n{}\n{}\n{route}\n{pick}", f.source(), unroll(&src, &[("V", v), ("ROUTE", 1), ("RC", rc)]))
             }
             Kernel::RmsNormRows { v4, wg, sums, parts } => {
                 // Subgroup sums need subgroups no wider than the workgroup.
@@ -323,9 +333,10 @@ impl Kernel {
                 format!("{argmax_params}\n{argmax_tree}\n{}", unroll(&src, &[("U", ARGMAX_U)]))
             }
             Kernel::ArgmaxMerge => format!("{argmax_params}\n{argmax_tree}\n{}", include_str!("../../../wgsl/argmax_merge.wgsl")),
-            Kernel::RouterTopk { staged } => include_str!("../../../wgsl/router_topk.wgsl")
-                .replace("{{WG}}", &ROUTER_TOPK_WG.to_string())
-                .replace("{{STAGED}}", if staged { "true" } else { "false" }),
+            Kernel::RouterTopk { staged } => {
+                let src = include_str!("../../../wgsl/router_topk.wgsl").replace("{{WG}}", &ROUTER_TOPK_WG.to_string()).replace("{{STAGED}}", if staged { "true" } else { "false" });
+                format!("{src}\n{}", include_str!("../../../wgsl/router_pick.wgsl"))
+            }
             Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
             Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
@@ -589,6 +600,12 @@ impl Kernel {
             // partials reads. The decode form declares neither: one layout serves every form
             // (decode and verify steps bind the chunk form's bind group).
             Kernel::RmsNorm { .. } | Kernel::RmsNormRows { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite, Read],
+            // rmsnorm's, then the router's w, scales, biases, logits, counter, per-expert scale,
+            // idx, weight and RouteParams.
+            Kernel::RouteNorm { .. } => &[
+                Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite, Read,
+                Read, Read, Read, ReadWrite, ReadWrite, Read, ReadWrite, ReadWrite, Uniform,
+            ],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } | Kernel::AttentionShort { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
@@ -1004,6 +1021,32 @@ pub fn router_staged() -> bool {
 /// Threads of one router_topk workgroup (one per expert: the most experts it takes; the
 /// backend refuses models with more: WgpuBackend::with_gpu).
 pub const ROUTER_TOPK_WG: u32 = 256;
+
+/// route_norm.wgsl's uniform block (binding 19).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct RouteParams {
+    pub n_experts: u32,
+    pub top_k: u32,
+    pub cols: u32,
+    pub gs: u32,
+}
+
+/// Threads per router row in route_norm.wgsl (`RLANES`: matmul.wgsl's decode workgroup).
+pub const ROUTE_LANES: u32 = 64;
+
+/// The chunks of 8 weights each route_norm thread holds for a router row of `cols` values
+/// (`RC`), and the workgroups its grid needs for `n_experts` rows at `wg` threads.
+pub fn route_norm_rc(cols: usize, n_experts: usize, wg: u32) -> (u32, u32) {
+    let rc = (cols as u32).div_ceil(8).div_ceil(ROUTE_LANES);
+    (rc, (n_experts as u32).div_ceil(wg / ROUTE_LANES))
+}
+
+/// Bytes of workgroup memory route_norm.wgsl declares at `v`, `wg` (the norm's reduction and
+/// row, the router's partials, router_pick's arrays), for the host's check against the device.
+pub fn route_norm_wg_bytes(v: u32, wg: u32) -> u32 {
+    4 * (v * wg + 2 * wg + 5 * ROUTER_TOPK_WG + 2)
+}
 
 /// Threads of one `qmv` workgroup (`WG` in qmv.wgsl).
 pub const QMV_WG: u32 = 128;
