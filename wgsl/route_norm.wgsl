@@ -12,7 +12,7 @@
 // norm (the row is 2816 values, read from L2), owns a few router rows, and the workgroup that
 // arrives last ranks the logits (last_workgroup.wgsl's hand-off: the logits pass through
 // atomics, which session 21 found never stale where plain stores were).
-// Measured (H100): the dispatch is 27 µs timestamped against 37 for the three, yet the 26B's
+// Measured (H100): the dispatch is 27 µs timestamped against ≈ 36 for the three, yet the 26B's
 // step grew 9.5 %, so the backend leaves it off (`WgpuOptions::route_norm`) until the
 // difference is understood; the router's weights held in registers across the norm are the
 // first suspect (session 35's p5 moves their loads after it).

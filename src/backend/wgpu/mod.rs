@@ -152,7 +152,7 @@ pub struct WgpuOptions {
     /// norm, a few router rows each, and the last to arrive ranks the logits. The same
     /// arithmetic in the same order as the three (bitwise on lavapipe and on an H100). **Off**:
     /// on an H100 it made the 26B's decode step 9.5 % slower (3755 → 4111 µs) though its
-    /// timestamped dispatch (27 µs) is shorter than the three it replaces (37); why is not yet
+    /// timestamped dispatch (27 µs) is shorter than the three it replaces (≈ 36); why is not yet
     /// measured (PERF_NOTES.md, session 35). `KESTREL_ROUTE_NORM=0|1` overrides it.
     pub route_norm: bool,
     /// Decode and verify rows of at most this many keys take attention_short (one dispatch per
