@@ -3,8 +3,11 @@
 # kernel with the router's weights loaded after the norm instead of held in registers across it
 # (`kestrel_np`: tools/experiments/route-norm-late-loads.patch) against route_norm off and as
 # committed, 26B decode, alternating, two rounds, with the route_norm / rmsnorm rows of the
-# timestamped profile. Build: bash tools/device/pack.sh --tests && bash tools/device/pack-patch.sh
-# tools/experiments/route-norm-late-loads.patch np. ≈ 4 min warm. Carry target/carry and .gl.
+# timestamped profile; then kbench's dependent-chain rows (held clock) of route_norm and of the
+# three dispatches it replaces at the 26B's shapes (rmsnorm n 2816 chain 3, the router's
+# matmul_q8_t1, router_topk). Build: bash tools/device/pack.sh --tests && bash
+# tools/device/pack-patch.sh tools/experiments/route-norm-late-loads.patch np. ≈ 5 min warm.
+# Carry target/carry and .gl.
 set -uo pipefail
 . tools/device/env.sh
 F="$OUT/p5.txt"
@@ -16,4 +19,9 @@ for r in 1 2; do
   ab_bench "$F" 26b-a4b "-p 16 -n 128" "$P" KESTREL_ROUTE_NORM=1
   BIN=kestrel_np ab_bench "$F" 26b-a4b "-p 16 -n 128" "$P" KESTREL_ROUTE_NORM=1
 done
+rm -rf /tmp/26b-a4b
+echo "== kbench: route_norm against its three, chains of one kernel ($(date -u +%T))" | tee -a "$F"
+KBENCH_SHAPES="26B router" timeout 120 ./target/release/kbench matmul_q8 2>&1 | grep -E "copy roofline|26B router" | tee -a "$F"
+timeout 120 ./target/release/kbench rmsnorm 2>&1 | grep -E "n 2816, chain 3" | tee -a "$F"
+timeout 120 ./target/release/kbench route 2>&1 | grep -E "route_norm|router_topk" | tee -a "$F"
 echo "== end ($(date -u +%T))" | tee -a "$F"
