@@ -6,7 +6,7 @@
 # timestamped profile; then kbench's dependent-chain rows (held clock) of route_norm and of the
 # three dispatches it replaces at the 26B's shapes (rmsnorm n 2816 chain 3, the router's
 # matmul_q8_t1, router_topk). Build: bash tools/device/pack.sh --tests && bash
-# tools/device/pack-patch.sh tools/experiments/route-norm-late-loads.patch np. ≈ 5 min warm.
+# tools/device/pack-patch.sh tools/experiments/route-norm-late-loads.patch np. ≈ 6 min warm.
 # Carry target/carry and .gl.
 set -uo pipefail
 . tools/device/env.sh
@@ -19,6 +19,10 @@ for r in 1 2; do
   ab_bench "$F" 26b-a4b "-p 16 -n 128" "$P" KESTREL_ROUTE_NORM=1
   BIN=kestrel_np ab_bench "$F" 26b-a4b "-p 16 -n 128" "$P" KESTREL_ROUTE_NORM=1
 done
+# The norm's threads: route_norm at 256 (32 workgroups of 4 router rows, 11 values a thread)
+# against the same norm width without it (KESTREL_RMSNORM_WG sets every decode norm's).
+ab_bench "$F" 26b-a4b "-p 16 -n 128" "$P" KESTREL_RMSNORM_WG=256
+ab_bench "$F" 26b-a4b "-p 16 -n 128" "$P" KESTREL_RMSNORM_WG=256 KESTREL_ROUTE_NORM=1
 rm -rf /tmp/26b-a4b
 echo "== kbench: route_norm against its three, chains of one kernel ($(date -u +%T))" | tee -a "$F"
 KBENCH_SHAPES="26B router" timeout 120 ./target/release/kbench matmul_q8 2>&1 | grep -E "copy roofline|26B router" | tee -a "$F"
