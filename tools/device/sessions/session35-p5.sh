@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Session 35, p5 (written, not run: no device time was left): why route_norm lost (p4). The same
 # kernel with the router's weights loaded after the norm instead of held in registers across it
-# (`kestrel_np`: tools/experiments/route-norm-late-loads.patch) against route_norm off and as
-# committed, 26B decode, alternating, two rounds, with the route_norm / rmsnorm rows of the
+# (`kestrel_np`: tools/experiments/route-norm-late-loads.patch), and without the hand-off (norm +
+# router in one dispatch, router_topk still its own: `kestrel_nh`:
+# tools/experiments/route-norm-no-handoff.patch), against route_norm off and as committed, 26B
+# decode, alternating, two rounds, with the route_norm / rmsnorm rows of the
 # timestamped profile; then kbench's dependent-chain rows (held clock) of route_norm and of the
 # three dispatches it replaces at the 26B's shapes (rmsnorm n 2816 chain 3, the router's
 # matmul_q8_t1, router_topk). Build: bash tools/device/pack.sh --tests && bash
-# tools/device/pack-patch.sh tools/experiments/route-norm-late-loads.patch np. ≈ 6 min warm.
+# tools/device/pack-patch.sh tools/experiments/route-norm-late-loads.patch np && bash
+# tools/device/pack-patch.sh tools/experiments/route-norm-no-handoff.patch nh. ≈ 7 min warm.
 # Carry target/carry and .gl.
 set -uo pipefail
 . tools/device/env.sh
@@ -18,6 +21,7 @@ for r in 1 2; do
   ab_bench "$F" 26b-a4b "-p 16 -n 128" "$P" KESTREL_DEFAULTS=1
   ab_bench "$F" 26b-a4b "-p 16 -n 128" "$P" KESTREL_ROUTE_NORM=1
   BIN=kestrel_np ab_bench "$F" 26b-a4b "-p 16 -n 128" "$P" KESTREL_ROUTE_NORM=1
+  BIN=kestrel_nh ab_bench "$F" 26b-a4b "-p 16 -n 128" "$P" KESTREL_ROUTE_NORM=1
 done
 # The norm's threads: route_norm at 256 (32 workgroups of 4 router rows, 11 values a thread)
 # against the same norm width without it (KESTREL_RMSNORM_WG sets every decode norm's).
