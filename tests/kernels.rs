@@ -3203,8 +3203,10 @@ fn route_norm_matches_its_three_dispatches() {
         for reps in [1, 2] {
             let got = h.run_n(kernel, &bufs, &params, step, (groups, tokens as u32, 1), reps).unwrap();
             let what = format!("{what}, {reps} dispatch(es)");
-            for (name, gi, wi, want) in [("out", 2, 2, &normed), ("out2", 3, 3, &normed), ("out3", 4, 4, &normed), ("out4", 5, 5, &normed), ("logits", 12, 4, &vec![logits.clone(); 5]), ("weight", 16, 3, &picked)] {
-                let want: Vec<f64> = as_f32(&want[wi]).into_iter().map(f64::from).collect();
+            // (name, route_norm's buffer, the three dispatches' buffer): storage bindings in order.
+            let pairs = [("out", 2, &normed[2]), ("out2", 3, &normed[3]), ("out3", 4, &normed[4]), ("out4", 5, &normed[5]), ("logits", 12, &logits), ("weight", 16, &picked[3])];
+            for (name, gi, want) in pairs {
+                let want: Vec<f64> = as_f32(want).into_iter().map(f64::from).collect();
                 match compare(&as_f32(&got[gi]), &want, tol::SAME_OPS) {
                     Ok(nmse) => println!("route_norm {what}: {name} NMSE {nmse:.1e} against the three dispatches"),
                     Err(e) => panic!("{what}: route_norm's {name} against the three dispatches: {e}"),

@@ -45,7 +45,7 @@ struct RouteParams {
 @group(0) @binding(18) var<storage, read_write> weight: array<f32>;
 @group(0) @binding(19) var<uniform> rp: RouteParams;
 
-const RLANES: u32 = 64u; // matmul.wgsl's WG: its partial sums, in its order
+const RLANES: u32 = {{RLANES}}u; // kernels::ROUTE_LANES: matmul.wgsl's WG, its partial sums in its order
 const RROWS: u32 = WG / RLANES;
 
 var<workgroup> rpart: array<f32, WG>;

@@ -1755,8 +1755,7 @@ impl<'a> Builder<'a> {
             && r.parts.len() == 1
             && r.cols == h
             && h.is_multiple_of(8)
-            && ne <= ROUTER_TOPK_WG as usize
-            && wg >= ROUTER_TOPK_WG
+            && ne <= (ROUTER_TOPK_WG.min(wg)) as usize
             && kernels::route_norm_wg_bytes(v, wg) <= limits.max_compute_workgroup_storage_size
             && limits.max_storage_buffers_per_shader_stage >= 17;
         if !applies {
@@ -1765,12 +1764,14 @@ impl<'a> Builder<'a> {
         let arrivals = self.scratch(Scratch::Arrivals, VERIFY_MAX)?;
         let part = &r.parts[0];
         let mut res = self.specs[norm].res[..11].to_vec();
-        res.extend(weight_res(part, &[logits, &arrivals, &moe.per_expert_scale, idx, wts]).into_iter().filter(|r| matches!(r, Res::Buf(_))));
-        if matches!(r.format, Format::Bf16 | Format::F32) {
-            // Float formats read no scales or biases: their placeholder is the dummy, which the
-            // norm binds writable at 9; the norm weights (read-only) stand in.
-            (res[12], res[13]) = (res[1].clone(), res[1].clone());
-        }
+        // Float formats read no scales or biases: their placeholder is the dummy, which the
+        // norm binds writable at 9; the norm weights (read-only) stand in, as in `norm`.
+        let (scales, biases) = match r.format {
+            Format::Bf16 | Format::F32 => (res[1].clone(), res[1].clone()),
+            Format::Q4 | Format::Q8 => (Res::Buf(part.scales.clone()), Res::Buf(part.biases.clone())),
+        };
+        res.extend([Res::Buf(part.w.clone()), scales, biases]);
+        res.extend([logits, &arrivals, &moe.per_expert_scale, idx, wts].map(|b| Res::Buf(b.clone())));
         let rp = RouteParams { n_experts: ne as u32, top_k: tk as u32, cols: h as u32, gs: r.gs as u32 };
         let (rp_off, rp_len) = self.push_params(&rp);
         res.push(Res::ParamsAt(rp_off, rp_len));

@@ -251,14 +251,11 @@ impl Kernel {
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::GroupSum => include_str!("../../../wgsl/group_sum.wgsl").to_string(),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
-            Kernel::RmsNorm { v, wg } => {
-                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string()).replace("{{ROUTE}}", "false");
-                format!("{norm_params}\n{}", unroll(&src, &[("V", v), ("ROUTE", 0), ("RC", 0)]))
-            }
+            Kernel::RmsNorm { v, wg } => format!("{norm_params}\n{}", rmsnorm_source(v, wg, sg, None)),
             Kernel::RouteNorm { v, wg, rc, f } => {
-                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string()).replace("{{ROUTE}}", "true");
-                let (route, pick) = (include_str!("../../../wgsl/route_norm.wgsl"), include_str!("../../../wgsl/router_pick.wgsl"));
-                format!("{norm_params}\n{}\n{}\n{route}\n{pick}", f.source(), unroll(&src, &[("V", v), ("ROUTE", 1), ("RC", rc)]))
+                let route = include_str!("../../../wgsl/route_norm.wgsl").replace("{{RLANES}}", &ROUTE_LANES.to_string());
+                let pick = include_str!("../../../wgsl/router_pick.wgsl");
+                format!("{norm_params}\n{}\n{}\n{route}\n{pick}", f.source(), rmsnorm_source(v, wg, sg, Some(rc)))
             }
             Kernel::RmsNormRows { v4, wg, sums, parts } => {
                 // Subgroup sums need subgroups no wider than the workgroup.
@@ -477,6 +474,16 @@ fn qmv_kernel(pro: u32, first: u32, sg: u32) -> String {
 /// qmv_digits.wgsl for x rows of 4 · `n4` values, its loop on (`on`) or not.
 fn digits_source(n4: u32, on: bool) -> String {
     include_str!("../../../wgsl/qmv_digits.wgsl").replace("{{N4}}", &n4.to_string()).replace("{{DIGITS}}", if on { "true" } else { "false" })
+}
+
+/// rmsnorm.wgsl at `v` values a thread and `wg` threads, its ROUTE blocks expanded for
+/// route_norm.wgsl (`route`: the router chunks a thread holds) or removed.
+fn rmsnorm_source(v: u32, wg: u32, sg: u32, route: Option<u32>) -> String {
+    let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg)
+        .replace("{{V}}", &v.to_string())
+        .replace("{{WG}}", &wg.to_string())
+        .replace("{{ROUTE}}", if route.is_some() { "true" } else { "false" });
+    unroll(&src, &[("V", v), ("ROUTE", u32::from(route.is_some())), ("RC", route.unwrap_or(0))])
 }
 
 /// Whether the fused-norm and routed-expert mat-vecs multiply integer digits of their input
@@ -1032,7 +1039,8 @@ pub struct RouteParams {
     pub gs: u32,
 }
 
-/// Threads per router row in route_norm.wgsl (`RLANES`: matmul.wgsl's decode workgroup).
+/// Threads per router row in route_norm.wgsl (its `RLANES`; matmul.wgsl's decode workgroup, so
+/// that the logits are summed in matmul's order).
 pub const ROUTE_LANES: u32 = 64;
 
 /// The chunks of 8 weights each route_norm thread holds for a router row of `cols` values

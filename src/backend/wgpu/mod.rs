@@ -150,7 +150,8 @@ pub struct WgpuOptions {
     /// Decode and verify steps run a MoE layer's post-attention norm, router projection and
     /// top-k as one dispatch (route_norm.wgsl) instead of three: every workgroup computes the
     /// norm, a few router rows each, and the last to arrive ranks the logits. The same
-    /// arithmetic in the same order as the three (bitwise on lavapipe and on an H100). **Off**:
+    /// arithmetic in the same order as the three (bitwise on lavapipe; on an H100 the logits and
+    /// weights bitwise, the norm outputs within tol::SAME_OPS, not printed). **Off**:
     /// on an H100 it made the 26B's decode step 9.5 % slower (3755 → 4111 µs) though its
     /// timestamped dispatch (27 µs) is shorter than the three it replaces (≈ 36); why is not yet
     /// measured (PERF_NOTES.md, session 35). `KESTREL_ROUTE_NORM=0|1` overrides it.
