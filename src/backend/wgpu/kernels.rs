@@ -51,7 +51,9 @@ pub enum Kernel {
     /// The 4-bit mat-vec of decode (`tok` 1) and verify steps: `lanes` per row, `rpt` rows per
     /// team of lanes (see qmv.wgsl and [`qmv_shape`]).
     /// `pro` > 0: the fused-norm form (qmv_norm.wgsl) over rows of 4 · `pro` values.
-    Qmv { tok: u32, lanes: u32, rpt: u32, pro: u32 },
+    /// `xd` > 0: x's rows of 4 · `xd` values staged whole as integer digits before the loop
+    /// (qmv_digits.wgsl; see [`with_x_digits`]), `tok` 1.
+    Qmv { tok: u32, lanes: u32, rpt: u32, pro: u32, xd: u32 },
     /// `Qmv` over a stacked [gate; up] matrix with the GeGLU as epilogue (qmv.wgsl's GeGLU
     /// form): `pairs` output rows per team.
     QmvGlu { tok: u32, lanes: u32, pairs: u32, pro: u32 },
@@ -164,7 +166,7 @@ impl Kernel {
     pub fn label(self) -> String {
         match self {
             Kernel::Matmul(f, tok) => format!("matmul_{}_t{tok}", f.name()),
-            Kernel::Qmv { tok, lanes, rpt, pro } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
+            Kernel::Qmv { tok, lanes, rpt, pro, xd } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}{}{}", pro_label(pro), if xd > 0 { "_xi" } else { "" }),
             Kernel::QmvGlu { tok, lanes, pairs, pro } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}{}", pro_label(pro)),
             Kernel::QmvGeluB { tok, lanes, rpt, pro } => format!("qmv_gelu_b_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
             Kernel::Qmm { tm } => format!("qmm_q4_m{tm}"),
@@ -232,7 +234,8 @@ impl Kernel {
                 let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
-            Kernel::Qmv { tok, lanes, rpt, pro } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, rpt, 0, sg, pro == 0)),
+            Kernel::Qmv { tok, lanes, rpt, pro, xd: 0 } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, rpt, 0, sg, pro == 0)),
+            Kernel::Qmv { tok, lanes, rpt, xd, .. } => format!("{matmul_params}\n{}", qmv_source(&qmv_xd_kernel(xd), tok, lanes, rpt, 0, sg, false)),
             Kernel::QmvGeluB { tok, lanes, rpt, pro } => {
                 let kernel = qmv_kernel(pro, 8, sg).replace("// {{GB_BINDING}}", "@group(0) @binding(7) var<storage, read> gb: array<f32>;");
                 format!("{}\n{}", include_str!("../../../wgsl/matmul_gb_params.wgsl"), qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg, pro == 0))
@@ -512,6 +515,48 @@ const WG_MEMORY_MIN: usize = 16384;
 /// digits' array is a token 8 vec4s the float loop never touches.
 fn qmv_moe_kernel(n4: u32) -> String {
     format!("{}\n{}", include_str!("../../../wgsl/qmv_moe.wgsl"), digits_source(n4.max(8), n4 > 0))
+}
+
+/// The form of the plain decode mat-vec `kernel` over rows of `cols` values with x staged whole
+/// as integer digits before its loop (qmv_digits.wgsl; `Kernel::Qmv`'s `xd`), token tile 1, or
+/// `None` where the rule's tile keeps its own loop. Only tiles whose rows run the float loop
+/// (`qmv_dots`: more than 32 lanes, or at most two chunks a lane; [`qmv_staged`]'s loop is on
+/// digits already), and where one token's digits and `red` fit [`WG_MEMORY_MIN`]. Such a tile
+/// reads x once per workgroup instead of once per team: E2B's o projection (2048 columns, 32
+/// lanes × 1 row, 4 teams) read 32 KB of x from L2 per workgroup for 4.6 KB of weights, and the
+/// loop's arithmetic falls to about a third (session 34). Verify steps take tile 1 too, so that
+/// their rows are bitwise a decode step's (the digits' arithmetic is not the float loop's).
+pub fn with_x_digits(kernel: Kernel, cols: usize) -> Option<Kernel> {
+    let Kernel::Qmv { lanes, rpt, pro: 0, .. } = kernel else { return None };
+    let chunks = (cols / 32) as u32;
+    let float_loop = !(qmv_staged(1, lanes, 2) && chunks > 2 * lanes);
+    let bytes = 4 * cols + 4 * (rpt * QMV_WG) as usize;
+    (float_loop && cols.is_multiple_of(64) && bytes <= WG_MEMORY_MIN).then_some(Kernel::Qmv { tok: 1, lanes, rpt, pro: 0, xd: (cols / 4) as u32 })
+}
+
+/// qmv.wgsl for x rows of 4 · `xd` values staged whole as digits (qmv_digits.wgsl) by the
+/// prologue below, token tile 1 (the rows' digits at xw[0..]).
+fn qmv_xd_kernel(xd: u32) -> String {
+    let stage = "\
+// The token's x as integer digits in workgroup memory, each 32-value chunk converted by one
+// thread (qmv_moe.wgsl's staging), before any team's loop reads them.
+fn qmv_stage_x(lid: u32, t0: u32, count: u32) {
+    let x0 = (min(t0, count - 1u) * p.x_stride) / 4u;
+    for (var c = lid; c < NCHUNK; c += WG) {
+        let xb = x0 + 8u * c;
+        // @unroll i 8
+        let v{i} = x[xb + {i}u];
+        // @end i
+        store_digits(c, v0, v1, v2, v3, v4, v5, v6, v7);
+    }
+    workgroupBarrier();
+}
+";
+    include_str!("../../../wgsl/qmv.wgsl")
+        .replace("// {{XLOAD}}", &format!("fn xload(i: u32) -> vec4<f32> {{ return x[i]; }}\n{}\n{stage}", digits_source(xd, true)))
+        .replace("{{XROW}}", "0u")
+        .replace("// {{PROLOGUE}}", "qmv_stage_x(lid, t0, count);")
+        .replace("{{DOTS}}", "qmv_dots_digits")
 }
 
 /// The label suffix of a fused-norm variant (`_norm1536`, `_norm1536i` with integer digits),
@@ -1080,7 +1125,7 @@ pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<
         return None;
     }
     let (lanes, rpt) = qmv_dense_tile(rows, cols);
-    Some((Kernel::Qmv { tok, lanes, rpt, pro: 0 }, QMV_WG / lanes * rpt))
+    Some((Kernel::Qmv { tok, lanes, rpt, pro: 0, xd: 0 }, QMV_WG / lanes * rpt))
 }
 
 /// Lanes per row and rows per team of the dense qmv rule (see [`qmv_shape`]).
@@ -1156,12 +1201,14 @@ pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Opt
 }
 
 /// The gated qmv (`y = gelu_tanh(W x) · gb[..]`) for `rows` × `cols` at token tile `tok`, and
-/// its rows per workgroup: the plain rule's tile.
+/// its rows per workgroup: the plain rule's tile (x read as floats: the gated form has no
+/// staged-digits input; where it runs in a decode step it takes the fused norm's).
 pub fn qmv_gelu_b_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
-    match qmv_shape(rows, cols, x_stride, tok)? {
-        (Kernel::Qmv { tok, lanes, rpt, .. }, per_wg) => Some((Kernel::QmvGeluB { tok, lanes, rpt, pro: 0 }, per_wg)),
-        _ => None,
+    if !cols.is_multiple_of(64) || !x_stride.is_multiple_of(4) {
+        return None;
     }
+    let (lanes, rpt) = qmv_dense_tile(rows, cols);
+    Some((Kernel::QmvGeluB { tok, lanes, rpt, pro: 0 }, QMV_WG / lanes * rpt))
 }
 
 /// Params of the fused-norm prologue (qmv_norm.wgsl's NormPro), a second uniform binding.
@@ -1228,7 +1275,7 @@ pub const PRO_VERIFY_TOK: u32 = 2;
 pub fn with_norm(kernel: Kernel, tok: u32, cols: usize, max_wg_bytes: u32) -> Option<Kernel> {
     let pro = (cols / 4) as u32;
     let (fused, rpt) = match kernel {
-        Kernel::Qmv { lanes, rpt, .. } => (Kernel::Qmv { tok, lanes, rpt, pro }, rpt),
+        Kernel::Qmv { lanes, rpt, .. } => (Kernel::Qmv { tok, lanes, rpt, pro, xd: 0 }, rpt),
         Kernel::QmvGlu { lanes, pairs, .. } => (Kernel::QmvGlu { tok, lanes, pairs, pro }, 2 * pairs),
         Kernel::QmvGeluB { lanes, rpt, .. } => (Kernel::QmvGeluB { tok, lanes, rpt, pro }, rpt),
         _ => return None,
@@ -1744,7 +1791,7 @@ mod tests {
     #[test]
     fn norms_fuse_past_the_width_only_into_the_kinds_named() {
         use super::{fuse_norm_into, Kernel, WideFuse, PRO_MAX_HIDDEN};
-        let plain = Kernel::Qmv { tok: 1, lanes: 32, rpt: 2, pro: 0 };
+        let plain = Kernel::Qmv { tok: 1, lanes: 32, rpt: 2, pro: 0, xd: 0 };
         let glu = Kernel::QmvGlu { tok: 1, lanes: 16, pairs: 1, pro: 0 };
         let gated = Kernel::QmvGeluB { tok: 1, lanes: 32, rpt: 1, pro: 0 };
         for k in [plain, glu, gated] {
