@@ -11,7 +11,7 @@ set -uo pipefail
 F="$OUT/p1.txt"
 date -u | tee "$F"; nvidia-smi --query-gpu=name,driver_version --format=csv | tee -a "$F"
 P="tg128|decode step:|^\| qmv_q4_t1_l(32_r1|8_r1|32_r2|8_r2)|^\| (2|3|4) \|"
-tg_ab "$F" "e2b e4b" "$P" KESTREL_DEFAULTS=1 KESTREL_QMV_XDIGITS=1
+tg_ab "$F" "${ARCHS:-e2b e4b}" "$P" KESTREL_DEFAULTS=1 KESTREL_QMV_XDIGITS=1
 echo "== kbench ($(date -u +%T))" | tee -a "$F"
 KBENCH_SHAPES="o_proj,per-layer" timeout 150 ./target/release/kbench qmv_q4_t 2>&1 | grep -E "copy roofline|o_proj|per-layer" | tee -a "$F"
 echo "== kernel tests: every_kernel (qmv_xd cases), qmv_digit ($(date -u +%T))" | tee -a "$F"
