@@ -534,26 +534,12 @@ pub fn with_x_digits(kernel: Kernel, cols: usize) -> Option<Kernel> {
     (float_loop && cols.is_multiple_of(64) && bytes <= WG_MEMORY_MIN).then_some(Kernel::Qmv { tok: 1, lanes, rpt, pro: 0, xd: (cols / 4) as u32 })
 }
 
-/// qmv.wgsl for x rows of 4 · `xd` values staged whole as digits (qmv_digits.wgsl) by the
-/// prologue below, token tile 1 (the rows' digits at xw[0..]).
+/// qmv.wgsl's x-digits form (qmv_xdigits.wgsl's prologue, qmv_digits.wgsl's loop) for x rows of
+/// 4 · `xd` values, token tile 1.
 fn qmv_xd_kernel(xd: u32) -> String {
-    let stage = "\
-// The token's x as integer digits in workgroup memory, each 32-value chunk converted by one
-// thread (qmv_moe.wgsl's staging), before any team's loop reads them.
-fn qmv_stage_x(lid: u32, t0: u32, count: u32) {
-    let x0 = (min(t0, count - 1u) * p.x_stride) / 4u;
-    for (var c = lid; c < NCHUNK; c += WG) {
-        let xb = x0 + 8u * c;
-        // @unroll i 8
-        let v{i} = x[xb + {i}u];
-        // @end i
-        store_digits(c, v0, v1, v2, v3, v4, v5, v6, v7);
-    }
-    workgroupBarrier();
-}
-";
+    let stage = format!("{}\n{}", include_str!("../../../wgsl/qmv_xdigits.wgsl"), digits_source(xd, true));
     include_str!("../../../wgsl/qmv.wgsl")
-        .replace("// {{XLOAD}}", &format!("fn xload(i: u32) -> vec4<f32> {{ return x[i]; }}\n{}\n{stage}", digits_source(xd, true)))
+        .replace("// {{XLOAD}}", &stage)
         .replace("{{XROW}}", "0u")
         .replace("// {{PROLOGUE}}", "qmv_stage_x(lid, t0, count);")
         .replace("{{DOTS}}", "qmv_dots_digits")
