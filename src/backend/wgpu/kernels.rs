@@ -1772,6 +1772,34 @@ mod tests {
         }
     }
 
+    /// Which decode mat-vecs of the three models take the x-digits form: the ones whose rule
+    /// tile runs the float loop (≤ 2 chunks a lane, or more than 32 lanes), never a staged or
+    /// fused-norm tile, never one whose digits would not fit 16 KiB; always one token a tile.
+    #[test]
+    fn x_digits_take_only_the_float_loop_tiles() {
+        use super::{qmv_shape, with_norm, with_x_digits, Kernel};
+        let xd = |rows: usize, cols: usize| with_x_digits(qmv_shape(rows, cols, cols, 4).expect("qmv applies").0, cols);
+        // E2B / E4B sliding layers' o projection, the per-layer projection.
+        for (rows, cols) in [(1536, 2048), (2560, 2048), (1536, 256), (2560, 256)] {
+            match xd(rows, cols) {
+                Some(Kernel::Qmv { tok: 1, pro: 0, xd, .. }) => assert_eq!(xd as usize, cols / 4, "{rows} × {cols}"),
+                other => panic!("{rows} × {cols}: {other:?}"),
+            }
+        }
+        // Staged rows (more than two chunks a lane): global layers' o (4096), down projections,
+        // q|k|v at 2560 / 2816, LM heads, the 26B's o; and x too long for 16 KiB (8192 columns
+        // on 128 lanes would run the float loop).
+        for (rows, cols) in [(1536, 4096), (1536, 6144), (3072, 2560), (8192, 2816), (262144, 1536), (2816, 4096), (2816, 2112)] {
+            assert_eq!(xd(rows, cols), None, "{rows} × {cols}");
+        }
+        let wide = Kernel::Qmv { tok: 1, lanes: 128, rpt: 1, pro: 0, xd: 0 };
+        assert_eq!(with_x_digits(wide, 8192), None, "32 KiB of digits");
+        assert!(with_x_digits(wide, 2048).is_some(), "128 lanes run the float loop");
+        // A fused-norm form has its own digits.
+        let fused = with_norm(qmv_shape(1536, 2048, 2048, 1).expect("qmv applies").0, 1, 2048, 32768).expect("fits");
+        assert_eq!(with_x_digits(fused, 2048), None);
+    }
+
     /// The fused-norm policy (session 25): below PRO_MAX_HIDDEN every kind, past it only the
     /// kinds `wide` names, never with `up_to` 0 (the unfused option the tests use).
     #[test]
