@@ -1,8 +1,9 @@
 // qmv_digits: a mat-vec's input held whole in workgroup memory, and the loop that multiplies the
 // 4-bit weights by its integer digits. Appended by the host (after qmv_core.wgsl's declarations
 // are in the same module) to the fused-norm mat-vecs (qmv.wgsl with qmv_norm.wgsl, whose
-// prologue forms x here), to the routed-expert mat-vecs (qmv_moe.wgsl, which copies its
-// slot's x here) and to the plain one's x-digits form (qmv_xdigits.wgsl), with N4 (vec4s of one x row: cols / 4) and DIGITS substituted.
+// prologue forms x here), to the routed-expert mat-vecs (qmv_moe.wgsl) and to the plain one's
+// x-digits form (`Kernel::Qmv`'s `xd`), which stage their x here with `stage_x_digits`; with N4
+// (vec4s of one x row: cols / 4) and DIGITS substituted.
 //
 // Layout: xw[t · N4 + j · NCHUNK + c] is slot j of 32-value chunk c of token t. As floats
 // (qmv_norm.wgsl before its conversion) slot j holds the chunk's values 4j..4j+3; as digits
@@ -35,6 +36,19 @@ fn store_digits(b: u32, v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f3
     xw[b + 4u * NCHUNK] = d.p4;
     xw[b + 5u * NCHUNK] = d.p5;
     xw[b + 6u * NCHUNK] = vec4<u32>(bitcast<u32>(d.scale), bitcast<u32>(xs), 0u, 0u);
+}
+
+// Stages one x row (N4 vec4s of the kernel's `x` binding from vec4 `x0`) as digits at xw[0..],
+// each 32-value chunk converted by one thread, then a barrier. Every thread calls it.
+fn stage_x_digits(lid: u32, x0: u32) {
+    for (var c = lid; c < NCHUNK; c += WG) {
+        let xb = x0 + 8u * c;
+        // @unroll i 8
+        let v{i} = x[xb + {i}u];
+        // @end i
+        store_digits(c, v0, v1, v2, v3, v4, v5, v6, v7);
+    }
+    workgroupBarrier();
 }
 
 // qmv_dots with the staged loop's arithmetic per chunk, s · (dot32i(w, x digits) · 2^-k) + b · Σx,

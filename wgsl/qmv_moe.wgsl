@@ -54,16 +54,9 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     xrows[0] = (t * p.x_tok_stride + j * p.x_slot_stride) / 4u;
     var dots: array<f32, RPT * TOK>;
     if (DIGITS) {
-        // The slot's x as integer digits in workgroup memory, each chunk converted by one thread
-        // (qmv_digits.wgsl: the loop's arithmetic at about a third of the float loop's).
-        for (var c = lid; c < NCHUNK; c += WG) {
-            let xb = xrows[0] + 8u * c;
-            // @unroll i 8
-            let v{i} = x[xb + {i}u];
-            // @end i
-            store_digits(c, v0, v1, v2, v3, v4, v5, v6, v7);
-        }
-        workgroupBarrier();
+        // The slot's x as integer digits in workgroup memory (qmv_digits.wgsl: the loop's
+        // arithmetic at about a third of the float loop's).
+        stage_x_digits(lid, xrows[0]);
         var drows: array<u32, TOK>; // token 0's digits from xw[0]
         dots = qmv_dots_digits(rows, drows, lane, lid, p.cols, p.gs);
     } else {

@@ -795,7 +795,7 @@ impl<'a> Builder<'a> {
             if !decode {
                 continue;
             }
-            let (single, verify) = decode_forms(m, part, x_stride, switch("KESTREL_QMV_XDIGITS", self.opts.x_digits));
+            let (single, verify) = decode_forms(m, part, x_stride, self.x_digits());
             if splits > 1 || xsum.is_some() {
                 // Decode and verify steps write y directly, from a spec of their own.
                 let gy = if on_out { GridY::OutTiles(verify.2) } else { GridY::TokenTiles(verify.2) };
@@ -809,12 +809,17 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
+    /// [`WgpuOptions::x_digits`], or `KESTREL_QMV_XDIGITS=0|1` (an A/B knob).
+    fn x_digits(&self) -> bool {
+        switch("KESTREL_QMV_XDIGITS", self.opts.x_digits)
+    }
+
     /// The decode and verify forms of `matmul` alone, one spec per part, where a program
     /// records them apart from the chunk forms (`matmul_steps` with `decode` false).
     fn matvec_single(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize) {
         for part in &m.parts {
             let p = part_params(m, part, x_stride, y_stride, false);
-            let (single, verify) = decode_forms(m, part, x_stride, switch("KESTREL_QMV_XDIGITS", self.opts.x_digits));
+            let (single, verify) = decode_forms(m, part, x_stride, self.x_digits());
             self.spec(verify.0, weight_res(part, &[x, y]), &p, verify.1, GridY::TokenTiles(verify.2));
             let sp = self.specs.last_mut().expect("just pushed");
             sp.only = Only::Single;

@@ -52,7 +52,7 @@ pub enum Kernel {
     /// team of lanes (see qmv.wgsl and [`qmv_shape`]).
     /// `pro` > 0: the fused-norm form (qmv_norm.wgsl) over rows of 4 · `pro` values.
     /// `xd` > 0: x's rows of 4 · `xd` values staged whole as integer digits before the loop
-    /// (qmv_digits.wgsl; see [`with_x_digits`]), `tok` 1.
+    /// (qmv_digits.wgsl's `stage_x_digits`; see [`with_x_digits`]), `tok` 1.
     Qmv { tok: u32, lanes: u32, rpt: u32, pro: u32, xd: u32 },
     /// `Qmv` over a stacked [gate; up] matrix with the GeGLU as epilogue (qmv.wgsl's GeGLU
     /// form): `pairs` output rows per team.
@@ -534,14 +534,14 @@ pub fn with_x_digits(kernel: Kernel, cols: usize) -> Option<Kernel> {
     (float_loop && cols.is_multiple_of(64) && bytes <= WG_MEMORY_MIN).then_some(Kernel::Qmv { tok: 1, lanes, rpt, pro: 0, xd: (cols / 4) as u32 })
 }
 
-/// qmv.wgsl's x-digits form (qmv_xdigits.wgsl's prologue, qmv_digits.wgsl's loop) for x rows of
-/// 4 · `xd` values, token tile 1.
+/// qmv.wgsl's x-digits form for x rows of 4 · `xd` values, token tile 1: the token's row staged
+/// as digits (qmv_digits.wgsl's `stage_x_digits`), then its digit loop on xw[0..].
 fn qmv_xd_kernel(xd: u32) -> String {
-    let stage = format!("{}\n{}", include_str!("../../../wgsl/qmv_xdigits.wgsl"), digits_source(xd, true));
+    let xload = format!("fn xload(i: u32) -> vec4<f32> {{ return x[i]; }}\n{}", digits_source(xd, true));
     include_str!("../../../wgsl/qmv.wgsl")
-        .replace("// {{XLOAD}}", &stage)
+        .replace("// {{XLOAD}}", &xload)
         .replace("{{XROW}}", "0u")
-        .replace("// {{PROLOGUE}}", "qmv_stage_x(lid, t0, count);")
+        .replace("// {{PROLOGUE}}", "stage_x_digits(lid, (min(t0, count - 1u) * p.x_stride) / 4u);")
         .replace("{{DOTS}}", "qmv_dots_digits")
 }
 
@@ -1187,14 +1187,12 @@ pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Opt
 }
 
 /// The gated qmv (`y = gelu_tanh(W x) · gb[..]`) for `rows` × `cols` at token tile `tok`, and
-/// its rows per workgroup: the plain rule's tile (x read as floats: the gated form has no
-/// staged-digits input; where it runs in a decode step it takes the fused norm's).
+/// its rows per workgroup: the plain rule's tile.
 pub fn qmv_gelu_b_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
-    if !cols.is_multiple_of(64) || !x_stride.is_multiple_of(4) {
-        return None;
+    match qmv_shape(rows, cols, x_stride, tok)? {
+        (Kernel::Qmv { tok, lanes, rpt, .. }, per_wg) => Some((Kernel::QmvGeluB { tok, lanes, rpt, pro: 0 }, per_wg)),
+        _ => None,
     }
-    let (lanes, rpt) = qmv_dense_tile(rows, cols);
-    Some((Kernel::QmvGeluB { tok, lanes, rpt, pro: 0 }, QMV_WG / lanes * rpt))
 }
 
 /// Params of the fused-norm prologue (qmv_norm.wgsl's NormPro), a second uniform binding.
