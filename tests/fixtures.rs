@@ -160,7 +160,7 @@ fn wgpu_route_norm_matches_transformers() {
 }
 
 /// Decode and verify mat-vecs that ran the float loop with x staged whole as digits
-/// (`x_digits`, off by default until measured: PERF_NOTES.md session 36): the tiny models'
+/// (`x_digits`, off by default: PERF_NOTES.md sessions 36 and 37): the tiny models'
 /// attention output and per-layer projections, 4-bit checkpoints.
 #[test]
 fn wgpu_x_digits_matches_transformers() {

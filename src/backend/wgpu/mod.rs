@@ -153,15 +153,17 @@ pub struct WgpuOptions {
     /// arithmetic in the same order as the three (bitwise on lavapipe; on an H100 the logits and
     /// weights bitwise, the norm outputs within tol::SAME_OPS, not printed). **Off**:
     /// on an H100 it made the 26B's decode step 9.5 % slower (3755 → 4111 µs) though its
-    /// timestamped dispatch (27 µs) is shorter than the three it replaces (≈ 36); why is not yet
-    /// measured (PERF_NOTES.md, session 35). `KESTREL_ROUTE_NORM=0|1` overrides it.
+    /// timestamped dispatch (27 µs) is shorter than the three it replaces (≈ 36). Not the
+    /// registers, the hand-off or the dense-branch overlap (PERF_NOTES.md, sessions 35 and 37).
+    /// `KESTREL_ROUTE_NORM=0|1` overrides it.
     pub route_norm: bool,
     /// Decode and verify mat-vecs whose rows the qmv rule leaves at two 32-value chunks a lane
     /// or fewer (E2B's and E4B's attention output projection and per-layer projection), which
     /// ran the float loop and read x once per team, stage x whole as integer digits once per
     /// workgroup and run the digit loop (`kernels::with_x_digits`), one token a tile. Rows within
-    /// tol::DOT of the float loop's, verify rows bitwise a decode step's. **Off** until
-    /// measured on the GPU (PERF_NOTES.md, session 36). `KESTREL_QMV_XDIGITS=0|1` overrides it.
+    /// tol::DOT of the float loop's, verify rows bitwise a decode step's. **Off**: on an H100
+    /// decode steps were 0.6–1.1 % slower with it, verify steps of 2–4 tokens 5–8 % faster on
+    /// E4B (PERF_NOTES.md, session 37). `KESTREL_QMV_XDIGITS=0|1` overrides it.
     pub x_digits: bool,
     /// Decode and verify rows of at most this many keys take attention_short (one dispatch per
     /// layer) instead of attention_split + attention_combine (two); 0: never. The kernels
