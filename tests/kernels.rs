@@ -3185,7 +3185,8 @@ fn moe_norm_matches_its_three_dispatches() {
 /// (tol::DOT), and the arrival counters back at 0 after one dispatch and after two back to
 /// back (a counter left unreset would make the second dispatch's last workgroup miss its turn).
 /// Shapes: the 26B's (2816 values, 128 experts 8-bit, top 8) at one token and three (workgroups
-/// own register blocks 0–5 of 16), a 4-bit router, and a bf16 one shorter than the workgroup.
+/// own register blocks 0–5 of 16), a 4-bit router, and a bf16 one shorter than the workgroup;
+/// the 26B's also with fewer router rows a workgroup (64 and 128 workgroups).
 #[test]
 fn route_norm_matches_its_three_dispatches() {
     let Some(mut h) = harness() else { return };
@@ -3193,7 +3194,9 @@ fn route_norm_matches_its_three_dispatches() {
     let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
     let as_f32 = |b: &[u8]| -> Vec<f32> { words(b).into_iter().map(f32::from_bits).collect() };
     let small = || vec![0u8; 16];
-    for (n, ne, k, tokens, fmt) in [(2816usize, 128usize, 8usize, 1usize, Format::Q8), (2816, 128, 8, 3, Format::Q8), (1536, 32, 4, 2, Format::Q4), (256, 8, 2, 2, Format::Bf16)] {
+    // The last field: router rows a workgroup besides all it has threads for (route_norm_rows'
+    // knob: 128 and 64 workgroups, each repeating the norm; idle threads past the rows).
+    for (n, ne, k, tokens, fmt, fewer) in [(2816usize, 128usize, 8usize, 1usize, Format::Q8, &[1u32, 2][..]), (2816, 128, 8, 3, Format::Q8, &[2]), (1536, 32, 4, 2, Format::Q4, &[]), (256, 8, 2, 2, Format::Bf16, &[])] {
         let what = format!("n {n}, {ne} experts {fmt:?}, top {k}, {tokens} token(s)");
         let mut rng = Rng(kestrel::synth::SplitMix64(seed_of(&format!("route_norm {what}"))));
         let (x, res, wt) = (rng.vec(tokens * n), rng.vec(tokens * n), rng.vec(4 * n));
@@ -3220,17 +3223,17 @@ fn route_norm_matches_its_three_dispatches() {
         let topk_bufs = [logits.clone(), bytes(&scale), poison(tokens * k), poison(tokens * k)];
         let picked = h.run(Kernel::RouterTopk { staged: true }, &topk_bufs, bytemuck::bytes_of(&tp), step, (tokens as u32, 1, 1)).unwrap();
         // The one, dispatched twice on the same buffers.
-        let (rc, groups) = route_norm_rc(n, ne, wg);
         let rp = RouteParams { n_experts: ne as u32, top_k: k as u32, cols: n as u32, gs: 64 };
         let mut params = bytemuck::bytes_of(&np).to_vec();
         params.resize(PARAMS2_AT, 0);
         params.extend_from_slice(bytemuck::bytes_of(&rp));
         let mut bufs = norm_bufs.clone();
         bufs.extend([rw, rs, rb, zeros(tokens * ne), zeros(tokens), bytes(&scale), poison(tokens * k), poison(tokens * k)]);
-        let kernel = Kernel::RouteNorm { v, wg, rc, f: fmt };
-        for reps in [1, 2] {
+        for (rr, reps) in std::iter::once(wg / ROUTE_LANES).chain(fewer.iter().copied()).flat_map(|rr| [(rr, 1), (rr, 2)]) {
+            let (rc, groups) = route_norm_rc(n, ne, rr);
+            let kernel = Kernel::RouteNorm { v, wg, rc, rr, f: fmt };
             let got = h.run_n(kernel, &bufs, &params, step, (groups, tokens as u32, 1), reps).unwrap();
-            let what = format!("{what}, {reps} dispatch(es)");
+            let what = format!("{what}, {rr} router rows a workgroup ({groups} workgroups), {reps} dispatch(es)");
             // (name, route_norm's buffer, the three dispatches' buffer): storage bindings in order.
             let pairs = [("out", 2, &normed[2]), ("out2", 3, &normed[3]), ("out3", 4, &normed[4]), ("out4", 5, &normed[5]), ("logits", 12, &logits), ("weight", 16, &picked[3])];
             for (name, gi, want) in pairs {

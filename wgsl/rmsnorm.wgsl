@@ -103,7 +103,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // threads per row, chunk c8 = lane, lane + RLANES, …, RC of them).
     // @unroll q ROUTE
     let n8 = rp.cols / 8u;
-    let rrow = min(part * RROWS + lid / RLANES, rp.n_experts - 1u);
+    let rrow = min(part * RROWS + min(lid / RLANES, RROWS - 1u), rp.n_experts - 1u);
     let rlane = lid % RLANES;
     // @unroll u RC
     let rc{u} = min(rlane + {u}u * RLANES, n8 - 1u);

@@ -14,8 +14,9 @@
 // atomics, which session 21 found never stale where plain stores were).
 // Measured (H100): the dispatch is 27 µs timestamped against ≈ 36 for the three, yet the 26B's
 // step grew 9.5 %, so the backend leaves it off (`WgpuOptions::route_norm`) until the
-// difference is understood; the router's weights held in registers across the norm are the
-// first suspect (session 35's p5 moves their loads after it).
+// difference is understood. Not the weights held in registers across the norm, the hand-off,
+// or how many workgroups share the router rows (RROWS): with the loads after the norm, without
+// the hand-off, or at 64 and 128 workgroups, the step lost as much (session 37).
 //
 // Bindings 0–10: rmsnorm.wgsl's (NormParams at 6, Step at 7); 11–13 w, scales, biases: the
 // router's weight in the format prepended (`load8`), rows = n_experts, cols = n (rp.cols);
@@ -23,8 +24,8 @@
 // u32[n_tokens], all 0 between dispatches (the last workgroup of a token resets its own);
 // 16 scale: f32[n_experts] (per_expert_scale); 17 idx: u32[n_tokens, top_k]; 18 weight:
 // f32[n_tokens, top_k]; 19 rp: RouteParams.
-// Launch: rmsnorm's WG threads, RLANES per router row (WG / RLANES rows a workgroup), each
-// holding RC (host: ceil(cols / 8 / RLANES)) chunks of 8 weights; grid = (ceil(n_experts /
+// Launch: rmsnorm's WG threads, RLANES per router row (RROWS ≤ WG / RLANES rows a workgroup),
+// each holding RC (host: ceil(cols / 8 / RLANES)) chunks of 8 weights; grid = (ceil(n_experts /
 // RROWS), n_tokens). Host-checked: segs 1, mode 2, chain 3, n ≤ V · WG (no
 // loop past the registers), cols = n a multiple of gs, n_experts ≤ PICK_N.
 
@@ -46,7 +47,10 @@ struct RouteParams {
 @group(0) @binding(19) var<uniform> rp: RouteParams;
 
 const RLANES: u32 = {{RLANES}}u; // kernels::ROUTE_LANES: matmul.wgsl's WG, its partial sums in its order
-const RROWS: u32 = WG / RLANES;
+// Router rows a workgroup owns (kernels::route_norm_rows): WG / RLANES, or fewer to spread the
+// rows over more workgroups; the threads past RROWS · RLANES repeat the workgroup's last row's
+// loads (their logit is never stored).
+const RROWS: u32 = {{RROWS}}u;
 
 var<workgroup> rpart: array<f32, WG>;
 var<workgroup> arrived_last: u32;
@@ -62,7 +66,7 @@ fn route_finish(lid: u32, t: u32, part: u32, parts: u32, acc: f32) {
     rpart[lid] = acc;
     workgroupBarrier();
     let row = part * RROWS + lid / RLANES;
-    if (lid % RLANES == 0u && row < rp.n_experts) {
+    if (lid % RLANES == 0u && lid / RLANES < RROWS && row < rp.n_experts) {
         var s = 0.0;
         for (var k = 0u; k < RLANES; k++) { s += rpart[lid + k]; }
         atomicStore(&logits[t * rp.n_experts + row], bitcast<u32>(s));

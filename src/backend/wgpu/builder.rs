@@ -1753,7 +1753,8 @@ impl<'a> Builder<'a> {
         let Kernel::RmsNorm { v, wg } = self.specs[norm].kernel else { return Ok(()) };
         let r = &moe.router;
         let limits = &self.gpu.limits;
-        let (rc, groups) = kernels::route_norm_rc(h, ne, wg);
+        let rr = kernels::route_norm_rows(wg);
+        let (rc, groups) = kernels::route_norm_rc(h, ne, rr);
         let applies = np.mode == 2
             && np.segs == 1
             && np.chain == 3
@@ -1785,7 +1786,7 @@ impl<'a> Builder<'a> {
         let rp = RouteParams { n_experts: ne as u32, top_k: tk as u32, cols: h as u32, gs: r.gs as u32 };
         let (rp_off, rp_len) = self.push_params(&rp);
         res.push(Res::ParamsAt(rp_off, rp_len));
-        let kernel = Kernel::RouteNorm { v, wg, rc, f: r.format };
+        let kernel = Kernel::RouteNorm { v, wg, rc, rr, f: r.format };
         // Its own copy of the norm's params (the chunk forms may edit the norm's later).
         self.spec(kernel, res, &np, groups, GridY::Tokens);
         self.specs.last_mut().expect("just pushed").only = Only::Single;

@@ -86,9 +86,10 @@ pub enum Kernel {
     /// chunks' with `KESTREL_NORM_ROWS=0`).
     RmsNorm { v: u32, wg: u32 },
     /// A MoE layer's post-attention norm (`RmsNorm { v, wg }`, chained three ways) with the
-    /// router's projection (weights in format `f`, `rc` chunks of 8 a thread) and top-k in one
-    /// decode / verify dispatch (route_norm.wgsl); see [`route_norm_rc`].
-    RouteNorm { v: u32, wg: u32, rc: u32, f: Format },
+    /// router's projection (weights in format `f`, `rc` chunks of 8 a thread, `rr` router rows a
+    /// workgroup) and top-k in one decode / verify dispatch (route_norm.wgsl); see
+    /// [`route_norm_rc`].
+    RouteNorm { v: u32, wg: u32, rc: u32, rr: u32, f: Format },
     /// The chunk form of rmsnorm shaped for many rows (rmsnorm_rows.wgsl): `wg` threads per
     /// row (64, 128 or 256), each holding `v4` vec4s per array. The same bindings and params;
     /// see [`rmsnorm_rows`]. `sums`: also its outputs' group sums (binding 9, the tensor-core
@@ -179,7 +180,8 @@ impl Kernel {
             Kernel::QmvMoeGlu { lanes, pairs, n4 } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}{}", if n4 > 0 { "_i" } else { "" }),
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm { .. } => "rmsnorm".into(),
-            Kernel::RouteNorm { .. } => "route_norm".into(),
+            // The default rows a workgroup (all its threads on router rows) keep the plain name.
+            Kernel::RouteNorm { wg, rr, .. } => if rr == wg / ROUTE_LANES { "route_norm".into() } else { format!("route_norm_rr{rr}") },
             Kernel::RmsNormRows { wg, sums, parts, .. } => format!("rmsnorm_rows{wg}{}{}", if sums { "_sums" } else { "" }, if parts { "_parts" } else { "" }),
             Kernel::HeadNormRope { wg } => format!("head_norm_rope{}", wg_label(wg)),
             Kernel::QkvNormRope { wg } => format!("qkv_norm_rope{}", wg_label(wg)),
@@ -255,8 +257,8 @@ impl Kernel {
             Kernel::GroupSum => include_str!("../../../wgsl/group_sum.wgsl").to_string(),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm { v, wg } => format!("{norm_params}\n{}", rmsnorm_source(v, wg, sg, None)),
-            Kernel::RouteNorm { v, wg, rc, f } => {
-                let route = include_str!("../../../wgsl/route_norm.wgsl").replace("{{RLANES}}", &ROUTE_LANES.to_string());
+            Kernel::RouteNorm { v, wg, rc, rr, f } => {
+                let route = include_str!("../../../wgsl/route_norm.wgsl").replace("{{RLANES}}", &ROUTE_LANES.to_string()).replace("{{RROWS}}", &rr.to_string());
                 let pick = include_str!("../../../wgsl/router_pick.wgsl");
                 format!("{norm_params}\n{}\n{}\n{route}\n{pick}", f.source(), rmsnorm_source(v, wg, sg, Some(rc)))
             }
@@ -1075,10 +1077,20 @@ pub struct RouteParams {
 pub const ROUTE_LANES: u32 = 64;
 
 /// The chunks of 8 weights each route_norm thread holds for a router row of `cols` values
-/// (`RC`), and the workgroups its grid needs for `n_experts` rows at `wg` threads.
-pub fn route_norm_rc(cols: usize, n_experts: usize, wg: u32) -> (u32, u32) {
+/// (`RC`), and the workgroups its grid needs for `n_experts` rows at `rr` rows a workgroup.
+pub fn route_norm_rc(cols: usize, n_experts: usize, rr: u32) -> (u32, u32) {
     let rc = (cols as u32).div_ceil(8).div_ceil(ROUTE_LANES);
-    (rc, (n_experts as u32).div_ceil(wg / ROUTE_LANES))
+    (rc, (n_experts as u32).div_ceil(rr))
+}
+
+/// Router rows a route_norm workgroup of `wg` threads owns: all it has threads for (`wg` /
+/// [`ROUTE_LANES`]), or fewer with `KESTREL_ROUTE_ROWS=1|2|4|…` (an A/B knob: the same rows over
+/// more workgroups, each still computing the whole norm; PERF_NOTES.md, session 37, asks
+/// whether the router's weights read by few workgroups or the norm each workgroup repeats
+/// costs the step). A row's arithmetic does not depend on it.
+pub fn route_norm_rows(wg: u32) -> u32 {
+    let all = wg / ROUTE_LANES;
+    env_u32("KESTREL_ROUTE_ROWS").filter(|r| (1..=all).contains(r)).unwrap_or(all)
 }
 
 /// Bytes of workgroup memory route_norm.wgsl declares at `v`, `wg` (the norm's reduction and

@@ -154,8 +154,9 @@ pub struct WgpuOptions {
     /// weights bitwise, the norm outputs within tol::SAME_OPS, not printed). **Off**:
     /// on an H100 it made the 26B's decode step 9.5 % slower (3755 → 4111 µs) though its
     /// timestamped dispatch (27 µs) is shorter than the three it replaces (≈ 36). Not the
-    /// registers, the hand-off or the dense-branch overlap (PERF_NOTES.md, sessions 35 and 37).
-    /// `KESTREL_ROUTE_NORM=0|1` overrides it.
+    /// registers, the hand-off, the dense-branch overlap or the workgroups sharing the router
+    /// rows (PERF_NOTES.md, sessions 35 and 37). `KESTREL_ROUTE_NORM=0|1` overrides it
+    /// (`KESTREL_ROUTE_ROWS`: kernels::route_norm_rows).
     pub route_norm: bool,
     /// Decode and verify mat-vecs whose rows the qmv rule leaves at two 32-value chunks a lane
     /// or fewer (E2B's and E4B's attention output projection and per-layer projection), which
