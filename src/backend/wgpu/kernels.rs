@@ -1085,9 +1085,10 @@ pub fn route_norm_rc(cols: usize, n_experts: usize, rr: u32) -> (u32, u32) {
 
 /// Router rows a route_norm workgroup of `wg` threads owns: all it has threads for (`wg` /
 /// [`ROUTE_LANES`]), or fewer with `KESTREL_ROUTE_ROWS=1|2|4|…` (an A/B knob: the same rows over
-/// more workgroups, each still computing the whole norm; PERF_NOTES.md, session 37, asks
-/// whether the router's weights read by few workgroups or the norm each workgroup repeats
-/// costs the step). A row's arithmetic does not depend on it.
+/// more workgroups, each still computing the whole norm). On an H100 the 26B's step took as
+/// long at 16, 64 and 128 workgroups (PERF_NOTES.md, session 37 #6): neither the workgroups
+/// pulling the router's weights nor the repeated norm is route_norm's loss. A row's arithmetic
+/// does not depend on it.
 pub fn route_norm_rows(wg: u32) -> u32 {
     let all = wg / ROUTE_LANES;
     env_u32("KESTREL_ROUTE_ROWS").filter(|r| (1..=all).contains(r)).unwrap_or(all)
