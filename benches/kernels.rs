@@ -27,7 +27,7 @@
 
 use kestrel::backend::wgpu::harness::{KernelHarness, PARAMS2_AT};
 use kestrel::backend::wgpu::kernels::{
-    attention_chunk, attention_chunk_coop, attention_split, attention_short, fold_grid, with_x_digits, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, HEAD_NORM_WG, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
+    attention_chunk, attention_chunk_coop, attention_split, attention_short, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, HEAD_NORM_WG, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
     RouterParams, RouteParams, route_norm_rc, route_norm_rows, chain_layout, chain_params, ChainPrefetch, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
@@ -54,8 +54,7 @@ const SHAPES: &[Shape] = &[
     Shape { name: "E4B q|k|v", rows: 3072, cols: 2560 },
     Shape { name: "E4B gate|up", rows: 20480, cols: 2560 },
     // The mat-vecs whose rows the rule leaves at two chunks a lane or fewer (the attention's o
-    // projection, Gemma 4's per-layer projection): the float loop, and x staged whole as digits
-    // (`with_x_digits`) beside it.
+    // projection, Gemma 4's per-layer projection): the float loop.
     Shape { name: "E2B o_proj", rows: 1536, cols: 2048 },
     Shape { name: "E2B per-layer proj", rows: 1536, cols: 256 },
     Shape { name: "E4B o_proj", rows: 2560, cols: 2048 },
@@ -131,11 +130,6 @@ fn main() {
         for tok in [1, MATMUL_VERIFY_TOK] {
             if let Some((k, per_wg)) = qmv_shape(rows, cols, cols, tok) {
                 variants.push((k, per_wg, tok));
-                // Where the tile runs the float loop: its form with x staged whole as digits
-                // (`WgpuOptions::x_digits`; one token a tile, so only beside the decode tile).
-                if let Some(xd) = with_x_digits(k, cols).filter(|_| tok == 1) {
-                    variants.push((xd, per_wg, 1));
-                }
             }
         }
         variants.push((Kernel::Matmul(Format::Q4, 1), matmul_rows(1), 1));
@@ -148,7 +142,7 @@ fn main() {
             for lanes in [8u32, 16, 32, 64, 128] {
                 for rpt in [1u32, 2, 4, 8] {
                     if (lanes as usize) <= cols / 32 * 2 {
-                        variants.push((Kernel::Qmv { tok: 1, lanes, rpt, pro: 0, xd: 0 }, 128 / lanes * rpt, 1));
+                        variants.push((Kernel::Qmv { tok: 1, lanes, rpt, pro: 0 }, 128 / lanes * rpt, 1));
                     }
                 }
             }

@@ -159,23 +159,6 @@ fn wgpu_route_norm_matches_transformers() {
     );
 }
 
-/// Decode and verify mat-vecs that ran the float loop with x staged whole as digits
-/// (`x_digits`, off by default: PERF_NOTES.md sessions 36 and 37): the tiny models'
-/// attention output and per-layer projections, 4-bit checkpoints.
-#[test]
-fn wgpu_x_digits_matches_transformers() {
-    run_all(
-        &["tiny-e2b", "tiny-e4b", "tiny-moe"],
-        &mut |m| {
-            let opts = WgpuOptions { max_ctx: 256, max_chunk: 128, x_digits: true, ..Default::default() };
-            common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
-        },
-        128,
-        Readback::AllLogits,
-        "wgpu-x-digits",
-    );
-}
-
 /// Every norm its own dispatch: residual norms (`fuse_norms_up_to: 0`: the decode path of hidden
 /// sizes past PRO_MAX_HIDDEN (E4B, 26B), which the fixtures' small hidden sizes would otherwise
 /// never run, as by default their decode steps compute the norms inside the next mat-vec) and

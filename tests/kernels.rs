@@ -395,9 +395,6 @@ struct MatmulCase {
     tile: usize,
     /// Run the 4-bit mat-vec (qmv.wgsl, the backend's decode/verify variant for Q4) instead.
     qmv: bool,
-    /// With `qmv`: its form with x staged whole as digits (`with_x_digits`; tile 1) where the
-    /// rule's tile runs the float loop.
-    xd: bool,
     /// Run the 4-bit prefill mat-mat (qmm.wgsl, the backend's chunk variant for Q4) with this
     /// many rows per thread (TM) instead.
     qmm: Option<u32>,
@@ -410,7 +407,7 @@ struct MatmulCase {
 
 impl MatmulCase {
     fn new(fmt: Format, rows: usize, cols: usize, tokens: usize, gs: usize) -> Self {
-        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8, qmv: false, xd: false, qmm: None, coop: None, x_spread: false }
+        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8, qmv: false, qmm: None, coop: None, x_spread: false }
     }
 }
 
@@ -418,7 +415,6 @@ impl Case for MatmulCase {
     fn name(&self) -> String {
         let c = self;
         let kind = match (c.qmv, c.qmm, c.coop) {
-            (true, ..) if c.xd => "qmv_xd".to_string(),
             (true, ..) => "qmv".to_string(),
             (false, Some(_), Some((tb, rb))) => format!("qmm_coop_{}x{}", 32 * rb, 64 * tb),
             (false, Some(tm), None) => format!("qmm_m{tm}"),
@@ -444,7 +440,7 @@ impl Case for MatmulCase {
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out, tile, qmv, xd, qmm, coop, x_spread } = self;
+        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out, tile, qmv, qmm, coop, x_spread } = self;
         let w = Weights::new(fmt, rows, cols, gs, rng);
         let count = n_out.unwrap_or(tokens);
         let (x_stride, y_stride) = (cols + x_pad, y_off + rows + y_pad);
@@ -490,8 +486,7 @@ impl Case for MatmulCase {
         let n_out_step = n_out.unwrap_or(1);
         let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32, ..Default::default() };
         let (kernel, rows_per_wg) = if qmv {
-            let (k, per_wg) = qmv_shape(rows, cols, x_stride, tile as u32).expect("qmv applies to this case");
-            (if xd { with_x_digits(k, cols).expect("the x-digits form applies to this case") } else { k }, per_wg)
+            qmv_shape(rows, cols, x_stride, tile as u32).expect("qmv applies to this case")
         } else if let Some(tm) = qmm {
             assert!(qmm_applies(fmt, cols, x_stride) && tile == QMM_TOK as usize);
             match coop {
@@ -501,11 +496,7 @@ impl Case for MatmulCase {
         } else {
             (Kernel::Matmul(fmt, tile as u32), matmul_rows(tile as u32))
         };
-        // The x-digits form tiles one token whatever the case asks.
-        let tok_tile = match kernel {
-            Kernel::Qmv { tok, xd: 1.., .. } => tok as usize,
-            _ => coop.map_or(tile, |(tb, _)| 64 * tb as usize),
-        };
+        let tok_tile = coop.map_or(tile, |(tb, _)| 64 * tb as usize);
         let grid = (rows.div_ceil(rows_per_wg as usize), count.div_ceil(tok_tile));
         let mut l = launch(kernel, bufs, &p, step, grid);
         if rows == 257 || rows == 1100 {
@@ -739,19 +730,6 @@ fn qmv_cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(MatmulCase { n_out: Some(n_out), ..q(65, 256, tokens, tile) }));
         }
     }
-    // x staged whole as digits (`with_x_digits`, one token a tile) where the rule's tile runs the
-    // float loop: 8 lanes (10 and 2 chunks: 320 and 64 columns, the LM head's 8 × 4 at 65536
-    // rows), 16 (1024), 32 lanes × 1 row (1536: a lane's second chunk clamped on its last round;
-    // 2048 at 3000 rows: 2 rows a team; E2B's o projection 1536 × 2048), group size 128, a
-    // strided x with an offset y, count = n_out, a folded grid.
-    let d = |rows, cols, tokens| MatmulCase { xd: true, ..q(rows, cols, tokens, 1) };
-    for (rows, cols, tokens) in [(1, 320, 1), (65, 320, 3), (257, 320, 2), (65536, 64, 2), (17, 1024, 2), (33, 1536, 2), (3000, 2048, 2), (1536, 2048, 1)] {
-        v.push(Box::new(d(rows, cols, tokens)));
-    }
-    v.push(Box::new(MatmulCase { gs: 128, ..d(65, 512, 3) }));
-    v.push(Box::new(MatmulCase { x_spread: true, ..d(33, 1536, 2) }));
-    v.push(Box::new(MatmulCase { x_pad: 16, y_off: 70, y_pad: 13, ..d(63, 256, 5) }));
-    v.push(Box::new(MatmulCase { n_out: Some(5), ..d(65, 256, 17) }));
     v
 }
 
@@ -985,33 +963,27 @@ fn glu_cases() -> Vec<Box<dyn Case>> {
     v
 }
 
-/// A non-finite x makes its token's rows non-finite in the qmv loops on integer digits too (the
+/// A non-finite x makes its token's rows non-finite in the staged qmv loop too (its integer
 /// digits of x cannot carry inf or NaN; the chunk's Σx, which every row multiplies by its bias,
-/// does), and leaves the other tokens' rows as they were: the staged loop (12300 × 1088: 34
-/// chunks on 16 lanes) and x staged whole before the loop (33 × 1536: 48 chunks on 32 lanes,
-/// `with_x_digits`, one token a tile).
+/// does), and leaves the other tokens' rows as they were (12300 × 1088: 34 chunks on 16 lanes).
 #[test]
-fn qmv_digit_rows_carry_a_non_finite_x() {
+fn qmv_staged_rows_carry_a_non_finite_x() {
     let Some(mut h) = harness() else { return };
-    for (rows, cols, xd, suffix) in [(12300, 1088, false, ""), (33, 1536, true, "_xi")] {
-        let c = MatmulCase { tile: 1, qmv: true, xd, ..MatmulCase::new(Format::Q4, rows, cols, 3, 64) };
-        let l = c.build(&mut Rng(kestrel::synth::SplitMix64(5)));
-        let label = l.kernel.label();
-        assert!(label.ends_with(suffix) && (suffix.is_empty() || l.grid.1 == 3), "{rows} × {cols}: {label}, grid {:?}", l.grid);
-        let mut bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
-        let clean: Vec<f32> = words(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]).into_iter().map(f32::from_bits).collect();
-        assert!(clean[..3 * rows].iter().all(|v| v.is_finite()), "{label}: non-finite rows from a finite x");
-        // Token 0: +inf at column 40; token 1: NaN at column 1000; token 2 untouched.
-        bufs[3][4 * 40..4 * 41].copy_from_slice(&f32::INFINITY.to_le_bytes());
-        bufs[3][4 * (cols + 1000)..4 * (cols + 1001)].copy_from_slice(&f32::NAN.to_le_bytes());
-        let got: Vec<f32> = words(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]).into_iter().map(f32::from_bits).collect();
-        for t in 0..2 {
-            let finite = got[t * rows..(t + 1) * rows].iter().filter(|v| v.is_finite()).count();
-            assert_eq!(finite, 0, "{label} token {t}: {finite} of {rows} rows finite with a non-finite x");
-        }
-        let changed: Vec<(usize, f32, f32)> = (2 * rows..3 * rows).filter(|&i| got[i].to_bits() != clean[i].to_bits()).map(|i| (i, clean[i], got[i])).take(5).collect();
-        assert!(changed.is_empty(), "{label}: token 2's rows changed: {changed:?}");
+    let c = MatmulCase { tile: 1, qmv: true, ..MatmulCase::new(Format::Q4, 12300, 1088, 3, 64) };
+    let l = c.build(&mut Rng(kestrel::synth::SplitMix64(5)));
+    let mut bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
+    let clean: Vec<f32> = words(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]).into_iter().map(f32::from_bits).collect();
+    assert!(clean[..3 * 12300].iter().all(|v| v.is_finite()), "non-finite rows from a finite x");
+    // Token 0: +inf at column 40; token 1: NaN at column 1000; token 2 untouched.
+    bufs[3][4 * 40..4 * 41].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    bufs[3][4 * (1088 + 1000)..4 * (1088 + 1001)].copy_from_slice(&f32::NAN.to_le_bytes());
+    let got: Vec<f32> = words(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]).into_iter().map(f32::from_bits).collect();
+    for t in 0..2 {
+        let finite = got[t * 12300..(t + 1) * 12300].iter().filter(|v| v.is_finite()).count();
+        assert_eq!(finite, 0, "token {t}: {finite} of 12300 rows finite with a non-finite x");
     }
+    let changed: Vec<(usize, f32, f32)> = (2 * 12300..3 * 12300).filter(|&i| got[i].to_bits() != clean[i].to_bits()).map(|i| (i, clean[i], got[i])).take(5).collect();
+    assert!(changed.is_empty(), "token 2's rows changed: {changed:?}");
 }
 
 /// The same for the routed experts' loop on integer digits (qmv_moe.wgsl with qmv_digits.wgsl,

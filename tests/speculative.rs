@@ -140,13 +140,6 @@ fn wgpu_route_norm_verify_logits_are_bitwise_sequential_decode() {
     check_verify_bitwise("wgpu-route-norm", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, route_norm: true, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
 }
 
-/// With x staged whole as digits in the mat-vecs that ran the float loop (`x_digits`): verify
-/// steps run those on one-token tiles, so their rows are a decode step's.
-#[test]
-fn wgpu_x_digits_verify_logits_are_bitwise_sequential_decode() {
-    check_verify_bitwise("wgpu-x-digits", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, x_digits: true, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
-}
-
 /// The same with every norm its own dispatch: residual norms (the decode path of hidden sizes
 /// past PRO_MAX_HIDDEN (E4B, 26B), which the fixtures' small hidden sizes would otherwise never
 /// run) and the KV-sharing layers' q norm (head_norm_rope, not inside attention_split).

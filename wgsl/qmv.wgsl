@@ -21,10 +21,6 @@
 //   one group), x_stride % 4 == 0.
 // The fused-norm form (PRO, qmv_norm.wgsl appended): x is the residual branch's output `a`,
 //   and the matrix multiplies the normed residual the workgroup computes first (see there).
-// The x-digits form (`xd`, qmv_digits.wgsl appended): the workgroup turns the token's x into
-//   integer digits first (`stage_x_digits`) and runs the digit loop, token tile 1. For rows the
-//   rule leaves at ≤ 2 chunks a lane, whose float loop had every team read x itself
-//   (kernels::with_x_digits; PERF_NOTES.md, session 36).
 // The loop and the reduction are qmv_core.wgsl (appended by the host; why the shape: there).
 
 @group(0) @binding(0) var<storage, read> w: array<vec4<u32>>;

@@ -1,9 +1,8 @@
 // qmv_digits: a mat-vec's input held whole in workgroup memory, and the loop that multiplies the
 // 4-bit weights by its integer digits. Appended by the host (after qmv_core.wgsl's declarations
 // are in the same module) to the fused-norm mat-vecs (qmv.wgsl with qmv_norm.wgsl, whose
-// prologue forms x here), to the routed-expert mat-vecs (qmv_moe.wgsl) and to the plain one's
-// x-digits form (`Kernel::Qmv`'s `xd`), which stage their x here with `stage_x_digits`; with N4
-// (vec4s of one x row: cols / 4) and DIGITS substituted.
+// prologue forms x here) and to the routed-expert mat-vecs (qmv_moe.wgsl, which stage their x
+// here with `stage_x_digits`); with N4 (vec4s of one x row: cols / 4) and DIGITS substituted.
 //
 // Layout: xw[t · N4 + j · NCHUNK + c] is slot j of 32-value chunk c of token t. As floats
 // (qmv_norm.wgsl before its conversion) slot j holds the chunk's values 4j..4j+3; as digits

@@ -122,17 +122,12 @@ fn moe_params(m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, 
 
 /// The decode (one token) and verify (`MATMUL_VERIFY_TOK` tokens) kernels of a mat-vec over
 /// `part` of `m`, each with its grid x and token tile: qmv for 4-bit, else the matmul tile.
-/// `x_digits`: [`WgpuOptions::x_digits`] (the plain tiles that run the float loop stage x as
-/// digits, one token a tile).
-fn decode_forms(m: &GpuMatrix, part: &GpuPart, x_stride: usize, x_digits: bool) -> ((Kernel, u32, u32), (Kernel, u32, u32)) {
+fn decode_forms(m: &GpuMatrix, part: &GpuPart, x_stride: usize) -> ((Kernel, u32, u32), (Kernel, u32, u32)) {
     let rows = part.rows as u32;
     let form = |tok: u32| {
         let qmv = if m.format == Format::Q4 { qmv_shape(part.rows, m.cols, x_stride, tok) } else { None };
         match qmv {
-            Some((k, rows_per_wg)) => match with_x_digits(k, m.cols).filter(|_| x_digits) {
-                Some(xd) => (xd, rows.div_ceil(rows_per_wg), 1),
-                None => (k, rows.div_ceil(rows_per_wg), tok),
-            },
+            Some((k, rows_per_wg)) => (k, rows.div_ceil(rows_per_wg), tok),
             None => (Kernel::Matmul(m.format, tok), rows.div_ceil(matmul_rows(tok)), tok),
         }
     };
@@ -795,7 +790,7 @@ impl<'a> Builder<'a> {
             if !decode {
                 continue;
             }
-            let (single, verify) = decode_forms(m, part, x_stride, self.x_digits());
+            let (single, verify) = decode_forms(m, part, x_stride);
             if splits > 1 || xsum.is_some() {
                 // Decode and verify steps write y directly, from a spec of their own.
                 let gy = if on_out { GridY::OutTiles(verify.2) } else { GridY::TokenTiles(verify.2) };
@@ -809,17 +804,12 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    /// [`WgpuOptions::x_digits`], or `KESTREL_QMV_XDIGITS=0|1` (an A/B knob).
-    fn x_digits(&self) -> bool {
-        switch("KESTREL_QMV_XDIGITS", self.opts.x_digits)
-    }
-
     /// The decode and verify forms of `matmul` alone, one spec per part, where a program
     /// records them apart from the chunk forms (`matmul_steps` with `decode` false).
     fn matvec_single(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize) {
         for part in &m.parts {
             let p = part_params(m, part, x_stride, y_stride, false);
-            let (single, verify) = decode_forms(m, part, x_stride, self.x_digits());
+            let (single, verify) = decode_forms(m, part, x_stride);
             self.spec(verify.0, weight_res(part, &[x, y]), &p, verify.1, GridY::TokenTiles(verify.2));
             let sp = self.specs.last_mut().expect("just pushed");
             sp.only = Only::Single;

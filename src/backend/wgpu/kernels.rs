@@ -51,9 +51,7 @@ pub enum Kernel {
     /// The 4-bit mat-vec of decode (`tok` 1) and verify steps: `lanes` per row, `rpt` rows per
     /// team of lanes (see qmv.wgsl and [`qmv_shape`]).
     /// `pro` > 0: the fused-norm form (qmv_norm.wgsl) over rows of 4 · `pro` values.
-    /// `xd` > 0: x's rows of 4 · `xd` values staged whole as integer digits before the loop
-    /// (qmv_digits.wgsl's `stage_x_digits`; see [`with_x_digits`]), `tok` 1.
-    Qmv { tok: u32, lanes: u32, rpt: u32, pro: u32, xd: u32 },
+    Qmv { tok: u32, lanes: u32, rpt: u32, pro: u32 },
     /// `Qmv` over a stacked [gate; up] matrix with the GeGLU as epilogue (qmv.wgsl's GeGLU
     /// form): `pairs` output rows per team.
     QmvGlu { tok: u32, lanes: u32, pairs: u32, pro: u32 },
@@ -167,7 +165,7 @@ impl Kernel {
     pub fn label(self) -> String {
         match self {
             Kernel::Matmul(f, tok) => format!("matmul_{}_t{tok}", f.name()),
-            Kernel::Qmv { tok, lanes, rpt, pro, xd } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}{}{}", pro_label(pro), if xd > 0 { "_xi" } else { "" }),
+            Kernel::Qmv { tok, lanes, rpt, pro } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
             Kernel::QmvGlu { tok, lanes, pairs, pro } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}{}", pro_label(pro)),
             Kernel::QmvGeluB { tok, lanes, rpt, pro } => format!("qmv_gelu_b_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
             Kernel::Qmm { tm } => format!("qmm_q4_m{tm}"),
@@ -236,8 +234,7 @@ impl Kernel {
                 let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
-            Kernel::Qmv { tok, lanes, rpt, pro, xd: 0 } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, rpt, 0, sg, pro == 0)),
-            Kernel::Qmv { tok, lanes, rpt, xd, .. } => format!("{matmul_params}\n{}", qmv_source(&qmv_xd_kernel(xd), tok, lanes, rpt, 0, sg, false)),
+            Kernel::Qmv { tok, lanes, rpt, pro } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, rpt, 0, sg, pro == 0)),
             Kernel::QmvGeluB { tok, lanes, rpt, pro } => {
                 let kernel = qmv_kernel(pro, 8, sg).replace("// {{GB_BINDING}}", "@group(0) @binding(7) var<storage, read> gb: array<f32>;");
                 format!("{}\n{}", include_str!("../../../wgsl/matmul_gb_params.wgsl"), qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg, pro == 0))
@@ -517,34 +514,6 @@ const WG_MEMORY_MIN: usize = 16384;
 /// digits' array is a token 8 vec4s the float loop never touches.
 fn qmv_moe_kernel(n4: u32) -> String {
     format!("{}\n{}", include_str!("../../../wgsl/qmv_moe.wgsl"), digits_source(n4.max(8), n4 > 0))
-}
-
-/// The form of the plain decode mat-vec `kernel` over rows of `cols` values with x staged whole
-/// as integer digits before its loop (qmv_digits.wgsl; `Kernel::Qmv`'s `xd`), token tile 1, or
-/// `None` where the rule's tile keeps its own loop. Only tiles whose rows run the float loop
-/// (`qmv_dots`: more than 32 lanes, or at most two chunks a lane; [`qmv_staged`]'s loop is on
-/// digits already), and where one token's digits and `red` fit [`WG_MEMORY_MIN`]. Such a tile
-/// reads x once per workgroup instead of once per team: E2B's o projection (2048 columns, 32
-/// lanes × 1 row, 4 teams) read 32 KB of x from L2 per workgroup for 4.6 KB of weights, and the
-/// loop's arithmetic falls to about a third (session 34). Verify steps take tile 1 too, so that
-/// their rows are bitwise a decode step's (the digits' arithmetic is not the float loop's).
-pub fn with_x_digits(kernel: Kernel, cols: usize) -> Option<Kernel> {
-    let Kernel::Qmv { lanes, rpt, pro: 0, .. } = kernel else { return None };
-    let chunks = (cols / 32) as u32;
-    let float_loop = !(qmv_staged(1, lanes, 2) && chunks > 2 * lanes);
-    let bytes = 4 * cols + 4 * (rpt * QMV_WG) as usize;
-    (float_loop && cols.is_multiple_of(64) && bytes <= WG_MEMORY_MIN).then_some(Kernel::Qmv { tok: 1, lanes, rpt, pro: 0, xd: (cols / 4) as u32 })
-}
-
-/// qmv.wgsl's x-digits form for x rows of 4 · `xd` values, token tile 1: the token's row staged
-/// as digits (qmv_digits.wgsl's `stage_x_digits`), then its digit loop on xw[0..].
-fn qmv_xd_kernel(xd: u32) -> String {
-    let xload = format!("fn xload(i: u32) -> vec4<f32> {{ return x[i]; }}\n{}", digits_source(xd, true));
-    include_str!("../../../wgsl/qmv.wgsl")
-        .replace("// {{XLOAD}}", &xload)
-        .replace("{{XROW}}", "0u")
-        .replace("// {{PROLOGUE}}", "stage_x_digits(lid, (min(t0, count - 1u) * p.x_stride) / 4u);")
-        .replace("{{DOTS}}", "qmv_dots_digits")
 }
 
 /// The label suffix of a fused-norm variant (`_norm1536`, `_norm1536i` with integer digits),
@@ -1124,7 +1093,7 @@ pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<
         return None;
     }
     let (lanes, rpt) = qmv_dense_tile(rows, cols);
-    Some((Kernel::Qmv { tok, lanes, rpt, pro: 0, xd: 0 }, QMV_WG / lanes * rpt))
+    Some((Kernel::Qmv { tok, lanes, rpt, pro: 0 }, QMV_WG / lanes * rpt))
 }
 
 /// Lanes per row and rows per team of the dense qmv rule (see [`qmv_shape`]).
@@ -1272,7 +1241,7 @@ pub const PRO_VERIFY_TOK: u32 = 2;
 pub fn with_norm(kernel: Kernel, tok: u32, cols: usize, max_wg_bytes: u32) -> Option<Kernel> {
     let pro = (cols / 4) as u32;
     let (fused, rpt) = match kernel {
-        Kernel::Qmv { lanes, rpt, .. } => (Kernel::Qmv { tok, lanes, rpt, pro, xd: 0 }, rpt),
+        Kernel::Qmv { lanes, rpt, .. } => (Kernel::Qmv { tok, lanes, rpt, pro }, rpt),
         Kernel::QmvGlu { lanes, pairs, .. } => (Kernel::QmvGlu { tok, lanes, pairs, pro }, 2 * pairs),
         Kernel::QmvGeluB { lanes, rpt, .. } => (Kernel::QmvGeluB { tok, lanes, rpt, pro }, rpt),
         _ => return None,
@@ -1783,40 +1752,12 @@ mod tests {
         }
     }
 
-    /// Which decode mat-vecs of the three models take the x-digits form: the ones whose rule
-    /// tile runs the float loop (≤ 2 chunks a lane, or more than 32 lanes), never a staged or
-    /// fused-norm tile, never one whose digits would not fit 16 KiB; always one token a tile.
-    #[test]
-    fn x_digits_take_only_the_float_loop_tiles() {
-        use super::{qmv_shape, with_norm, with_x_digits, Kernel};
-        let xd = |rows: usize, cols: usize| with_x_digits(qmv_shape(rows, cols, cols, 4).expect("qmv applies").0, cols);
-        // E2B / E4B sliding layers' o projection, the per-layer projection.
-        for (rows, cols) in [(1536, 2048), (2560, 2048), (1536, 256), (2560, 256)] {
-            match xd(rows, cols) {
-                Some(Kernel::Qmv { tok: 1, pro: 0, xd, .. }) => assert_eq!(xd as usize, cols / 4, "{rows} × {cols}"),
-                other => panic!("{rows} × {cols}: {other:?}"),
-            }
-        }
-        // Staged rows (more than two chunks a lane): global layers' o (4096), down projections,
-        // q|k|v at 2560 / 2816, LM heads, the 26B's o; and x too long for 16 KiB (8192 columns
-        // on 128 lanes would run the float loop).
-        for (rows, cols) in [(1536, 4096), (1536, 6144), (3072, 2560), (8192, 2816), (262144, 1536), (2816, 4096), (2816, 2112)] {
-            assert_eq!(xd(rows, cols), None, "{rows} × {cols}");
-        }
-        let wide = Kernel::Qmv { tok: 1, lanes: 128, rpt: 1, pro: 0, xd: 0 };
-        assert_eq!(with_x_digits(wide, 8192), None, "32 KiB of digits");
-        assert!(with_x_digits(wide, 2048).is_some(), "128 lanes run the float loop");
-        // A fused-norm form has its own digits.
-        let fused = with_norm(qmv_shape(1536, 2048, 2048, 1).expect("qmv applies").0, 1, 2048, 32768).expect("fits");
-        assert_eq!(with_x_digits(fused, 2048), None);
-    }
-
     /// The fused-norm policy (session 25): below PRO_MAX_HIDDEN every kind, past it only the
     /// kinds `wide` names, never with `up_to` 0 (the unfused option the tests use).
     #[test]
     fn norms_fuse_past_the_width_only_into_the_kinds_named() {
         use super::{fuse_norm_into, Kernel, WideFuse, PRO_MAX_HIDDEN};
-        let plain = Kernel::Qmv { tok: 1, lanes: 32, rpt: 2, pro: 0, xd: 0 };
+        let plain = Kernel::Qmv { tok: 1, lanes: 32, rpt: 2, pro: 0 };
         let glu = Kernel::QmvGlu { tok: 1, lanes: 16, pairs: 1, pro: 0 };
         let gated = Kernel::QmvGeluB { tok: 1, lanes: 32, rpt: 1, pro: 0 };
         for k in [plain, glu, gated] {

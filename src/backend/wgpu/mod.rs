@@ -158,14 +158,6 @@ pub struct WgpuOptions {
     /// rows (PERF_NOTES.md, sessions 35 and 37). `KESTREL_ROUTE_NORM=0|1` overrides it
     /// (`KESTREL_ROUTE_ROWS`: kernels::route_norm_rows).
     pub route_norm: bool,
-    /// Decode and verify mat-vecs whose rows the qmv rule leaves at two 32-value chunks a lane
-    /// or fewer (E2B's and E4B's attention output projection and per-layer projection), which
-    /// ran the float loop and read x once per team, stage x whole as integer digits once per
-    /// workgroup and run the digit loop (`kernels::with_x_digits`), one token a tile. Rows within
-    /// tol::DOT of the float loop's, verify rows bitwise a decode step's. **Off**: on an H100
-    /// decode steps were 0.6–1.1 % slower with it, verify steps of 2–4 tokens 5–8 % faster on
-    /// E4B (PERF_NOTES.md, session 37). `KESTREL_QMV_XDIGITS=0|1` overrides it.
-    pub x_digits: bool,
     /// Decode and verify rows of at most this many keys take attention_short (one dispatch per
     /// layer) instead of attention_split + attention_combine (two); 0: never. The kernels
     /// split the rows between them by this count, so a verify step's rows stay bitwise a decode
@@ -190,7 +182,6 @@ impl Default for WgpuOptions {
             moe_norm: true,
             moe_overlap: true,
             route_norm: false,
-            x_digits: false,
             attn_short: ATTN_SHORT_MAX,
         }
     }
