@@ -25,10 +25,10 @@
 //! norms with only their sum) separates its memory rounds from its reductions. Weights are random bits with finite scales: timing only, the values
 //! are checked in tests/kernels.rs.
 
-use kestrel::backend::wgpu::harness::{KernelHarness, PARAMS2_AT};
+use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
     attention_chunk, attention_chunk_coop, attention_split, attention_short, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, HEAD_NORM_WG, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
-    RouterParams, RouteParams, route_norm_rc, route_norm_rows, chain_layout, chain_params, ChainPrefetch, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
+    RouterParams, chain_layout, chain_params, ChainPrefetch, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
 };
 
 struct Shape {
@@ -677,28 +677,6 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     for staged in [false, true] {
         row(h, Kernel::RouterTopk { staged }, "top 8 of 128".into(), vec![logits.clone(), f32s(128, 1.0), vec![0u8; 32], f32s(8, 0.0)], bytemuck::bytes_of(&p), (1, 1, 1));
     }
-    // The 26B's post-attention norm, router (128 × 2816, 8-bit) and top 8 in one dispatch
-    // (route_norm, off by default): against the rows above of the three it replaces (rmsnorm
-    // n 2816 chain 3, the decode table's router matmul_q8_t1, router_topk_staged), in the same
-    // dependent chain (PERF_NOTES.md, session 35: in the 26B's step it cost more than the three).
-    let n = 2816usize;
-    let Kernel::RmsNorm { v, wg } = rmsnorm(n, max_wg) else { unreachable!("rmsnorm returns its kernel") };
-    let rr = route_norm_rows(wg);
-    let (rc, groups) = route_norm_rc(n, 128, rr);
-    let np = NormParams {
-        n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: 0, mode: 2, pre: 1.0, post: 1.0, eps: 1e-6,
-        chain: 3, w2_off: n as u32, w3_off: 2 * n as u32, w4_off: 3 * n as u32, out2_stride: n as u32, post2: 1.0, post3: 1.0, post4: 1.0,
-        ..Default::default()
-    };
-    let rp = RouteParams { n_experts: 128, top_k: 8, cols: n as u32, gs: 64 };
-    let mut params = bytemuck::bytes_of(&np).to_vec();
-    params.resize(PARAMS2_AT, 0);
-    params.extend_from_slice(bytemuck::bytes_of(&rp));
-    let sb: Vec<u8> = std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), 128 * n / 64).flatten().collect();
-    let norm_bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2), f32s(4, 0.0), f32s(4, 0.0)];
-    let router_bufs = vec![random_bytes(128 * n, 2816), sb.clone(), sb, f32s(128, 0.0), vec![0u8; 16], f32s(128, 1.0), vec![0u8; 32], f32s(8, 0.0)];
-    let kernel = Kernel::RouteNorm { v, wg, rc, rr, f: Format::Q8 };
-    row(h, kernel, format!("n {n}, chain 3, router 128 × {n} q8, top 8, {groups} workgroups"), [norm_bufs, router_bufs].concat(), &params, (groups, 1, 1));
 }
 
 /// Layers of the persistent_chain table's chains (4 stages each: MAX_CHAIN_STAGES in all).

@@ -143,22 +143,6 @@ fn wgpu_prompt_tail_matches_transformers() {
     }
 }
 
-/// The MoE post-attention norm, router projection and top-k as one dispatch in decode steps
-/// (`route_norm`, off by default: PERF_NOTES.md session 35), both checkpoint forms.
-#[test]
-fn wgpu_route_norm_matches_transformers() {
-    run_all(
-        &["tiny-moe"],
-        &mut |m| {
-            let opts = WgpuOptions { max_ctx: 256, max_chunk: 128, route_norm: true, ..Default::default() };
-            common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
-        },
-        128,
-        Readback::AllLogits,
-        "wgpu-route-norm",
-    );
-}
-
 /// Every norm its own dispatch: residual norms (`fuse_norms_up_to: 0`: the decode path of hidden
 /// sizes past PRO_MAX_HIDDEN (E4B, 26B), which the fixtures' small hidden sizes would otherwise
 /// never run, as by default their decode steps compute the norms inside the next mat-vec) and

@@ -133,13 +133,6 @@ fn wgpu_verify_logits_are_bitwise_sequential_decode() {
     check_verify_bitwise("wgpu", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
 }
 
-/// With the MoE layers' norm, router and top-k in one dispatch (`route_norm`): a verify step
-/// runs it for all its tokens (one arrival counter per token), decode for one.
-#[test]
-fn wgpu_route_norm_verify_logits_are_bitwise_sequential_decode() {
-    check_verify_bitwise("wgpu-route-norm", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, route_norm: true, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
-}
-
 /// The same with every norm its own dispatch: residual norms (the decode path of hidden sizes
 /// past PRO_MAX_HIDDEN (E4B, 26B), which the fixtures' small hidden sizes would otherwise never
 /// run) and the KV-sharing layers' q norm (head_norm_rope, not inside attention_split).

@@ -35,18 +35,6 @@ const WG: u32 = {{WG}}u; // 512 where the device allows (the default), 1024 or 2
 const V: u32 = {{V}}u;
 const NO_WEIGHT: u32 = 0xffffffffu;
 
-// ROUTE: this kernel is route_norm.wgsl's norm (a MoE layer's post-attention norm with the
-// router in the same dispatch; the host appends that file and expands the ROUTE blocks below).
-// Its grid's x spans the router's rows, not segments: every workgroup computes the whole norm,
-// writes only the register blocks k it owns (k mod workgroups = its index) and keeps the
-// router's input (the third output) whole in workgroup memory.
-const ROUTE: bool = {{ROUTE}};
-var<workgroup> xr_sh: array<f32, select(1u, V * WG, ROUTE)>;
-
-fn owns(k: u32, part: u32, parts: u32) -> bool {
-    return !ROUTE || k % parts == part;
-}
-
 // NormParams: norm_params.wgsl (prepended by the host).
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -77,12 +65,9 @@ const SG: u32 = {{SG}}u; // subgroup size (1 without subgroups): reduce_subgroup
 // {{WORKGROUP_SUM}}
 
 @compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg3: vec3<u32>) {
+fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
-    let seg = select(wid.x, 0u, ROUTE);
-    let part = wid.x;
-    let parts = nwg3.x;
+    let seg = wid.x;
     let t = wid.y;
     let count = select(step.n_tokens, step.n_out, p.count_sel == 1u);
     if (t >= count) { return; }
@@ -98,18 +83,6 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     let chain = p.chain >= 1u;
     let chain3 = p.chain >= 2u;
     let chain4 = p.chain >= 3u;
-    // route_norm.wgsl: this thread's chunks of its router row, loaded before the norm's values
-    // so that their memory round trip overlaps the norm (matmul.wgsl's decode walk: RLANES
-    // threads per row, chunk c8 = lane, lane + RLANES, …, RC of them).
-    // @unroll q ROUTE
-    let n8 = rp.cols / 8u;
-    let rrow = min(part * RROWS + min(lid / RLANES, RROWS - 1u), rp.n_experts - 1u);
-    let rlane = lid % RLANES;
-    // @unroll u RC
-    let rc{u} = min(rlane + {u}u * RLANES, n8 - 1u);
-    let rw{u} = load8(rrow, rc{u}, rp.cols, rp.gs);
-    // @end u
-    // @end q
     // @unroll k V
     var v{k} = 0.0;
     var w{k} = 1.0;
@@ -146,7 +119,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         if (has_w) { y *= w{k}; }
         if (resid) { y += o{k}; }
         y *= p.post;
-        if (owns({k}u, part, parts)) { out[ob + lid + {k}u * WG] = y; }
+        out[ob + lid + {k}u * WG] = y;
         v{k} = y;
     }
     // @end k
@@ -168,14 +141,9 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     // @unroll k V
     if (lid + {k}u * WG < p.n) {
         let i = lid + {k}u * WG;
-        let mine = owns({k}u, part, parts);
-        if (mine) { out2[ob2 + i] = v{k} * r2 * c{k} * p.post2; }
-        if (chain3) {
-            let y3 = v{k} * r2 * d{k} * p.post3;
-            if (mine) { out3[ob2 + i] = y3; }
-            if (ROUTE) { xr_sh[i] = y3; }
-        }
-        if (chain4 && mine) { out4[ob2 + i] = v{k} * r2 * e{k} * p.post4; }
+        out2[ob2 + i] = v{k} * r2 * c{k} * p.post2;
+        if (chain3) { out3[ob2 + i] = v{k} * r2 * d{k} * p.post3; }
+        if (chain4) { out4[ob2 + i] = v{k} * r2 * e{k} * p.post4; }
     }
     // @end k
     for (var i = lid + V * WG; i < p.n; i += WG) {
@@ -184,19 +152,4 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         if (chain3) { out3[ob2 + i] = y * wt[p.w3_off + i] * p.post3; }
         if (chain4) { out4[ob2 + i] = y * wt[p.w4_off + i] * p.post4; }
     }
-    // route_norm.wgsl: the router's logit of this thread's row from the third output, which
-    // every workgroup holds whole (matmul.wgsl's per-chunk sums, in its order), then the top k.
-    // @unroll q ROUTE
-    workgroupBarrier();
-    var racc = 0.0;
-    // @unroll u RC
-    if (rlane + {u}u * RLANES < n8) {
-        let xb = rc{u} * 8u;
-        var s = 0.0;
-        for (var j = 0u; j < 8u; j++) { s += rw{u}[j] * xr_sh[xb + j]; }
-        racc += s;
-    }
-    // @end u
-    route_finish(lid, t, part, parts, racc);
-    // @end q
 }

@@ -9,8 +9,7 @@
 // Bindings: logits: f32[n_tokens, n_experts]; scale: f32[n_experts] (per_expert_scale);
 //   idx: u32[n_tokens, top_k]; weight: f32[n_tokens, top_k]; p: RouterParams; step: Step.
 // Launch: WG (256) threads per token (one expert each; the backend refuses n_experts > WG);
-//   grid = (n_tokens, 1). The choice itself is router_pick.wgsl's `pick` (the host appends it),
-//   which route_norm.wgsl shares.
+//   grid = (n_tokens, 1).
 // STAGED (the host's choice, kernels::router_staged): each thread loads its expert's scale with
 // its logit, and the k chosen experts' logits and scales come from workgroup memory, not from a
 // second round of global loads after the ranking: one memory round trip fewer in a kernel that is
@@ -20,6 +19,7 @@
 
 const WG: u32 = {{WG}}u; // kernels::ROUTER_TOPK_WG
 const STAGED: bool = {{STAGED}};
+const NEG: f32 = -3.0e38;
 
 struct RouterParams {
     n_experts: u32,
@@ -35,14 +35,63 @@ struct RouterParams {
 @group(0) @binding(4) var<uniform> p: RouterParams;
 @group(0) @binding(5) var<uniform> step: Step;
 
-// router_pick.wgsl's interface (it is appended by the host).
-fn pick_n() -> u32 { return p.n_experts; }
-fn pick_k() -> u32 { return p.top_k; }
+var<workgroup> sc_all: array<f32, WG>; // STAGED: each expert's scale
 
 // The chosen expert c's logit and scale, for its weight.
 fn chosen_logit_scale(t: u32, c: u32) -> vec2<f32> {
     if (STAGED) { return vec2<f32>(sv[c], sc_all[c]); }
     return vec2<f32>(logits[t * p.n_experts + c], scale[c]);
+}
+
+var<workgroup> chosen: array<u32, WG>;
+var<workgroup> mx: f32;
+var<workgroup> ex: array<f32, WG>;
+var<workgroup> sc: array<f32, WG>;
+var<workgroup> sv: array<f32, WG>;
+
+// pick(lid, t, s): thread lid < p.n_experts holds expert lid's logit s (others pass NEG);
+// every thread of the workgroup calls it (barriers). Writes token t's top_k experts and weights.
+
+fn pick(lid: u32, t: u32, s_in: f32) {
+    let e = lid;
+    var s = select(NEG, s_in, e < p.n_experts);
+    // A NaN logit ranks last (it compares false both ways, so two experts could share a rank).
+    // Tested on its bits: drivers may fold `s != s` to false (lavapipe did).
+    s = select(s, NEG, (bitcast<u32>(s) & 0x7fffffffu) > 0x7f800000u);
+    sv[lid] = s;
+    workgroupBarrier();
+    // Each expert's rank in the order (larger logit first, ties → lower index): the number of
+    // experts ahead of it. Rank r < k is the r-th pick of k rounds of argmax over the experts
+    // not yet chosen, in one pass and one barrier instead of k trees of barriers (10.9 µs per
+    // MoE layer in the latency table of PERF_NOTES.md, session 6). Every other thread reads the
+    // same sv[j] at once: a broadcast.
+    if (e < p.n_experts) {
+        var rank = 0u;
+        for (var j = 0u; j < p.n_experts; j++) {
+            let v = sv[j];
+            rank += select(0u, 1u, v > s || (v == s && j < e));
+        }
+        if (rank < p.top_k) {
+            chosen[rank] = e;
+            if (rank == 0u) { mx = s; }
+        }
+    }
+    workgroupBarrier();
+    // The k weights: thread j < k takes its chosen expert's logit and scale (all k at once, not
+    // one after another in a single thread), then every weight divides by the same sum, added in
+    // j order.
+    if (lid < p.top_k) {
+        let ls = chosen_logit_scale(t, chosen[lid]);
+        ex[lid] = exp(ls.x - mx);
+        sc[lid] = ls.y;
+    }
+    workgroupBarrier();
+    if (lid < p.top_k) {
+        var z = 0.0;
+        for (var j = 0u; j < p.top_k; j++) { z += ex[j]; }
+        idx[t * p.top_k + lid] = chosen[lid];
+        weight[t * p.top_k + lid] = ex[lid] / z * sc[lid];
+    }
 }
 
 @compute @workgroup_size(WG)

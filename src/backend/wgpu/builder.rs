@@ -29,7 +29,7 @@ pub(super) struct Builder<'a> {
     slot_layers: BTreeMap<usize, SlotLayer>,
     marks: Vec<Mark>,
     /// The [`Scratch`] buffers and their sizes in floats.
-    scratch: [Option<(wgpu::Buffer, usize)>; 4],
+    scratch: [Option<(wgpu::Buffer, usize)>; 3],
     /// Group sums written by chunk norms for the tensor-core mat-mats that read their outputs:
     /// a region of one buffer per (norm, output), never shared, so no later dispatch can
     /// overwrite sums before their readers run.
@@ -90,8 +90,6 @@ enum Scratch {
     /// The group sums of x written by its producer (the GeGLU mat-mat, the PLE gate's gelu_mul,
     /// the tensor-core attention), read by the projection recorded right after.
     ProducerSums = 2,
-    /// route_norm's arrival counters (one per token of a step; every dispatch leaves them 0).
-    Arrivals = 3,
 }
 
 /// The bindings of a weight-reading kernel: the part's weights, scales and biases, then `bufs`
@@ -353,7 +351,7 @@ impl<'a> Builder<'a> {
             state_bytes: 0,
             slot_layers: BTreeMap::new(),
             marks: Vec::new(),
-            scratch: [None, None, None, None],
+            scratch: [None, None, None],
             sum_regions: Vec::new(),
             norm_sums_len: 0,
             producer_sums: switch("KESTREL_NORM_SUMS", true),
@@ -580,7 +578,6 @@ impl<'a> Builder<'a> {
             Scratch::SplitK => "qmm split-k partials",
             Scratch::GroupSums => "qmm_coop group sums",
             Scratch::ProducerSums => "producer-written group sums",
-            Scratch::Arrivals => "route_norm arrivals",
         };
         let b = self.act(label, elems)?;
         self.scratch[which as usize] = Some((b.clone(), elems));
@@ -1719,73 +1716,13 @@ impl<'a> Builder<'a> {
             let xr_from = self.chain_norm(post_attn, rs, (h as f64).powf(-0.5) as f32, xr, h);
             let pre2 = ln.moe.expect("MoE layers have their norms")[1];
             xn2_from = Some(self.chain_norm(post_attn, pre2, 1.0, xn2, h));
-            let router_begin = self.specs.len();
             self.matmul_from(&moe.router, xr, h, logits_r, ne, XFrom::Norm(xr_from))?;
             let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
             self.spec(Kernel::RouterTopk { staged: router_staged() }, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
             self.specs.last_mut().expect("just pushed").one_workgroup_per_token();
-            if switch("KESTREL_ROUTE_NORM", self.opts.route_norm) {
-                self.route_norm(post_attn, router_begin, moe, [logits_r, idx, wts])?;
-            }
             route_end = Some(self.specs.len());
         }
         Ok((route_end, xn2_from))
-    }
-
-    /// Folds the router recorded from spec `router_begin` on (its projection, then its top-k) and
-    /// the post-attention norm `norm` it reads (chained: its third output is the router's input)
-    /// into one route_norm dispatch for decode and verify steps; the three stay for chunks.
-    /// Nothing changes where the shapes or the device's limits do not allow it.
-    fn route_norm(&mut self, norm: usize, router_begin: usize, moe: &GpuMoe, [logits, idx, wts]: [&wgpu::Buffer; 3]) -> Result<()> {
-        let np = self.norm_params(norm);
-        let t = &self.cfg.text;
-        let (h, ne, tk) = (t.hidden_size, t.num_experts, t.top_k_experts);
-        let Kernel::RmsNorm { v, wg } = self.specs[norm].kernel else { return Ok(()) };
-        let r = &moe.router;
-        let limits = &self.gpu.limits;
-        let rr = kernels::route_norm_rows(wg);
-        let (rc, groups) = kernels::route_norm_rc(h, ne, rr);
-        let applies = np.mode == 2
-            && np.segs == 1
-            && np.chain == 3
-            && np.count_sel == 0
-            && np.x_row_sel == 0
-            && np.n as usize == h
-            && h <= (v * wg) as usize
-            && self.specs[norm].only == Only::Always
-            && r.parts.len() == 1
-            && r.cols == h
-            && h.is_multiple_of(8)
-            && ne <= (ROUTER_TOPK_WG.min(wg)) as usize
-            && kernels::route_norm_wg_bytes(v, wg) <= limits.max_compute_workgroup_storage_size
-            && limits.max_storage_buffers_per_shader_stage >= 17;
-        if !applies {
-            return Ok(());
-        }
-        let arrivals = self.scratch(Scratch::Arrivals, VERIFY_MAX)?;
-        let part = &r.parts[0];
-        let mut res = self.specs[norm].res[..11].to_vec();
-        // Float formats read no scales or biases: their placeholder is the dummy, which the
-        // norm binds writable at 9; the norm weights (read-only) stand in, as in `norm`.
-        let (scales, biases) = match r.format {
-            Format::Bf16 | Format::F32 => (res[1].clone(), res[1].clone()),
-            Format::Q4 | Format::Q8 => (Res::Buf(part.scales.clone()), Res::Buf(part.biases.clone())),
-        };
-        res.extend([Res::Buf(part.w.clone()), scales, biases]);
-        res.extend([logits, &arrivals, &moe.per_expert_scale, idx, wts].map(|b| Res::Buf(b.clone())));
-        let rp = RouteParams { n_experts: ne as u32, top_k: tk as u32, cols: h as u32, gs: r.gs as u32 };
-        let (rp_off, rp_len) = self.push_params(&rp);
-        res.push(Res::ParamsAt(rp_off, rp_len));
-        let kernel = Kernel::RouteNorm { v, wg, rc, rr, f: r.format };
-        // Its own copy of the norm's params (the chunk forms may edit the norm's later).
-        self.spec(kernel, res, &np, groups, GridY::Tokens);
-        self.specs.last_mut().expect("just pushed").only = Only::Single;
-        let fused = self.specs.len() - 1;
-        self.specs[norm].chunks_only();
-        for i in router_begin..fused {
-            self.specs[i].chunks_only();
-        }
-        Ok(())
     }
 
     /// A layer's dense MLP: gate and up (stacked: one GeGLU mat-mat) and the down projection

@@ -83,11 +83,6 @@ pub enum Kernel {
     /// per workgroup (256, 512 or 1024), [`rmsnorm`]: decode and verify steps' form (and
     /// chunks' with `KESTREL_NORM_ROWS=0`).
     RmsNorm { v: u32, wg: u32 },
-    /// A MoE layer's post-attention norm (`RmsNorm { v, wg }`, chained three ways) with the
-    /// router's projection (weights in format `f`, `rc` chunks of 8 a thread, `rr` router rows a
-    /// workgroup) and top-k in one decode / verify dispatch (route_norm.wgsl); see
-    /// [`route_norm_rc`].
-    RouteNorm { v: u32, wg: u32, rc: u32, rr: u32, f: Format },
     /// The chunk form of rmsnorm shaped for many rows (rmsnorm_rows.wgsl): `wg` threads per
     /// row (64, 128 or 256), each holding `v4` vec4s per array. The same bindings and params;
     /// see [`rmsnorm_rows`]. `sums`: also its outputs' group sums (binding 9, the tensor-core
@@ -179,7 +174,6 @@ impl Kernel {
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm { .. } => "rmsnorm".into(),
             // The default rows a workgroup (all its threads on router rows) keep the plain name.
-            Kernel::RouteNorm { wg, rr, .. } => if rr == wg / ROUTE_LANES { "route_norm".into() } else { format!("route_norm_rr{rr}") },
             Kernel::RmsNormRows { wg, sums, parts, .. } => format!("rmsnorm_rows{wg}{}{}", if sums { "_sums" } else { "" }, if parts { "_parts" } else { "" }),
             Kernel::HeadNormRope { wg } => format!("head_norm_rope{}", wg_label(wg)),
             Kernel::QkvNormRope { wg } => format!("qkv_norm_rope{}", wg_label(wg)),
@@ -253,11 +247,9 @@ impl Kernel {
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::GroupSum => include_str!("../../../wgsl/group_sum.wgsl").to_string(),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
-            Kernel::RmsNorm { v, wg } => format!("{norm_params}\n{}", rmsnorm_source(v, wg, sg, None)),
-            Kernel::RouteNorm { v, wg, rc, rr, f } => {
-                let route = include_str!("../../../wgsl/route_norm.wgsl").replace("{{RLANES}}", &ROUTE_LANES.to_string()).replace("{{RROWS}}", &rr.to_string());
-                let pick = include_str!("../../../wgsl/router_pick.wgsl");
-                format!("{norm_params}\n{}\n{}\n{route}\n{pick}", f.source(), rmsnorm_source(v, wg, sg, Some(rc)))
+            Kernel::RmsNorm { v, wg } => {
+                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
+                format!("{norm_params}\n{}", unroll(&src, &[("V", v)]))
             }
             Kernel::RmsNormRows { v4, wg, sums, parts } => {
                 // Subgroup sums need subgroups no wider than the workgroup.
@@ -332,10 +324,9 @@ impl Kernel {
                 format!("{argmax_params}\n{argmax_tree}\n{}", unroll(&src, &[("U", ARGMAX_U)]))
             }
             Kernel::ArgmaxMerge => format!("{argmax_params}\n{argmax_tree}\n{}", include_str!("../../../wgsl/argmax_merge.wgsl")),
-            Kernel::RouterTopk { staged } => {
-                let src = include_str!("../../../wgsl/router_topk.wgsl").replace("{{WG}}", &ROUTER_TOPK_WG.to_string()).replace("{{STAGED}}", if staged { "true" } else { "false" });
-                format!("{src}\n{}", include_str!("../../../wgsl/router_pick.wgsl"))
-            }
+            Kernel::RouterTopk { staged } => include_str!("../../../wgsl/router_topk.wgsl")
+                .replace("{{WG}}", &ROUTER_TOPK_WG.to_string())
+                .replace("{{STAGED}}", if staged { "true" } else { "false" }),
             Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
             Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
@@ -478,16 +469,6 @@ fn digits_source(n4: u32, on: bool) -> String {
     include_str!("../../../wgsl/qmv_digits.wgsl").replace("{{N4}}", &n4.to_string()).replace("{{DIGITS}}", if on { "true" } else { "false" })
 }
 
-/// rmsnorm.wgsl at `v` values a thread and `wg` threads, its ROUTE blocks expanded for
-/// route_norm.wgsl (`route`: the router chunks a thread holds) or removed.
-fn rmsnorm_source(v: u32, wg: u32, sg: u32, route: Option<u32>) -> String {
-    let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg)
-        .replace("{{V}}", &v.to_string())
-        .replace("{{WG}}", &wg.to_string())
-        .replace("{{ROUTE}}", if route.is_some() { "true" } else { "false" });
-    unroll(&src, &[("V", v), ("ROUTE", u32::from(route.is_some())), ("RC", route.unwrap_or(0))])
-}
-
 /// Whether the fused-norm and routed-expert mat-vecs multiply integer digits of their input
 /// (qmv_digits.wgsl: each 32-value chunk turned into dot32i's digits once per workgroup, the
 /// loop `qmv_dots_digits`) rather than its floats (`qmv_dots`). On unless `KESTREL_QMV_DIGITS=0`;
@@ -609,12 +590,6 @@ impl Kernel {
             // partials reads. The decode form declares neither: one layout serves every form
             // (decode and verify steps bind the chunk form's bind group).
             Kernel::RmsNorm { .. } | Kernel::RmsNormRows { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite, Read],
-            // rmsnorm's, then the router's w, scales, biases, logits, counter, per-expert scale,
-            // idx, weight and RouteParams.
-            Kernel::RouteNorm { .. } => &[
-                Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite, Read,
-                Read, Read, Read, ReadWrite, ReadWrite, Read, ReadWrite, ReadWrite, Uniform,
-            ],
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionSplit { qnorm: true, .. } | Kernel::AttentionShort { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
@@ -1030,44 +1005,6 @@ pub fn router_staged() -> bool {
 /// Threads of one router_topk workgroup (one per expert: the most experts it takes; the
 /// backend refuses models with more: WgpuBackend::with_gpu).
 pub const ROUTER_TOPK_WG: u32 = 256;
-
-/// route_norm.wgsl's uniform block (binding 19).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct RouteParams {
-    pub n_experts: u32,
-    pub top_k: u32,
-    pub cols: u32,
-    pub gs: u32,
-}
-
-/// Threads per router row in route_norm.wgsl (its `RLANES`; matmul.wgsl's decode workgroup, so
-/// that the logits are summed in matmul's order).
-pub const ROUTE_LANES: u32 = 64;
-
-/// The chunks of 8 weights each route_norm thread holds for a router row of `cols` values
-/// (`RC`), and the workgroups its grid needs for `n_experts` rows at `rr` rows a workgroup.
-pub fn route_norm_rc(cols: usize, n_experts: usize, rr: u32) -> (u32, u32) {
-    let rc = (cols as u32).div_ceil(8).div_ceil(ROUTE_LANES);
-    (rc, (n_experts as u32).div_ceil(rr))
-}
-
-/// Router rows a route_norm workgroup of `wg` threads owns: all it has threads for (`wg` /
-/// [`ROUTE_LANES`]), or fewer with `KESTREL_ROUTE_ROWS=1|2|4|…` (an A/B knob: the same rows over
-/// more workgroups, each still computing the whole norm). On an H100 the 26B's step took as
-/// long at 16, 64 and 128 workgroups (PERF_NOTES.md, session 37 #6): neither the workgroups
-/// pulling the router's weights nor the repeated norm is route_norm's loss. A row's arithmetic
-/// does not depend on it.
-pub fn route_norm_rows(wg: u32) -> u32 {
-    let all = wg / ROUTE_LANES;
-    env_u32("KESTREL_ROUTE_ROWS").filter(|r| (1..=all).contains(r)).unwrap_or(all)
-}
-
-/// Bytes of workgroup memory route_norm.wgsl declares at `v`, `wg` (the norm's reduction and
-/// row, the router's partials, router_pick's arrays), for the host's check against the device.
-pub fn route_norm_wg_bytes(v: u32, wg: u32) -> u32 {
-    4 * (v * wg + 2 * wg + 5 * ROUTER_TOPK_WG + 2)
-}
 
 /// Threads of one `qmv` workgroup (`WG` in qmv.wgsl).
 pub const QMV_WG: u32 = 128;

@@ -147,17 +147,6 @@ pub struct WgpuOptions {
     /// decode 225.8 → 253.7 tok/s on the H200 (PERF_NOTES.md, session 22).
     /// `KESTREL_MOE_OVERLAP=0|1` overrides it for A/B measurements.
     pub moe_overlap: bool,
-    /// Decode and verify steps run a MoE layer's post-attention norm, router projection and
-    /// top-k as one dispatch (route_norm.wgsl) instead of three: every workgroup computes the
-    /// norm, a few router rows each, and the last to arrive ranks the logits. The same
-    /// arithmetic in the same order as the three (bitwise on lavapipe; on an H100 the logits and
-    /// weights bitwise, the norm outputs within tol::SAME_OPS, not printed). **Off**:
-    /// on an H100 it made the 26B's decode step 9.5 % slower (3755 → 4111 µs) though its
-    /// timestamped dispatch (27 µs) is shorter than the three it replaces (≈ 36). Not the
-    /// registers, the hand-off, the dense-branch overlap or the workgroups sharing the router
-    /// rows (PERF_NOTES.md, sessions 35 and 37). `KESTREL_ROUTE_NORM=0|1` overrides it
-    /// (`KESTREL_ROUTE_ROWS`: kernels::route_norm_rows).
-    pub route_norm: bool,
     /// Decode and verify rows of at most this many keys take attention_short (one dispatch per
     /// layer) instead of attention_split + attention_combine (two); 0: never. The kernels
     /// split the rows between them by this count, so a verify step's rows stay bitwise a decode
@@ -181,7 +170,6 @@ impl Default for WgpuOptions {
             prompt_tail: true,
             moe_norm: true,
             moe_overlap: true,
-            route_norm: false,
             attn_short: ATTN_SHORT_MAX,
         }
     }
