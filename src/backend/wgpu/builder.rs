@@ -1916,14 +1916,19 @@ impl<'a> Builder<'a> {
         let specs = std::mem::take(&mut self.specs);
         for s in specs {
             let (pipeline, layout) = self.pipelines.get(&self.gpu.device, s.kernel)?.clone();
-            let mut variant = |v: Option<(Kernel, u32, u32)>| -> Result<Option<Variant>> {
-                Ok(match v {
-                    Some((k, x, tok)) => Some(Variant { pipeline: self.pipelines.get(&self.gpu.device, k)?.0.clone(), x, tok, label: k.label() }),
-                    None => None,
-                })
+            let mut variant = |v: Option<(Kernel, u32, u32)>, retile: bool| -> Result<Option<Variant>> {
+                let Some((k, x, tok)) = v else { return Ok(None) };
+                let mut smaller = Vec::new();
+                if retile {
+                    for t in 2..tok {
+                        let Some(kt) = k.with_tok(t) else { break };
+                        smaller.push(self.pipelines.get(&self.gpu.device, kt)?.0.clone());
+                    }
+                }
+                Ok(Some(Variant { pipeline: self.pipelines.get(&self.gpu.device, k)?.0.clone(), x, tok, label: k.label(), smaller }))
             };
-            let single = variant(s.single)?;
-            let verify = variant(s.verify)?;
+            let single = variant(s.single, false)?;
+            let verify = variant(s.verify, true)?;
             let entries: Vec<wgpu::BindGroupEntry> = s
                 .res
                 .iter()

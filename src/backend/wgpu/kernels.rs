@@ -575,6 +575,18 @@ pub enum Bind {
 }
 
 impl Kernel {
+    /// The same mat-vec over a token tile of `tok` (the 4-bit decode / verify forms, whose
+    /// grid x, bindings and per-token arithmetic do not depend on their tile: a row's sum
+    /// depends only on its lanes and columns), or `None` for kernels whose tile shapes more.
+    pub fn with_tok(self, tok: u32) -> Option<Kernel> {
+        match self {
+            Kernel::Qmv { lanes, rpt, pro, .. } => Some(Kernel::Qmv { tok, lanes, rpt, pro }),
+            Kernel::QmvGlu { lanes, pairs, pro, .. } => Some(Kernel::QmvGlu { tok, lanes, pairs, pro }),
+            Kernel::QmvGeluB { lanes, rpt, pro, .. } => Some(Kernel::QmvGeluB { tok, lanes, rpt, pro }),
+            _ => None,
+        }
+    }
+
     /// The kernel's bindings, in binding-index order. Explicit because auto-derived layouts drop
     /// bindings a variant never reads (the float formats ignore scales and biases).
     pub fn bindings(self) -> &'static [Bind] {

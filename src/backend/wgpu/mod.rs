@@ -321,8 +321,22 @@ struct Variant {
     x: u32,
     /// Token tile: the grid's y is ceil(count / tok).
     tok: u32,
-    /// Kernel label, for profiles.
+    /// Kernel label, for profiles (the `tok` tile's, also where a smaller one ran).
     label: String,
+    /// The same kernel at token tiles 2 ..= tok − 1 (index t − 2), where it has them
+    /// (`Kernel::with_tok`): a verify of fewer tokens than `tok` runs the tile of its size, not
+    /// `tok` tokens' arithmetic with the missing ones clamped. Empty: always `tok`.
+    smaller: Vec<wgpu::ComputePipeline>,
+}
+
+impl Variant {
+    /// The pipeline and token tile for `count` tokens.
+    fn tile(&self, count: u32) -> (&wgpu::ComputePipeline, u32) {
+        match count.min(self.tok) {
+            t if t >= 2 && t < self.tok && self.smaller.len() == (self.tok - 2) as usize => (&self.smaller[(t - 2) as usize], t),
+            _ => (&self.pipeline, self.tok),
+        }
+    }
 }
 
 /// A resource of a dispatch under construction, in WGSL binding order.
@@ -878,7 +892,8 @@ impl WgpuBackend {
                 }
                 (_, Some(v)) if self.verifying => {
                     let (vx, vz) = fold_grid(v.x, self.max_groups);
-                    (&v.pipeline, vx, (count as u32).div_ceil(v.tok), vz, 2)
+                    let (pipeline, tok) = v.tile(count as u32);
+                    (pipeline, vx, (count as u32).div_ceil(tok), vz, 2)
                 }
                 _ => (&d.pipeline, x, y, z, 0),
             };
