@@ -882,12 +882,20 @@ impl Case for NormQmvCase {
     }
 }
 
+/// The token tiles of the fused-norm forms of the plain (`glu` false) or GeGLU rule's kernel
+/// at `rows` × `cols` that fit lavapipe's 32 KiB of workgroup memory: the decode tile and every
+/// verify tile up to the widest (`pro_verify_form`).
+fn norm_qmv_tiles(rows: usize, cols: usize, glu: bool) -> Vec<usize> {
+    let shape = |t: u32| if glu { qmv_glu_shape(rows, cols, cols, t) } else { qmv_shape(rows, cols, cols, t) }.expect("qmv applies to this case").0;
+    (1..=MATMUL_VERIFY_TOK).filter(|&t| with_norm(shape(t), t, cols, 32768).is_some()).map(|t| t as usize).collect()
+}
+
 fn norm_qmv_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for (rows, cols) in [(65, 320), (40, 1536), (33, 2816)] {
-        for tile in [1, PRO_VERIFY_TOK as usize] {
-            for second in [true, false] {
-                for glu in [false, true] {
+        for glu in [false, true] {
+            for tile in norm_qmv_tiles(rows, cols, glu) {
+                for second in [true, false] {
                     v.push(Box::new(NormQmvCase { rows, cols, tokens: 3, tile, second, glu }));
                 }
             }
@@ -1012,15 +1020,15 @@ fn qmv_moe_digit_rows_carry_a_non_finite_x() {
     assert_eq!(changed, 0, "token 2's rows changed");
 }
 
-/// Decode and verify run different token tiles of qmv: a row's result must not depend on the
-/// tile (the speculative path's logits are bitwise a decode's).
+/// Decode and verify run different token tiles of qmv (1 for decode, 2–4 for a verify of as many
+/// tokens): a row's result must not depend on the tile (the speculative path's logits are
+/// bitwise a decode's).
 #[test]
 fn qmv_rows_are_bitwise_equal_across_token_tiles() {
     let Some(mut h) = harness() else { return };
     for (rows, cols) in [(65, 320), (33, 1536), (41, 2560), (12300, 1088)] {
-        let outs: Vec<Vec<u8>> = [1, MATMUL_VERIFY_TOK as usize]
-            .iter()
-            .map(|&tile| {
+        let outs: Vec<Vec<u8>> = (1..=MATMUL_VERIFY_TOK as usize)
+            .map(|tile| {
                 let c = MatmulCase { tile, qmv: true, ..MatmulCase::new(Format::Q4, rows, cols, 3, 64) };
                 let l = c.build(&mut Rng(kestrel::synth::SplitMix64(11)));
                 let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
@@ -1028,26 +1036,31 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
                 out[4].clone()
             })
             .collect();
-        assert!(outs[0] == outs[1], "qmv rows={rows} cols={cols}: tile 1 and tile {MATMUL_VERIFY_TOK} differ");
+        for (tile, o) in outs.iter().enumerate().skip(1) {
+            assert!(outs[0] == *o, "qmv rows={rows} cols={cols}: tile 1 and tile {} differ", tile + 1);
+        }
     }
     // The GeGLU form: the same for its gate/up rows.
     for (rows, cols) in [(65, 320), (70, 1536), (6150, 1088)] {
-        let outs: Vec<Vec<u8>> = [1, MATMUL_VERIFY_TOK as usize]
-            .iter()
-            .map(|&tile| {
+        let outs: Vec<Vec<u8>> = (1..=MATMUL_VERIFY_TOK as usize)
+            .map(|tile| {
                 let l = GluCase { rows, cols, tokens: 3, tile, coop: false }.build(&mut Rng(kestrel::synth::SplitMix64(11)));
                 let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
                 h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4].clone()
             })
             .collect();
-        assert!(outs[0] == outs[1], "qmv_glu rows={rows} cols={cols}: tile 1 and tile {MATMUL_VERIFY_TOK} differ");
+        for (tile, o) in outs.iter().enumerate().skip(1) {
+            assert!(outs[0] == *o, "qmv_glu rows={rows} cols={cols}: tile 1 and tile {} differ", tile + 1);
+        }
     }
     // The fused-norm forms (their loop on the prologue's integer digits, qmv_digits.wgsl, unless
     // KESTREL_QMV_DIGITS=0): the normed input and the updated residual too. At 1536 columns a
     // lane's second chunk is clamped on its last round.
     for glu in [false, true] {
         for (rows, cols) in [(65, 320), (70, 1536), (40, 2816)] {
-            let outs: Vec<(Vec<u8>, Vec<u8>)> = [1, PRO_VERIFY_TOK as usize]
+            let tiles = norm_qmv_tiles(rows, cols, glu);
+            assert!(tiles.len() >= 2, "{rows} × {cols}: no verify tile fits");
+            let outs: Vec<(Vec<u8>, Vec<u8>)> = tiles
                 .iter()
                 .map(|&tile| {
                     let l = NormQmvCase { rows, cols, tokens: 3, tile, second: true, glu }.build(&mut Rng(kestrel::synth::SplitMix64(11)));
@@ -1056,7 +1069,9 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
                     (out[4].clone(), out[7].clone())
                 })
                 .collect();
-            assert!(outs[0] == outs[1], "fused-norm qmv (glu {glu}) rows={rows} cols={cols}: tile 1 and tile {PRO_VERIFY_TOK} differ");
+            for (o, tile) in outs.iter().zip(&tiles).skip(1) {
+                assert!(outs[0] == *o, "fused-norm qmv (glu {glu}) rows={rows} cols={cols}: tile 1 and tile {tile} differ");
+            }
         }
     }
 }
