@@ -884,10 +884,10 @@ impl Case for NormQmvCase {
 
 /// The token tiles of the fused-norm forms of the plain (`glu` false) or GeGLU rule's kernel
 /// at `rows` × `cols` that fit lavapipe's 32 KiB of workgroup memory: the decode tile and every
-/// verify tile up to the widest (`pro_verify_form`).
+/// verify tile up to [`PRO_VERIFY_TOK`].
 fn norm_qmv_tiles(rows: usize, cols: usize, glu: bool) -> Vec<usize> {
     let shape = |t: u32| if glu { qmv_glu_shape(rows, cols, cols, t) } else { qmv_shape(rows, cols, cols, t) }.expect("qmv applies to this case").0;
-    (1..=MATMUL_VERIFY_TOK).filter(|&t| with_norm(shape(t), t, cols, 32768).is_some()).map(|t| t as usize).collect()
+    (1..=PRO_VERIFY_TOK).filter(|&t| with_norm(shape(t), t, cols, 32768).is_some()).map(|t| t as usize).collect()
 }
 
 fn norm_qmv_cases() -> Vec<Box<dyn Case>> {

@@ -1089,7 +1089,7 @@ impl<'a> Builder<'a> {
         if !fuse_norm_into(sk, h, up_to, wide) {
             return;
         }
-        let (Some(sk), Some((vk, vt))) = (with_norm(sk, 1, h, max_wg), pro_verify_form(vk, h, max_wg)) else {
+        let (Some(sk), Some(vk)) = (with_norm(sk, 1, h, max_wg), with_norm(vk, PRO_VERIFY_TOK, h, max_wg)) else {
             return;
         };
         // The consumer's bindings with x replaced by the norm's input, then the prologue's.
@@ -1108,14 +1108,14 @@ impl<'a> Builder<'a> {
             only: Only::Single,
             kernel: sk,
             single: Some((sk, sx, 1)),
-            verify: Some((vk, vx, vt)),
+            verify: Some((vk, vx, PRO_VERIFY_TOK)),
             res,
             param_off,
             param_len,
             x: sx,
             x_from_out: false,
             x_from_tokens: false,
-            y: GridY::TokenTiles(vt),
+            y: GridY::TokenTiles(PRO_VERIFY_TOK),
             ready: Vec::new(),
             keys: None,
         };

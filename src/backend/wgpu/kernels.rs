@@ -1180,14 +1180,12 @@ pub fn fuse_norm_into(consumer: Kernel, h: usize, up_to: usize, wide: WideFuse) 
             })
 }
 
-/// The fused-norm verify form of the mat-vec `kernel` over rows of `cols` values and its token
-/// tile: the widest tile from [`MATMUL_VERIFY_TOK`] down to 2 whose inputs (4 bytes × cols per
-/// token) fit in `max_wg_bytes` of workgroup memory beside the reduction ([`with_norm`]), or
-/// `None`. One pass over the weights serves that many verify tokens; a verify of fewer runs
-/// the tile of its size (`Kernel::with_tok`), so no token is computed twice or for nothing.
-pub fn pro_verify_form(kernel: Kernel, cols: usize, max_wg_bytes: u32) -> Option<(Kernel, u32)> {
-    (2..=MATMUL_VERIFY_TOK).rev().find_map(|t| with_norm(kernel, t, cols, max_wg_bytes).map(|k| (k, t)))
-}
+/// Token tile of the fused-norm qmv's verify form: the tile's inputs live in workgroup memory
+/// (4 bytes × cols per token), so the tile is smaller than [`MATMUL_VERIFY_TOK`]. Widening it to
+/// the most that fits lost on an H100 (E2B verify of 4 tokens 5.34 → 6.52 ms, E4B 8.50 → 8.97:
+/// one 4-token tile of these workgroup-memory-heavy kernels against two 2-token ones;
+/// PERF_NOTES.md, session 38 #5).
+pub const PRO_VERIFY_TOK: u32 = 2;
 
 /// The fused-norm form of a qmv variant (same lanes and rows per team, so the same rows) at
 /// token tile `tok`, over rows of `cols` values, where the tile's inputs fit in workgroup
