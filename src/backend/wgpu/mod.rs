@@ -330,11 +330,12 @@ struct Variant {
 }
 
 impl Variant {
-    /// The pipeline and token tile for `count` tokens.
+    /// The pipeline and token tile for `count` tokens (`smaller` holds only tiles under `tok`).
     fn tile(&self, count: u32) -> (&wgpu::ComputePipeline, u32) {
-        match count.min(self.tok) {
-            t if t >= 2 && t < self.tok && self.smaller.len() == (self.tok - 2) as usize => (&self.smaller[(t - 2) as usize], t),
-            _ => (&self.pipeline, self.tok),
+        let t = count.min(self.tok);
+        match t.checked_sub(2).and_then(|i| self.smaller.get(i as usize)) {
+            Some(pipeline) => (pipeline, t),
+            None => (&self.pipeline, self.tok),
         }
     }
 }
