@@ -27,8 +27,11 @@
 
 use kestrel::backend::wgpu::harness::KernelHarness;
 use kestrel::backend::wgpu::kernels::{
-    attention_chunk, attention_chunk_coop, attention_split, attention_short, fold_grid, group_sum_groups_x, rmsnorm, rmsnorm_rows, matmul_rows, HEAD_NORM_WG, qmv_moe_shape, qmv_shape, AttnParams, CopyParams, Format, GroupSumParams, Kernel, MatmulParams, MoeMatmulParams, NormParams, QkvParams,
-    RouterParams, chain_layout, chain_params, ChainPrefetch, Step, BarrierParams, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK, qmm_shape, qmm_splits,
+    attention_chunk, attention_chunk_coop, attention_short, attention_split, chain_layout, chain_params, fold_grid,
+    group_sum_groups_x, matmul_rows, qmm_shape, qmm_splits, qmv_moe_shape, qmv_shape, rmsnorm, rmsnorm_rows,
+    AttnParams, BarrierParams, ChainPrefetch, CopyParams, Format, GroupSumParams, Kernel, MatmulParams,
+    MoeMatmulParams, NormParams, QkvParams, RouterParams, Step, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, HEAD_NORM_WG,
+    MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK,
 };
 
 struct Shape {
@@ -112,7 +115,8 @@ fn main() {
     let max_groups = h.gpu().limits.max_compute_workgroups_per_dimension;
     let max_binding = h.gpu().limits.max_storage_buffer_binding_size as usize;
     // KBENCH_SHAPES="256 MiB,E4B gate|up": only the decode shapes whose names contain one of these.
-    let only: Vec<String> = std::env::var("KBENCH_SHAPES").map(|v| v.split(',').map(str::to_string).collect()).unwrap_or_default();
+    let only: Vec<String> =
+        std::env::var("KBENCH_SHAPES").map(|v| v.split(',').map(str::to_string).collect()).unwrap_or_default();
     for sh in SHAPES.iter().filter(|s| only.is_empty() || only.iter().any(|o| s.name.contains(o.as_str()))) {
         let (rows, cols) = (sh.rows, sh.cols);
         let w_bytes = rows * cols / 2;
@@ -125,7 +129,8 @@ fn main() {
         let q8 = sh.name.contains("router");
         let w = random_bytes(if q8 { 2 * w_bytes } else { w_bytes }, rows as u64 * 31 + cols as u64);
         // bf16 0.01 everywhere: finite scales and biases.
-        let sb: Vec<u8> = std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
+        let sb: Vec<u8> =
+            std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
         let mut variants: Vec<(Kernel, u32, u32)> = Vec::new();
         for tok in [1, MATMUL_VERIFY_TOK] {
             if let Some((k, per_wg)) = qmv_shape(rows, cols, cols, tok) {
@@ -157,19 +162,34 @@ fn main() {
             let n = tok as usize;
             let x = random_bytes(4 * cols * n, 7).chunks(4).flat_map(|_| 0.5f32.to_le_bytes()).collect::<Vec<u8>>();
             let y = vec![0u8; 4 * rows * n];
-            let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
+            let p = MatmulParams {
+                rows: rows as u32,
+                cols: cols as u32,
+                gs: 64,
+                x_stride: cols as u32,
+                y_stride: rows as u32,
+                y_off: 0,
+                count_sel: 0,
+                k_splits: 0,
+            };
             let step = Step { n_tokens: n as u32, n_out: 1, out_row0: n as u32 - 1, ..Default::default() };
             let (gx, gz) = fold_grid((rows as u32).div_ceil(per_wg), max_groups);
             let reps = if bytes > 1e8 { 20 } else { 200 };
             let bufs = [w[..w_read].to_vec(), sb.clone(), sb.clone(), x, y];
             let copies = (ROTATE_BYTES / bytes as usize).clamp(1, 64);
             let timed = h.time(kernel, &bufs, bytemuck::bytes_of(&p), step, (gx, 1, gz), reps).and_then(|warm| {
-                h.time_cold(kernel, &bufs, bytemuck::bytes_of(&p), step, (gx, 1, gz), reps, copies).map(|cold| (warm, cold))
+                h.time_cold(kernel, &bufs, bytemuck::bytes_of(&p), step, (gx, 1, gz), reps, copies)
+                    .map(|cold| (warm, cold))
             });
             match timed {
                 Ok((warm, us)) => {
                     let gbs = bytes / us / 1e3;
-                    println!("| {} | {rows} × {cols} | {label} | {warm:.2} | {us:.2} | {:.4} | {gbs:.0} | {:.1} % |", sh.name, bytes / 1e9, 100.0 * gbs / copy);
+                    println!(
+                        "| {} | {rows} × {cols} | {label} | {warm:.2} | {us:.2} | {:.4} | {gbs:.0} | {:.1} % |",
+                        sh.name,
+                        bytes / 1e9,
+                        100.0 * gbs / copy
+                    );
                 }
                 Err(e) => println!("| {} | {rows} × {cols} | {label} | error: {e} | | | | |", sh.name),
             }
@@ -186,10 +206,20 @@ fn main() {
         let (rows, cols) = (sh.rows, sh.cols);
         let groups = rows * cols / 64;
         let w = random_bytes(rows * cols / 2, rows as u64 * 17 + cols as u64);
-        let sb: Vec<u8> = std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
+        let sb: Vec<u8> =
+            std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
         let x: Vec<u8> = std::iter::repeat_n(0.5f32.to_le_bytes(), tokens * cols).flatten().collect();
         let xsum: Vec<u8> = std::iter::repeat_n(32f32.to_le_bytes(), tokens * cols / 64).flatten().collect();
-        let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
+        let p = MatmulParams {
+            rows: rows as u32,
+            cols: cols as u32,
+            gs: 64,
+            x_stride: cols as u32,
+            y_stride: rows as u32,
+            y_off: 0,
+            count_sel: 0,
+            k_splits: 0,
+        };
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let coop = h.gpu().coop_f16();
         let picked = qmm_shape(rows, coop);
@@ -226,22 +256,44 @@ fn main() {
             }
             let mut us = h.time(kernel, &bufs, bytemuck::bytes_of(&ps), step, grid, 10);
             if coop {
-                let gp = GroupSumParams { cols: cols as u32, gs: 64, stride: cols as u32, mult: 1, ..Default::default() };
-                let sums = h.time(Kernel::GroupSum, &[x.clone(), xsum.clone()], bytemuck::bytes_of(&gp), step, (group_sum_groups_x(cols / 64), tokens as u32, 1), 10);
+                let gp =
+                    GroupSumParams { cols: cols as u32, gs: 64, stride: cols as u32, mult: 1, ..Default::default() };
+                let sums = h.time(
+                    Kernel::GroupSum,
+                    &[x.clone(), xsum.clone()],
+                    bytemuck::bytes_of(&gp),
+                    step,
+                    (group_sum_groups_x(cols / 64), tokens as u32, 1),
+                    10,
+                );
                 us = us.and_then(|a| sums.map(|b| a + b));
             }
             if splits > 1 {
                 let out = vec![0u8; 4 * rows * tokens];
-                let sum = h.time(Kernel::QmmSum, &[y, out], bytemuck::bytes_of(&ps), step, ((rows as u32).div_ceil(256), tokens as u32, 1), 10);
+                let sum = h.time(
+                    Kernel::QmmSum,
+                    &[y, out],
+                    bytemuck::bytes_of(&ps),
+                    step,
+                    ((rows as u32).div_ceil(256), tokens as u32, 1),
+                    10,
+                );
                 us = us.and_then(|a| sum.map(|b| a + b));
             }
             let mark = if (kernel, splits) == picked { " *" } else { "" };
             match us {
                 Ok(us) => {
                     let flops = 2.0 * (rows * cols * tokens) as f64;
-                    println!("| {} | {rows} × {cols} × {tokens} | {label}{mark} | {splits} | {us:.1} | {:.2} | {:.0} |", sh.name, flops / us / 1e6, (w.len() + 2 * sb.len()) as f64 / us / 1e3);
+                    println!(
+                        "| {} | {rows} × {cols} × {tokens} | {label}{mark} | {splits} | {us:.1} | {:.2} | {:.0} |",
+                        sh.name,
+                        flops / us / 1e6,
+                        (w.len() + 2 * sb.len()) as f64 / us / 1e3
+                    );
                 }
-                Err(e) => println!("| {} | {rows} × {cols} × {tokens} | {label} | {splits} | error: {e} | | |", sh.name),
+                Err(e) => {
+                    println!("| {} | {rows} × {cols} × {tokens} | {label} | {splits} | error: {e} | | |", sh.name)
+                }
             }
         }
     }
@@ -259,8 +311,18 @@ fn main() {
         if !label.contains(&filter) {
             continue;
         }
-        match h.time(kernel, &[x.clone(), xsum.clone()], bytemuck::bytes_of(&gp), step, (group_sum_groups_x(cols / 64), tokens as u32, 1), 10) {
-            Ok(us) => println!("| {tokens} × {cols} | {cols} | {label} | {us:.1} | {:.0} |", (x.len() + xsum.len()) as f64 / us / 1e3),
+        match h.time(
+            kernel,
+            &[x.clone(), xsum.clone()],
+            bytemuck::bytes_of(&gp),
+            step,
+            (group_sum_groups_x(cols / 64), tokens as u32, 1),
+            10,
+        ) {
+            Ok(us) => println!(
+                "| {tokens} × {cols} | {cols} | {label} | {us:.1} | {:.0} |",
+                (x.len() + xsum.len()) as f64 / us / 1e3
+            ),
             Err(e) => println!("| {tokens} × {cols} | {cols} | {label} | error: {e} | |"),
         }
     }
@@ -272,19 +334,50 @@ fn main() {
     println!("\n| residual norm of a 512-token chunk | chained | kernel | µs | GB/s |");
     println!("|---|---|---|---|---|");
     for (n, chain) in [(1536usize, 1u32), (2560, 0), (2560, 1), (2816, 3)] {
-        let f32s = |len: usize, v: f32| -> Vec<u8> { (0..len).flat_map(|i| (v + (i % 5) as f32 * 0.1).to_le_bytes()).collect() };
+        let f32s = |len: usize, v: f32| -> Vec<u8> {
+            (0..len).flat_map(|i| (v + (i % 5) as f32 * 0.1).to_le_bytes()).collect()
+        };
         let groups = n / 64;
         let p = NormParams {
-            n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: 0, mode: 2, pre: 1.0, post: 1.0, eps: 1e-6,
-            chain, w2_off: n as u32, w3_off: 2 * n as u32, w4_off: 3 * n as u32, out2_stride: n as u32, post2: 1.0, post3: 1.0, post4: 1.0,
-            gs: 64, sums: ((1u32 << (chain + 1)) - 1) & !1, sum_off: [0, 0, (tokens * groups) as u32, (2 * tokens * groups) as u32],
+            n: n as u32,
+            segs: 1,
+            x_stride: n as u32,
+            out_stride: n as u32,
+            w_off: 0,
+            mode: 2,
+            pre: 1.0,
+            post: 1.0,
+            eps: 1e-6,
+            chain,
+            w2_off: n as u32,
+            w3_off: 2 * n as u32,
+            w4_off: 3 * n as u32,
+            out2_stride: n as u32,
+            post2: 1.0,
+            post3: 1.0,
+            post4: 1.0,
+            gs: 64,
+            sums: ((1u32 << (chain + 1)) - 1) & !1,
+            sum_off: [0, 0, (tokens * groups) as u32, (2 * tokens * groups) as u32],
             ..Default::default()
         };
         let out = || f32s(tokens * n, 0.0);
-        let bufs = vec![f32s(tokens * n, 0.5), f32s(4 * n, 1.0), out(), out(), out(), out(), f32s(tokens * n, 0.2), vec![0u8; 4 * 3 * tokens * groups], f32s(4, 0.0)];
+        let bufs = vec![
+            f32s(tokens * n, 0.5),
+            f32s(4 * n, 1.0),
+            out(),
+            out(),
+            out(),
+            out(),
+            f32s(tokens * n, 0.2),
+            vec![0u8; 4 * 3 * tokens * groups],
+            f32s(4, 0.0),
+        ];
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let moved = (4 * tokens * n * (3 + chain as usize)) as f64;
-        let Kernel::RmsNorm { v, wg, .. } = rmsnorm(n, h.gpu().limits.max_compute_invocations_per_workgroup) else { unreachable!("rmsnorm() is a norm") };
+        let Kernel::RmsNorm { v, wg, .. } = rmsnorm(n, h.gpu().limits.max_compute_invocations_per_workgroup) else {
+            unreachable!("rmsnorm() is a norm")
+        };
         let rows = |wg| rmsnorm_rows(&p, wg).expect("the chunk's norms have vec4 rows");
         let forms = [Kernel::RmsNorm { v, wg }].into_iter().chain([64, 128, 256].into_iter().flat_map(|wg| {
             let Kernel::RmsNormRows { v4, .. } = rows(wg) else { unreachable!("rmsnorm_rows() is a rows norm") };
@@ -305,17 +398,24 @@ fn main() {
     // Routed experts, one decode token (26B-A4B: 128 experts, top 8): the fused gate_up half
     // (704 rows of a 1408-row expert, 2816 cols) and down (2816 rows × 704), through the 4-bit
     // decode kernel the backend picks (qmv_moe) and the per-pair kernel it replaced.
-    println!("\n| 26B experts (top 8 of 128, 1 token) | rows × cols per expert | kernel | µs | GB read | GB/s | % of copy |");
+    println!(
+        "\n| 26B experts (top 8 of 128, 1 token) | rows × cols per expert | kernel | µs | GB read | GB/s | % of copy |"
+    );
     println!("|---|---|---|---|---|---|---|");
     let (experts, top_k) = (128usize, 8usize);
-    for (name, rows, cols, stride, per_slot) in [("gate (fused gate_up)", 704usize, 2816usize, 1408usize, false), ("down", 2816, 704, 2816, true)] {
+    for (name, rows, cols, stride, per_slot) in
+        [("gate (fused gate_up)", 704usize, 2816usize, 1408usize, false), ("down", 2816, 704, 2816, true)]
+    {
         let total_rows = experts * stride;
         if total_rows * cols / 2 > max_binding {
             println!("| {name} | {rows} × {cols} | skipped: the expert stack exceeds one binding here | | | | |");
             continue;
         }
         let w = random_bytes(total_rows * cols / 2, 99 + rows as u64);
-        let sb: Vec<u8> = std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), total_rows * cols / 64).flatten().collect();
+        let sb: Vec<u8> =
+            std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), total_rows * cols / 64)
+                .flatten()
+                .collect();
         let idx: Vec<u8> = (0..top_k as u32).flat_map(|j| (j * 13 % experts as u32).to_le_bytes()).collect();
         let (x_tok, x_slot) = if per_slot { (top_k * cols, cols) } else { (cols, 0) };
         let x: Vec<u8> = std::iter::repeat_n(0.5f32.to_le_bytes(), x_tok).flatten().collect();
@@ -346,10 +446,21 @@ fn main() {
                 continue;
             }
             let grid = ((rows as u32).div_ceil(per_wg), top_k as u32, 1);
-            match h.time(kernel, &[w.clone(), sb.clone(), sb.clone(), idx.clone(), x.clone(), y.clone()], bytemuck::bytes_of(&p), step, grid, 100) {
+            match h.time(
+                kernel,
+                &[w.clone(), sb.clone(), sb.clone(), idx.clone(), x.clone(), y.clone()],
+                bytemuck::bytes_of(&p),
+                step,
+                grid,
+                100,
+            ) {
                 Ok(us) => {
                     let gbs = bytes / us / 1e3;
-                    println!("| {name} | {rows} × {cols} | {label} | {us:.2} | {:.4} | {gbs:.0} | {:.1} % |", bytes / 1e9, 100.0 * gbs / copy);
+                    println!(
+                        "| {name} | {rows} × {cols} | {label} | {us:.2} | {:.4} | {gbs:.0} | {:.1} % |",
+                        bytes / 1e9,
+                        100.0 * gbs / copy
+                    );
                 }
                 Err(e) => println!("| {name} | {rows} × {cols} | {label} | error: {e} | | | |"),
             }
@@ -400,15 +511,36 @@ fn stream_table(h: &mut KernelHarness, filter: &str, copy: f64) {
             }
             // Zero data and `never` = 1: the OR of zeros never reaches it, so nothing is stored.
             let bufs = [vec![0u8; bytes], vec![0u8; 16 * 256 * grid.0 as usize]];
-            reads.push(h.time_cold(Kernel::StreamRead { vpt }, &bufs, bytemuck::bytes_of(&CopyParams { n, _pad: [1, 0, 0] }), Step::default(), grid, 100, copies));
+            reads.push(h.time_cold(
+                Kernel::StreamRead { vpt },
+                &bufs,
+                bytemuck::bytes_of(&CopyParams { n, _pad: [1, 0, 0] }),
+                Step::default(),
+                grid,
+                100,
+                copies,
+            ));
         }
-        let cp = h.time_cold(Kernel::Copy, &[vec![0u8; bytes], vec![0u8; bytes]], bytemuck::bytes_of(&CopyParams { n, _pad: [0; 3] }), Step::default(), (n.div_ceil(1024), 1, 1), 100, copies);
+        let cp = h.time_cold(
+            Kernel::Copy,
+            &[vec![0u8; bytes], vec![0u8; bytes]],
+            bytemuck::bytes_of(&CopyParams { n, _pad: [0; 3] }),
+            Step::default(),
+            (n.div_ceil(1024), 1, 1),
+            100,
+            copies,
+        );
         let fmt = |r: &kestrel::Result<f64>| r.as_ref().map_or_else(|e| format!("— ({e})"), |us| format!("{us:.2}"));
         let best = reads.iter().filter_map(|r| r.as_ref().ok()).copied().fold(f64::INFINITY, f64::min);
         let gbs = bytes as f64 / best / 1e3;
         let cols: Vec<String> = reads.iter().map(fmt).collect();
         let copy_gbs = cp.as_ref().map_or(0.0, |c| 2.0 * bytes as f64 / c / 1e3);
-        println!("| {name} | {bytes} | {} | {gbs:.0} | {:.1} % | {} | {copy_gbs:.0} |", cols.join(" / "), 100.0 * gbs / copy, fmt(&cp));
+        println!(
+            "| {name} | {bytes} | {} | {gbs:.0} | {:.1} % | {} | {copy_gbs:.0} |",
+            cols.join(" / "),
+            100.0 * gbs / copy,
+            fmt(&cp)
+        );
     }
 }
 
@@ -426,7 +558,14 @@ fn layout_table(h: &mut KernelHarness, filter: &str) {
     println!("|---|---|---|---|---|---|---|");
     let max_groups = h.gpu().limits.max_compute_workgroups_per_dimension;
     let rotate = |bytes: usize, span: usize| span.div_ceil(bytes).max(2);
-    let row = |h: &mut KernelHarness, name: &str, bytes: usize, kernel: Kernel, bufs: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32)| {
+    let row = |h: &mut KernelHarness,
+               name: &str,
+               bytes: usize,
+               kernel: Kernel,
+               bufs: &[Vec<u8>],
+               params: &[u8],
+               step: Step,
+               grid: (u32, u32, u32)| {
         let fmt = |r: kestrel::Result<f64>| r.map_or_else(|e| format!("— ({e})"), |us| format!("{us:.2}"));
         let c512 = rotate(bytes, 512 << 20);
         let c2g = rotate(bytes, 2 << 30);
@@ -436,11 +575,26 @@ fn layout_table(h: &mut KernelHarness, filter: &str) {
         let warm = fmt(h.time(kernel, bufs, params, step, grid, 200));
         println!("| {name} | {bytes} | {} | {sep} | {p512} | {p2g} | {warm} |", kernel.label());
     };
-    for (name, bytes) in [("1 MiB", 1usize << 20), ("E4B q|k|v", 4_423_680), ("8 MiB", 8 << 20), ("E4B down", 14_745_600), ("E4B gate|up", 29_491_200)] {
+    for (name, bytes) in [
+        ("1 MiB", 1usize << 20),
+        ("E4B q|k|v", 4_423_680),
+        ("8 MiB", 8 << 20),
+        ("E4B down", 14_745_600),
+        ("E4B gate|up", 29_491_200),
+    ] {
         let n = (bytes / 16) as u32;
         let grid = (n.div_ceil(256 * 2), 1, 1);
         let bufs = [vec![0u8; bytes], vec![0u8; 16 * 256 * grid.0 as usize]];
-        row(h, name, bytes, Kernel::StreamRead { vpt: 2 }, &bufs, bytemuck::bytes_of(&CopyParams { n, _pad: [1, 0, 0] }), Step::default(), grid);
+        row(
+            h,
+            name,
+            bytes,
+            Kernel::StreamRead { vpt: 2 },
+            &bufs,
+            bytemuck::bytes_of(&CopyParams { n, _pad: [1, 0, 0] }),
+            Step::default(),
+            grid,
+        );
     }
     for name in ["E4B q|k|v", "E4B down", "E4B gate|up", "E2B q|k|v", "E2B down", "E2B gate|up"] {
         let sh = SHAPES.iter().find(|s| s.name == name).expect("a SHAPES entry");
@@ -448,11 +602,21 @@ fn layout_table(h: &mut KernelHarness, filter: &str) {
         let Some((kernel, per_wg)) = qmv_shape(rows, cols, cols, 1) else { continue };
         let groups = rows * cols / 64;
         let w = random_bytes(rows * cols / 2, rows as u64 * 31 + cols as u64);
-        let sb: Vec<u8> = std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
+        let sb: Vec<u8> =
+            std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
         let x: Vec<u8> = std::iter::repeat_n(0.5f32.to_le_bytes(), cols).flatten().collect();
         let bytes = w.len() + 2 * sb.len();
         let bufs = [w, sb.clone(), sb, x, vec![0u8; 4 * rows]];
-        let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, k_splits: 0 };
+        let p = MatmulParams {
+            rows: rows as u32,
+            cols: cols as u32,
+            gs: 64,
+            x_stride: cols as u32,
+            y_stride: rows as u32,
+            y_off: 0,
+            count_sel: 0,
+            k_splits: 0,
+        };
         let step = Step { n_tokens: 1, n_out: 1, out_row0: 0, ..Default::default() };
         let (gx, gz) = fold_grid((rows as u32).div_ceil(per_wg), max_groups);
         row(h, name, bytes, kernel, &bufs, bytemuck::bytes_of(&p), step, (gx, 1, gz));
@@ -465,11 +629,18 @@ fn layout_table(h: &mut KernelHarness, filter: &str) {
 /// TFLOP/s of the causal products it must do (2 · 2 · d flops per attended (query, key) pair
 /// per head).
 fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
-    let f32s = |n: usize, v: f32| -> Vec<u8> { (0..n).flat_map(|i| (v * (1.0 + ((i * 7919) % 97) as f32 / 97.0)).to_le_bytes()).collect() };
+    let f32s = |n: usize, v: f32| -> Vec<u8> {
+        (0..n).flat_map(|i| (v * (1.0 + ((i * 7919) % 97) as f32 / 97.0)).to_le_bytes()).collect()
+    };
     let tokens = 512usize;
     println!("\n| prefill attention | heads (q / kv) × d, window | tokens | kernel | µs | TFLOP/s |");
     println!("|---|---|---|---|---|---|");
-    let shapes = [("E2B sliding", 8usize, 1usize, 256usize, 512usize), ("E2B full", 8, 1, 512, 0), ("E4B sliding", 8, 2, 256, 512), ("E4B full", 8, 2, 512, 0)];
+    let shapes = [
+        ("E2B sliding", 8usize, 1usize, 256usize, 512usize),
+        ("E2B full", 8, 1, 512, 0),
+        ("E4B sliding", 8, 2, 256, 512),
+        ("E4B full", 8, 2, 512, 0),
+    ];
     let coop = h.gpu().coop_f16();
     let kernels = shapes.into_iter().flat_map(|s| {
         let tc = attention_chunk_coop(s.3).filter(|_| coop).map(|k| (s, k, ATTN_COOP_BQ));
@@ -483,9 +654,24 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
             continue;
         }
         let slots = 1024usize;
-        let p = AttnParams { d: d as u32, n_heads: n_q as u32, n_kv_heads: n_kv as u32, slots: slots as u32, window: window as u32, n_splits: ATTN_SPLITS, short_max: 0, _pad: 0 };
-        let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, pos0: 0, ..Default::default() };
-        let mut bufs = vec![f32s(tokens * n_q * d, 0.05), f32s(slots * n_kv * d, 0.05), f32s(slots * n_kv * d, 0.3), f32s(tokens * n_q * d, 0.0)];
+        let p = AttnParams {
+            d: d as u32,
+            n_heads: n_q as u32,
+            n_kv_heads: n_kv as u32,
+            slots: slots as u32,
+            window: window as u32,
+            n_splits: ATTN_SPLITS,
+            short_max: 0,
+            _pad: 0,
+        };
+        let step =
+            Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, pos0: 0, ..Default::default() };
+        let mut bufs = vec![
+            f32s(tokens * n_q * d, 0.05),
+            f32s(slots * n_kv * d, 0.05),
+            f32s(slots * n_kv * d, 0.3),
+            f32s(tokens * n_q * d, 0.0),
+        ];
         if matches!(kernel, Kernel::AttentionCoop { sums: true, .. }) {
             // Its output's sums over each 64-dim value stage.
             bufs.push(f32s(tokens * n_q * d / 64, 0.0));
@@ -493,7 +679,10 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
         let pairs: usize = (0..tokens).map(|t| if window > 0 { (t + 1).min(window) } else { t + 1 }).sum();
         let flops = (4 * d * pairs * n_q) as f64;
         match h.time(kernel, &bufs, bytemuck::bytes_of(&p), step, (n_q as u32, (tokens as u32).div_ceil(bq), 1), 20) {
-            Ok(us) => println!("| {name} | {n_q} / {n_kv} × {d}, {window} | {tokens} | {label} | {us:.1} | {:.2} |", flops / us / 1e6),
+            Ok(us) => println!(
+                "| {name} | {n_q} / {n_kv} × {d}, {window} | {tokens} | {label} | {us:.1} | {:.2} |",
+                flops / us / 1e6
+            ),
             Err(e) => println!("| {name} | {n_q} / {n_kv} × {d} | {tokens} | {label} | error: {e} | |"),
         }
     }
@@ -523,10 +712,16 @@ fn grid_barrier_rows(h: &mut KernelHarness, filter: &str) {
         let zero = vec![0u8; 4];
         for nwg in [132u32, 264, 528] {
             let bufs = vec![zero.clone(), vec![0u8; 4 * nwg as usize], zero.clone()];
-            let errors = h.run(kernel, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1)).map(|out| u32::from_le_bytes(out[2][..4].try_into().expect("4 bytes")));
+            let errors = h
+                .run(kernel, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1))
+                .map(|out| u32::from_le_bytes(out[2][..4].try_into().expect("4 bytes")));
             // 5 dispatches per timed pass: with the harness's warm-up the counter stays far below 2^32.
             match (errors, h.time(kernel, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1), 5)) {
-                (Ok(e), Ok(us)) => println!("| {label} | {nwg} workgroups, stale reads {e} of {} | {:.2} per barrier |", rounds * nwg, us / rounds as f64),
+                (Ok(e), Ok(us)) => println!(
+                    "| {label} | {nwg} workgroups, stale reads {e} of {} | {:.2} per barrier |",
+                    rounds * nwg,
+                    us / rounds as f64
+                ),
                 (Err(e), _) | (_, Err(e)) => println!("| {label} | {nwg} workgroups | error: {e} |"),
             }
         }
@@ -551,9 +746,14 @@ fn last_workgroup_rows(h: &mut KernelHarness, filter: &str) {
             let p = BarrierParams { rounds: per, _pad: [0; 3] };
             let bufs = vec![vec![0u8; 8], vec![0u8; 4 * (nwg * per).max(1) as usize], vec![0u8; 4]];
             let reps = 2000;
-            let errors = h.run_n(kernel, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1), reps).map(|out| u32::from_le_bytes(out[2][..4].try_into().expect("4 bytes")));
+            let errors = h
+                .run_n(kernel, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1), reps)
+                .map(|out| u32::from_le_bytes(out[2][..4].try_into().expect("4 bytes")));
             match (errors, h.time(kernel, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1), 200)) {
-                (Ok(e), Ok(us)) => println!("| {label} | {nwg} workgroups × {per} values, stale reads {e} of {} | {us:.2} |", reps * nwg * per),
+                (Ok(e), Ok(us)) => println!(
+                    "| {label} | {nwg} workgroups × {per} values, stale reads {e} of {} | {us:.2} |",
+                    reps * nwg * per
+                ),
                 (Err(e), _) | (_, Err(e)) => println!("| {label} | {nwg} workgroups × {per} values | error: {e} |"),
             }
         }
@@ -571,7 +771,12 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     let step = Step { n_tokens: 1, pos0: 130, n_out: 1, ..Default::default() };
     // The decode norm the backend records on this device (kernels::rmsnorm).
     let max_wg = h.gpu().limits.max_compute_invocations_per_workgroup;
-    let row = |h: &mut KernelHarness, kernel: Kernel, shape: String, bufs: Vec<Vec<u8>>, params: &[u8], grid: (u32, u32, u32)| {
+    let row = |h: &mut KernelHarness,
+               kernel: Kernel,
+               shape: String,
+               bufs: Vec<Vec<u8>>,
+               params: &[u8],
+               grid: (u32, u32, u32)| {
         let label = kernel.label();
         if !label.contains(filter) {
             return;
@@ -587,15 +792,43 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     // workgroup (4 KiB), three in turn (10 KiB: 2560 floats), the same bytes over 10 workgroups.
     for (vec4s, wgs) in [(256usize, 1u32), (640, 1), (640, 3)] {
         let p = CopyParams { n: vec4s as u32, ..Default::default() };
-        row(h, Kernel::Copy, format!("{} KiB, {wgs} workgroup(s)", vec4s * 16 / 1024), vec![f32s(4 * vec4s, 1.0), f32s(4 * vec4s, 0.0)], bytemuck::bytes_of(&p), (wgs, 1, 1));
+        row(
+            h,
+            Kernel::Copy,
+            format!("{} KiB, {wgs} workgroup(s)", vec4s * 16 / 1024),
+            vec![f32s(4 * vec4s, 1.0), f32s(4 * vec4s, 0.0)],
+            bytemuck::bytes_of(&p),
+            (wgs, 1, 1),
+        );
     }
     grid_barrier_rows(h, filter);
     last_workgroup_rows(h, filter);
     // Then a norm with only the sum: 1 value per thread, then 6, no weight and no residual
     // (mode 0), then with its weight.
     for (n, w_off) in [(256usize, u32::MAX), (1536, u32::MAX), (1536, 0)] {
-        let p = NormParams { n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off, mode: 0, pre: 1.0, post: 1.0, eps: 1e-6, ..Default::default() };
-        let bufs = vec![f32s(n, 0.5), f32s(n, 1.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(4, 0.0), f32s(4, 0.0)];
+        let p = NormParams {
+            n: n as u32,
+            segs: 1,
+            x_stride: n as u32,
+            out_stride: n as u32,
+            w_off,
+            mode: 0,
+            pre: 1.0,
+            post: 1.0,
+            eps: 1e-6,
+            ..Default::default()
+        };
+        let bufs = vec![
+            f32s(n, 0.5),
+            f32s(n, 1.0),
+            f32s(n, 0.0),
+            f32s(n, 0.0),
+            f32s(n, 0.0),
+            f32s(n, 0.0),
+            f32s(n, 0.0),
+            f32s(4, 0.0),
+            f32s(4, 0.0),
+        ];
         let what = if w_off == u32::MAX { "no weight" } else { "weight" };
         row(h, rmsnorm(n, max_wg), format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
     }
@@ -603,11 +836,36 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     for n in [1536usize, 2560, 2816] {
         for chain in [0u32, 1, 3] {
             let p = NormParams {
-                n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: 0, mode: 1, pre: 1.0, post: 1.0, eps: 1e-6,
-                chain, w2_off: n as u32, w3_off: 2 * n as u32, w4_off: 3 * n as u32, out2_stride: n as u32, post2: 1.0, post3: 1.0, post4: 1.0,
+                n: n as u32,
+                segs: 1,
+                x_stride: n as u32,
+                out_stride: n as u32,
+                w_off: 0,
+                mode: 1,
+                pre: 1.0,
+                post: 1.0,
+                eps: 1e-6,
+                chain,
+                w2_off: n as u32,
+                w3_off: 2 * n as u32,
+                w4_off: 3 * n as u32,
+                out2_stride: n as u32,
+                post2: 1.0,
+                post3: 1.0,
+                post4: 1.0,
                 ..Default::default()
             };
-            let bufs = vec![f32s(n, 0.5), f32s(4 * n, 1.0), f32s(n, 0.1), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.0), f32s(n, 0.2), f32s(4, 0.0), f32s(4, 0.0)];
+            let bufs = vec![
+                f32s(n, 0.5),
+                f32s(4 * n, 1.0),
+                f32s(n, 0.1),
+                f32s(n, 0.0),
+                f32s(n, 0.0),
+                f32s(n, 0.0),
+                f32s(n, 0.2),
+                f32s(4, 0.0),
+                f32s(4, 0.0),
+            ];
             row(h, rmsnorm(n, max_wg), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
         }
     }
@@ -616,28 +874,65 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
         let (n_q, n_kv, slots) = (8usize, 1usize, 640usize);
         let stride = (n_q + 2 * n_kv) * d;
         let p = QkvParams {
-            d: d as u32, src_stride: stride as u32, rope_off: 0, rope_stride: d as u32, n_q: n_q as u32, n_kv: n_kv as u32,
-            k_off: (n_q * d) as u32, v_off: ((n_q + n_kv) * d) as u32, q_w: 0, k_w: d as u32, slots: slots as u32, eps: 1e-6,
+            d: d as u32,
+            src_stride: stride as u32,
+            rope_off: 0,
+            rope_stride: d as u32,
+            n_q: n_q as u32,
+            n_kv: n_kv as u32,
+            k_off: (n_q * d) as u32,
+            v_off: ((n_q + n_kv) * d) as u32,
+            q_w: 0,
+            k_w: d as u32,
+            slots: slots as u32,
+            eps: 1e-6,
         };
-        let bufs = vec![f32s(stride, 0.3), f32s(2 * d, 1.0), f32s(d, 0.5), f32s(n_q * d, 0.0), f32s(slots * n_kv * d, 0.0), f32s(slots * n_kv * d, 0.0)];
+        let bufs = vec![
+            f32s(stride, 0.3),
+            f32s(2 * d, 1.0),
+            f32s(d, 0.5),
+            f32s(n_q * d, 0.0),
+            f32s(slots * n_kv * d, 0.0),
+            f32s(slots * n_kv * d, 0.0),
+        ];
         for wg in [HEAD_NORM_WG, 128, 64].into_iter().filter(|&wg| d <= 4 * wg as usize) {
-            row(h, Kernel::QkvNormRope { wg }, format!("8 + 1 + 1 heads × {d}"), bufs.clone(), bytemuck::bytes_of(&p), ((n_q + 2 * n_kv) as u32, 1, 1));
+            row(
+                h,
+                Kernel::QkvNormRope { wg },
+                format!("8 + 1 + 1 heads × {d}"),
+                bufs.clone(),
+                bytemuck::bytes_of(&p),
+                ((n_q + 2 * n_kv) as u32, 1, 1),
+            );
         }
     }
     // Decode attention at E2B's sliding heads (8 q heads on 1 kv head, d 256) over 131 keys
     // (step.pos0 = 130), and at 1025 and 4097 keys: the split kernel, then the merge. Then the
     // split kernel with one split at 32–256 keys: what a one-pass attention without the merge
     // dispatch would cost at short contexts (PERF_NOTES.md, session 8, next step 1).
-    for (keys, splits) in [(131usize, ATTN_SPLITS), (1025, ATTN_SPLITS), (4097, ATTN_SPLITS), (32, 1), (131, 1), (256, 1)] {
+    for (keys, splits) in
+        [(131usize, ATTN_SPLITS), (1025, ATTN_SPLITS), (4097, ATTN_SPLITS), (32, 1), (131, 1), (256, 1)]
+    {
         let (d, heads, slots) = (256usize, 8usize, 4608usize);
-        let p = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: splits, short_max: 0, _pad: 0 };
+        let p = AttnParams {
+            d: d as u32,
+            n_heads: heads as u32,
+            n_kv_heads: 1,
+            slots: slots as u32,
+            window: 0,
+            n_splits: splits,
+            short_max: 0,
+            _pad: 0,
+        };
         let at = Step { pos0: keys as u32 - 1, ..step };
         let part = f32s(heads * splits as usize * (d + 2), 0.0);
         let kernel = attention_split(d, false);
         if kernel.label().contains(filter) {
             let bufs = vec![f32s(heads * d, 0.1), f32s(slots * d, 0.2), f32s(slots * d, 0.3), part.clone()];
             match h.time(kernel, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, splits, 1), 200) {
-                Ok(us) => println!("| {} | {keys} keys in {splits} split(s), 8 heads × {d} | {us:.2} |", kernel.label()),
+                Ok(us) => {
+                    println!("| {} | {keys} keys in {splits} split(s), 8 heads × {d} | {us:.2} |", kernel.label())
+                }
                 Err(e) => println!("| {} | {keys} keys | error: {e} |", kernel.label()),
             }
         }
@@ -654,19 +949,39 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     // 144 and 512 at its global ones (d 512), 8 q heads on 1 kv head. Which is cheaper by key
     // count sets WgpuOptions::attn_short (PERF_NOTES.md, session 26).
     let limits = h.gpu().limits.clone();
-    for (d, keys) in [(256usize, 16usize), (256, 64), (256, 144), (256, 256), (256, 512), (256, 1025), (512, 144), (512, 512)] {
+    for (d, keys) in
+        [(256usize, 16usize), (256, 64), (256, 144), (256, 256), (256, 512), (256, 1025), (512, 144), (512, 512)]
+    {
         let (heads, slots) = (8usize, 4608usize);
         let at = Step { pos0: keys as u32 - 1, ..step };
         let kv = vec![f32s(heads * d, 0.1), f32s(slots * d, 0.2), f32s(slots * d, 0.3)];
-        let long = AttnParams { d: d as u32, n_heads: heads as u32, n_kv_heads: 1, slots: slots as u32, window: 0, n_splits: ATTN_SPLITS, short_max: 0, _pad: 0 };
+        let long = AttnParams {
+            d: d as u32,
+            n_heads: heads as u32,
+            n_kv_heads: 1,
+            slots: slots as u32,
+            window: 0,
+            n_splits: ATTN_SPLITS,
+            short_max: 0,
+            _pad: 0,
+        };
         let short = AttnParams { short_max: u32::MAX, ..long };
         let part = f32s(heads * ATTN_SPLITS as usize * (d + 2), 0.0);
-        let mut runs = vec![(attention_short(d, false, &limits), short, [kv.clone(), vec![f32s(heads * d, 0.0)]].concat(), (heads as u32, 1, 1))];
+        let mut runs = vec![(
+            attention_short(d, false, &limits),
+            short,
+            [kv.clone(), vec![f32s(heads * d, 0.0)]].concat(),
+            (heads as u32, 1, 1),
+        )];
         runs.push((attention_split(d, false), long, [kv, vec![part.clone()]].concat(), (heads as u32, ATTN_SPLITS, 1)));
         runs.push((Kernel::AttentionCombine, long, vec![part, f32s(heads * d, 0.0)], (heads as u32, 1, 1)));
         for (kernel, p, bufs, grid) in runs.into_iter().filter(|r| r.0.label().contains(filter)) {
             match h.time(kernel, &bufs, bytemuck::bytes_of(&p), at, grid, 200) {
-                Ok(us) => println!("| {} | {keys} keys, 8 heads × {d}{} | {us:.2} |", kernel.label(), if p.short_max == 0 { format!(" in {ATTN_SPLITS} splits") } else { String::new() }),
+                Ok(us) => println!(
+                    "| {} | {keys} keys, 8 heads × {d}{} | {us:.2} |",
+                    kernel.label(),
+                    if p.short_max == 0 { format!(" in {ATTN_SPLITS} splits") } else { String::new() }
+                ),
                 Err(e) => println!("| {} | {keys} keys | error: {e} |", kernel.label()),
             }
         }
@@ -675,7 +990,14 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     let p = RouterParams { n_experts: 128, top_k: 8, _pad: [0; 2] };
     let logits: Vec<u8> = (0..128).flat_map(|i| ((i * 37 % 128) as f32 * 0.01).to_le_bytes()).collect();
     for staged in [false, true] {
-        row(h, Kernel::RouterTopk { staged }, "top 8 of 128".into(), vec![logits.clone(), f32s(128, 1.0), vec![0u8; 32], f32s(8, 0.0)], bytemuck::bytes_of(&p), (1, 1, 1));
+        row(
+            h,
+            Kernel::RouterTopk { staged },
+            "top 8 of 128".into(),
+            vec![logits.clone(), f32s(128, 1.0), vec![0u8; 32], f32s(8, 0.0)],
+            bytemuck::bytes_of(&p),
+            (1, 1, 1),
+        );
     }
 }
 
@@ -737,7 +1059,9 @@ fn persistent_chain_table(h: &mut KernelHarness, filter: &str, copy: f64) {
         let bufs = [w, sb, act, vec![0u8; 4]];
         let bytes = (bufs[0].len() + bufs[1].len()) as f64;
         let n = layout.stages.len() as u32;
-        let params = |first: u32, count: u32, prefetch: ChainPrefetch| bytemuck::bytes_of(&chain_params(&layout, first, count, prefetch)).to_vec();
+        let params = |first: u32, count: u32, prefetch: ChainPrefetch| {
+            bytemuck::bytes_of(&chain_params(&layout, first, count, prefetch)).to_vec()
+        };
         let mut first_act: Option<Vec<u8>> = None;
         for wg in [256u32, 512, 1024] {
             let kernel = Kernel::PersistentChain { xcap: 10240, pf, wg };
@@ -750,7 +1074,17 @@ fn persistent_chain_table(h: &mut KernelHarness, filter: &str, copy: f64) {
                 }
             };
             let per_stage = |wgs: Option<u32>| -> Vec<(Vec<u8>, (u32, u32, u32))> {
-                layout.stages.iter().enumerate().map(|(i, st)| (params(i as u32, 1, ChainPrefetch::After), (wgs.map_or(st.rows / rb, |g| g.min(st.rows / rb)), 1, 1))).collect()
+                layout
+                    .stages
+                    .iter()
+                    .enumerate()
+                    .map(|(i, st)| {
+                        (
+                            params(i as u32, 1, ChainPrefetch::After),
+                            (wgs.map_or(st.rows / rb, |g| g.min(st.rows / rb)), 1, 1),
+                        )
+                    })
+                    .collect()
             };
             let persistent = |prefetch: ChainPrefetch| vec![(params(0, n, prefetch), (132, 1, 1))];
             let forms: Vec<(&str, &str, Vec<(Vec<u8>, (u32, u32, u32))>)> = vec![
@@ -765,11 +1099,23 @@ fn persistent_chain_table(h: &mut KernelHarness, filter: &str, copy: f64) {
                 let same = match h.run_chain(&up, &links, Step::default()) {
                     Ok(out) => match &first_act {
                         None => {
-                            let finite = out[2].chunks_exact(4).all(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")).is_finite());
+                            let finite = out[2]
+                                .chunks_exact(4)
+                                .all(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")).is_finite());
                             first_act = Some(out[2].clone());
-                            if finite { "(reference)".to_string() } else { "(reference, not all finite)".to_string() }
+                            if finite {
+                                "(reference)".to_string()
+                            } else {
+                                "(reference, not all finite)".to_string()
+                            }
                         }
-                        Some(f) => if f == &out[2] { "yes".to_string() } else { "NO".to_string() },
+                        Some(f) => {
+                            if f == &out[2] {
+                                "yes".to_string()
+                            } else {
+                                "NO".to_string()
+                            }
+                        }
                     },
                     Err(e) => format!("error: {e}"),
                 };

@@ -29,10 +29,7 @@ pub struct Message {
 impl Message {
     /// A message with the given role and content.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message {
-            role: role.into(),
-            content: content.into(),
-        }
+        Message { role: role.into(), content: content.into() }
     }
 }
 
@@ -60,12 +57,7 @@ impl ChatTemplate {
     /// Compiles `source`; a syntax error is reported with its line.
     pub fn new(source: String, bos_token: String, eos_token: String) -> Result<Self> {
         let env = hf_environment(source)?;
-        Ok(ChatTemplate {
-            env,
-            bos_token,
-            eos_token,
-            other_tokens: BTreeMap::new(),
-        })
+        Ok(ChatTemplate { env, bos_token, eos_token, other_tokens: BTreeMap::new() })
     }
 
     /// Looks in `dir` for `chat_template.jinja`, then `tokenizer_config.json`'s `"chat_template"`
@@ -84,11 +76,8 @@ impl ChatTemplate {
         let jinja_path = dir.join("chat_template.jinja");
         let (source, origin) = if let Some(src) = read_optional(&jinja_path)? {
             (src, jinja_path)
-        } else if let Some(src) = cfg
-            .as_ref()
-            .map(|c| template_from_config(&cfg_path.display().to_string(), c))
-            .transpose()?
-            .flatten()
+        } else if let Some(src) =
+            cfg.as_ref().map(|c| template_from_config(&cfg_path.display().to_string(), c)).transpose()?.flatten()
         {
             (src, cfg_path)
         } else {
@@ -115,29 +104,18 @@ impl ChatTemplate {
     /// the text of `tokenizer_config.json` (for the BOS/EOS strings; its own `chat_template`, if
     /// any, is ignored in favour of `template`).
     pub fn from_sources(template: &str, tokenizer_config_json: Option<&str>) -> Result<Self> {
-        let cfg = tokenizer_config_json
-            .map(|text| parse_json_object("tokenizer_config.json", text))
-            .transpose()?;
+        let cfg = tokenizer_config_json.map(|text| parse_json_object("tokenizer_config.json", text)).transpose()?;
         Self::build(template.to_string(), cfg.as_ref())
     }
 
-    fn build(
-        source: String,
-        cfg: Option<&serde_json::Map<String, serde_json::Value>>,
-    ) -> Result<Self> {
+    fn build(source: String, cfg: Option<&serde_json::Map<String, serde_json::Value>>) -> Result<Self> {
         let token = |key: &str| cfg.and_then(|c| token_string(c.get(key)?));
         let mut t = ChatTemplate::new(
             source,
             token("bos_token").unwrap_or_else(|| "<bos>".into()),
             token("eos_token").unwrap_or_else(|| "<eos>".into()),
         )?;
-        for key in [
-            "unk_token",
-            "pad_token",
-            "mask_token",
-            "sep_token",
-            "cls_token",
-        ] {
+        for key in ["unk_token", "pad_token", "mask_token", "sep_token", "cls_token"] {
             if let Some(v) = token(key) {
                 t.other_tokens.insert(key.to_string(), v);
             }
@@ -197,15 +175,9 @@ impl ChatTemplate {
             }
         }
         ctx.insert("messages".into(), Value::from_serialize(messages));
-        ctx.insert(
-            "add_generation_prompt".into(),
-            Value::from(add_generation_prompt),
-        );
+        ctx.insert("add_generation_prompt".into(), Value::from(add_generation_prompt));
 
-        let tmpl = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(|e| Error::Template(describe(&e)))?;
+        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| Error::Template(describe(&e)))?;
         tmpl.render(ctx).map_err(|e| {
             if e.kind() == ErrorKind::InvalidOperation && is_raised(&e) {
                 Error::Template(format!(
@@ -226,11 +198,8 @@ pub fn read_messages(path: &Path) -> Result<Vec<Message>> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     let p = path.display();
     const SHAPE: &str = r#"[{"role": "user", "content": "Hello"}]"#;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        Error::Invalid(format!(
-            "{p}: not valid JSON ({e}): expected a list like {SHAPE}"
-        ))
-    })?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::Invalid(format!("{p}: not valid JSON ({e}): expected a list like {SHAPE}")))?;
     let serde_json::Value::Array(items) = value else {
         return Err(Error::Invalid(format!(
             "{p}: expected a JSON list of messages like {SHAPE}, found {}",
@@ -253,9 +222,11 @@ pub fn read_messages(path: &Path) -> Result<Vec<Message>> {
                     json_kind(other)
                 )))
             }
-            None => return Err(Error::Invalid(format!(
-                "{p}: message {i} has no \"role\": add one (\"system\", \"user\" or \"assistant\")"
-            ))),
+            None => {
+                return Err(Error::Invalid(format!(
+                    "{p}: message {i} has no \"role\": add one (\"system\", \"user\" or \"assistant\")"
+                )))
+            }
         };
         let content = match obj.get("content") {
             Some(serde_json::Value::String(s)) => s.clone(),
@@ -266,11 +237,7 @@ pub fn read_messages(path: &Path) -> Result<Vec<Message>> {
                     json_kind(other)
                 )))
             }
-            None => {
-                return Err(Error::Invalid(format!(
-                    "{p}: message {i} has no \"content\": add the message text"
-                )))
-            }
+            None => return Err(Error::Invalid(format!("{p}: message {i} has no \"content\": add the message text"))),
         };
         out.push(Message { role, content });
     }
@@ -292,19 +259,13 @@ fn read_optional(path: &Path) -> Result<Option<String>> {
 fn parse_json_object(name: &str, text: &str) -> Result<serde_json::Map<String, serde_json::Value>> {
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(serde_json::Value::Object(m)) => Ok(m),
-        Ok(other) => Err(Error::Template(format!(
-            "{name}: expected a JSON object, found {}",
-            json_kind(&other)
-        ))),
+        Ok(other) => Err(Error::Template(format!("{name}: expected a JSON object, found {}", json_kind(&other)))),
         Err(e) => Err(Error::Template(format!("{name}: not valid JSON ({e})"))),
     }
 }
 
 /// The `chat_template` entry: a string, or HF's list of named templates (the `default` one).
-fn template_from_config(
-    name: &str,
-    cfg: &serde_json::Map<String, serde_json::Value>,
-) -> Result<Option<String>> {
+fn template_from_config(name: &str, cfg: &serde_json::Map<String, serde_json::Value>) -> Result<Option<String>> {
     match cfg.get("chat_template") {
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
@@ -399,19 +360,12 @@ fn hf_environment(source: String) -> Result<Environment<'static>> {
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function(
-        "raise_exception",
-        |msg: String| -> std::result::Result<Value, minijinja::Error> {
-            Err(minijinja::Error::new(
-                ErrorKind::InvalidOperation,
-                format!("{RAISED_MARKER}{msg}"),
-            ))
-        },
-    );
-    env.add_function(
-        "strftime_now",
-        |fmt: String| -> std::result::Result<String, minijinja::Error> { strftime_now(&fmt) },
-    );
+    env.add_function("raise_exception", |msg: String| -> std::result::Result<Value, minijinja::Error> {
+        Err(minijinja::Error::new(ErrorKind::InvalidOperation, format!("{RAISED_MARKER}{msg}")))
+    });
+    env.add_function("strftime_now", |fmt: String| -> std::result::Result<String, minijinja::Error> {
+        strftime_now(&fmt)
+    });
     env.add_filter("tojson", tojson_filter);
     let source = rewrite_generation_tags(&source);
     env.add_template_owned(TEMPLATE_NAME, source).map_err(|e| {
@@ -437,14 +391,12 @@ fn rewrite_generation_tags(src: &str) -> String {
         let after_marker = &tag[marker_len..];
         let body = after_marker.trim_start();
         let ws_len = after_marker.len() - body.len();
-        let replaced = [("endgeneration", "endif"), ("generation", "if true")]
-            .iter()
-            .find_map(|(kw, repl)| {
-                let tail = body.strip_prefix(kw)?;
-                let t = tail.trim_start();
-                let ends = t.starts_with("%}") || t.starts_with("-%}") || t.starts_with("+%}");
-                ends.then_some((kw.len(), *repl))
-            });
+        let replaced = [("endgeneration", "endif"), ("generation", "if true")].iter().find_map(|(kw, repl)| {
+            let tail = body.strip_prefix(kw)?;
+            let t = tail.trim_start();
+            let ends = t.starts_with("%}") || t.starts_with("-%}") || t.starts_with("+%}");
+            ends.then_some((kw.len(), *repl))
+        });
         out.push_str("{%");
         out.push_str(&tag[..marker_len + ws_len]);
         let mut consumed = pos + 2 + marker_len + ws_len;
@@ -538,28 +490,14 @@ struct JsonOpts {
 
 impl Default for JsonOpts {
     fn default() -> Self {
-        JsonOpts {
-            ensure_ascii: false,
-            indent: None,
-            item_sep: ", ".into(),
-            key_sep: ": ".into(),
-            sort_keys: false,
-        }
+        JsonOpts { ensure_ascii: false, indent: None, item_sep: ", ".into(), key_sep: ": ".into(), sort_keys: false }
     }
 }
 
 /// Python's `json.dumps` output format for a template value.
-fn write_json(
-    out: &mut String,
-    v: &Value,
-    opts: &JsonOpts,
-    level: usize,
-) -> std::result::Result<(), minijinja::Error> {
+fn write_json(out: &mut String, v: &Value, opts: &JsonOpts, level: usize) -> std::result::Result<(), minijinja::Error> {
     let not_serializable = |what: &str| {
-        minijinja::Error::new(
-            ErrorKind::InvalidOperation,
-            format!("tojson: {what} is not JSON serializable"),
-        )
+        minijinja::Error::new(ErrorKind::InvalidOperation, format!("tojson: {what} is not JSON serializable"))
     };
     match v.kind() {
         ValueKind::None => out.push_str("null"),
@@ -575,35 +513,22 @@ fn write_json(
         ValueKind::String => write_json_str(out, v.as_str().unwrap_or_default(), opts.ensure_ascii),
         ValueKind::Seq | ValueKind::Iterable => {
             let items: Vec<Value> = v.try_iter()?.collect();
-            write_container(out, opts, level, '[', ']', &items, |out, item, lvl| {
-                write_json(out, item, opts, lvl)
-            })?;
+            write_container(out, opts, level, '[', ']', &items, |out, item, lvl| write_json(out, item, opts, lvl))?;
         }
         ValueKind::Map => {
             let mut entries = Vec::new();
             for key in v.try_iter()? {
                 let val = v.get_item(&key)?;
-                entries.push((
-                    json_key(&key).ok_or_else(|| not_serializable("a map key of this type"))?,
-                    val,
-                ));
+                entries.push((json_key(&key).ok_or_else(|| not_serializable("a map key of this type"))?, val));
             }
             if opts.sort_keys {
                 entries.sort_by(|a, b| a.0.cmp(&b.0));
             }
-            write_container(
-                out,
-                opts,
-                level,
-                '{',
-                '}',
-                &entries,
-                |out, (k, val), lvl| {
-                    write_json_str(out, k, opts.ensure_ascii);
-                    out.push_str(&opts.key_sep);
-                    write_json(out, val, opts, lvl)
-                },
-            )?;
+            write_container(out, opts, level, '{', '}', &entries, |out, (k, val), lvl| {
+                write_json_str(out, k, opts.ensure_ascii);
+                out.push_str(&opts.key_sep);
+                write_json(out, val, opts, lvl)
+            })?;
         }
         ValueKind::Undefined => return Err(not_serializable("an undefined value")),
         _ => return Err(not_serializable(&format!("a value of kind {}", v.kind()))),
@@ -714,11 +639,7 @@ fn py_float_json(f: f64) -> String {
         }
     } else {
         let (a, b) = digits.split_at(1);
-        let frac = if b.is_empty() {
-            String::new()
-        } else {
-            format!(".{b}")
-        };
+        let frac = if b.is_empty() { String::new() } else { format!(".{b}") };
         let esign = if exp < 0 { '-' } else { '+' };
         format!("{a}{frac}e{esign}{:02}", exp.abs())
     };
@@ -729,10 +650,8 @@ fn py_float_json(f: f64) -> String {
 /// "today is" line). Supports the common directives: %Y %y %m %d %e %H %I %M %S %p %j %b %B %a
 /// %A %%, and glibc's `%-d`-style no-padding flag.
 fn strftime_now(fmt: &str) -> std::result::Result<String, minijinja::Error> {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
+    let secs =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     Ok(format_time_utc(secs, fmt))
 }
 
@@ -751,15 +670,7 @@ fn format_time_utc(secs: i64, fmt: &str) -> String {
         "November",
         "December",
     ];
-    const DAYS: [&str; 7] = [
-        "Monday",
-        "Tuesday",
-        "Wednesday",
-        "Thursday",
-        "Friday",
-        "Saturday",
-        "Sunday",
-    ];
+    const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
@@ -854,30 +765,21 @@ mod tests {
     #[test]
     fn blocks_are_trimmed_like_transformers() {
         // trim_blocks drops the newline after a block tag; lstrip_blocks the indentation before it.
-        let src =
-            "{% for m in messages %}\n  {% if true %}\n[{{ m.role }}]\n  {% endif %}\n{% endfor %}";
-        assert_eq!(
-            render_one(src, serde_json::Value::Null).unwrap(),
-            "[user]\n"
-        );
+        let src = "{% for m in messages %}\n  {% if true %}\n[{{ m.role }}]\n  {% endif %}\n{% endfor %}";
+        assert_eq!(render_one(src, serde_json::Value::Null).unwrap(), "[user]\n");
     }
 
     #[test]
     fn python_string_methods_work() {
-        let src =
-            "{{ 'a,b'.split(',')[1] }}{{ ' x '.strip() }}{{ messages[0].content.startswith('h') }}";
+        let src = "{{ 'a,b'.split(',')[1] }}{{ ' x '.strip() }}{{ messages[0].content.startswith('h') }}";
         // Jinja2 prints booleans the Python way.
         assert_eq!(render_one(src, serde_json::Value::Null).unwrap(), "bxTrue");
     }
 
     #[test]
     fn raise_exception_reports_the_message() {
-        let err = render_one(
-            "{{ raise_exception('only user turns') }}",
-            serde_json::Value::Null,
-        )
-        .unwrap_err()
-        .to_string();
+        let err =
+            render_one("{{ raise_exception('only user turns') }}", serde_json::Value::Null).unwrap_err().to_string();
         assert!(err.contains("only user turns"), "{err}");
         assert!(!err.contains(RAISED_MARKER), "{err}");
     }
@@ -887,17 +789,10 @@ mod tests {
         let extra = serde_json::json!({"x": {"b": [1, 2.5, "é<&>'"], "a": null, "c": true, "f": 1e-5, "g": 1e16}});
         let out = render_one("{{ x | tojson }}", extra.clone()).unwrap();
         // serde_json (without preserve_order) hands keys over sorted, hence a, b, c.
-        assert_eq!(
-            out,
-            r#"{"a": null, "b": [1, 2.5, "é<&>'"], "c": true, "f": 1e-05, "g": 1e+16}"#
-        );
+        assert_eq!(out, r#"{"a": null, "b": [1, 2.5, "é<&>'"], "c": true, "f": 1e-05, "g": 1e+16}"#);
         let out = render_one("{{ x.b | tojson(indent=2) }}", extra.clone()).unwrap();
         assert_eq!(out, "[\n  1,\n  2.5,\n  \"é<&>'\"\n]");
-        let out = render_one(
-            "{{ x.b | tojson(ensure_ascii=true, separators=(',', ':')) }}",
-            extra,
-        )
-        .unwrap();
+        let out = render_one("{{ x.b | tojson(ensure_ascii=true, separators=(',', ':')) }}", extra).unwrap();
         assert_eq!(out, r#"[1,2.5,"\u00e9<&>'"]"#);
     }
 
@@ -942,15 +837,9 @@ mod tests {
         let cfg = r#"{"bos_token": {"content": "<s>"}, "eos_token": "</s>",
                       "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]}"#;
         let obj = parse_json_object("cfg", cfg).unwrap();
-        assert_eq!(
-            template_from_config("cfg", &obj).unwrap().as_deref(),
-            Some("D")
-        );
+        assert_eq!(template_from_config("cfg", &obj).unwrap().as_deref(), Some("D"));
         let t = ChatTemplate::from_sources("{{ bos_token }}{{ eos_token }}", Some(cfg)).unwrap();
-        assert_eq!(
-            t.render(&[], false, &serde_json::Value::Null).unwrap(),
-            "<s></s>"
-        );
+        assert_eq!(t.render(&[], false, &serde_json::Value::Null).unwrap(), "<s></s>");
     }
 
     #[test]
@@ -958,9 +847,6 @@ mod tests {
         // 2024-02-29 13:05:09 UTC, a Thursday.
         let t = 1_709_211_909;
         assert_eq!(format_time_utc(t, "%d %b %Y"), "29 Feb 2024");
-        assert_eq!(
-            format_time_utc(t, "%A %-m/%-d %I:%M:%S %p %j %%"),
-            "Thursday 2/29 01:05:09 PM 060 %"
-        );
+        assert_eq!(format_time_utc(t, "%A %-m/%-d %I:%M:%S %p %j %%"), "Thursday 2/29 01:05:09 PM 060 %");
     }
 }

@@ -72,10 +72,7 @@ pub struct QuantConfig {
 impl QuantConfig {
     /// Group size and bits for the module at `path` (checkpoint name without `.weight`).
     pub fn for_module(&self, path: &str) -> (usize, u32) {
-        self.overrides
-            .get(path)
-            .copied()
-            .unwrap_or((self.group_size, self.bits))
+        self.overrides.get(path).copied().unwrap_or((self.group_size, self.bits))
     }
 }
 
@@ -179,8 +176,8 @@ impl Config {
 
     /// Parses config JSON text; `path` only names the source in errors.
     pub fn from_json_str(text: &str, path: &Path) -> Result<Self> {
-        let root: Value = serde_json::from_str(text)
-            .map_err(|e| Error::config(path, format!("not valid JSON: {e}")))?;
+        let root: Value =
+            serde_json::from_str(text).map_err(|e| Error::config(path, format!("not valid JSON: {e}")))?;
         parse(&root, path)
     }
 
@@ -195,9 +192,7 @@ impl Config {
 
     /// The producer layer of each attention kind: the last non-shared layer of that kind.
     pub fn producer(&self, kind: AttnKind) -> Option<usize> {
-        (0..self.first_shared_layer())
-            .rev()
-            .find(|&i| self.text.layer_types[i] == kind)
+        (0..self.first_shared_layer()).rev().find(|&i| self.text.layer_types[i] == kind)
     }
 
     /// Layers that own a KV cache, in order.
@@ -248,21 +243,17 @@ impl<'a> Fields<'a> {
     }
     fn f64(&self, field: &str) -> Result<f64> {
         let v = self.get(field).ok_or_else(|| self.err(field, "is missing"))?;
-        v.as_f64()
-            .ok_or_else(|| self.err(field, &format!("must be a number, found {v}")))
+        v.as_f64().ok_or_else(|| self.err(field, &format!("must be a number, found {v}")))
     }
     fn bool_or(&self, field: &str, default: bool) -> Result<bool> {
         match self.get(field) {
             None => Ok(default),
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| self.err(field, &format!("must be true or false, found {v}"))),
+            Some(v) => v.as_bool().ok_or_else(|| self.err(field, &format!("must be true or false, found {v}"))),
         }
     }
     fn str(&self, field: &str) -> Result<&'a str> {
         let v = self.get(field).ok_or_else(|| self.err(field, "is missing"))?;
-        v.as_str()
-            .ok_or_else(|| self.err(field, &format!("must be a string, found {v}")))
+        v.as_str().ok_or_else(|| self.err(field, &format!("must be a string, found {v}")))
     }
 }
 
@@ -283,15 +274,13 @@ fn parse(root: &Value, path: &Path) -> Result<Config> {
     let (kind, text_obj, prefix) = match model_type {
         "gemma4" => (
             ModelKind::Target,
-            top.get("text_config")
-                .ok_or_else(|| top.err("text_config", "is missing (model_type gemma4)"))?,
+            top.get("text_config").ok_or_else(|| top.err("text_config", "is missing (model_type gemma4)"))?,
             "text_config.",
         ),
         "gemma4_text" => (ModelKind::Target, root, ""),
         "gemma4_assistant" => (
             ModelKind::Assistant,
-            top.get("text_config")
-                .ok_or_else(|| top.err("text_config", "is missing (model_type gemma4_assistant)"))?,
+            top.get("text_config").ok_or_else(|| top.err("text_config", "is missing (model_type gemma4_assistant)"))?,
             "text_config.",
         ),
         other => {
@@ -318,13 +307,9 @@ fn parse(root: &Value, path: &Path) -> Result<Config> {
         None
     };
     if let Some(a) = &assistant {
-        if a.use_ordered_embeddings
-            && (a.num_centroids == 0 || text.vocab_size % a.num_centroids != 0)
-        {
-            return Err(top.err(
-                "num_centroids",
-                &format!("({}) must divide vocab_size ({})", a.num_centroids, text.vocab_size),
-            ));
+        if a.use_ordered_embeddings && (a.num_centroids == 0 || text.vocab_size % a.num_centroids != 0) {
+            return Err(top
+                .err("num_centroids", &format!("({}) must divide vocab_size ({})", a.num_centroids, text.vocab_size)));
         }
     }
 
@@ -332,30 +317,16 @@ fn parse(root: &Value, path: &Path) -> Result<Config> {
     if eos.is_empty() {
         eos = token_ids(text_obj.get("eos_token_id"));
     }
-    let bos = root
-        .get("bos_token_id")
-        .or_else(|| text_obj.get("bos_token_id"))
-        .and_then(|v| v.as_u64())
-        .unwrap_or(2) as u32;
+    let bos =
+        root.get("bos_token_id").or_else(|| text_obj.get("bos_token_id")).and_then(|v| v.as_u64()).unwrap_or(2) as u32;
 
     let layers = derive_layers(&text, kind);
-    Ok(Config {
-        kind,
-        text,
-        quant,
-        assistant,
-        bos_token_id: bos,
-        eos_token_ids: eos,
-        layers,
-    })
+    Ok(Config { kind, text, quant, assistant, bos_token_id: bos, eos_token_ids: eos, layers })
 }
 
 fn parse_rope(f: &Fields, kind: &str, head_dim: usize) -> Result<Rope> {
     let field = format!("rope_parameters.{kind}");
-    let params = f
-        .get("rope_parameters")
-        .and_then(|r| r.get(kind))
-        .ok_or_else(|| f.err(&field, "is missing"))?;
+    let params = f.get("rope_parameters").and_then(|r| r.get(kind)).ok_or_else(|| f.err(&field, "is missing"))?;
     let p = Fields { obj: params, prefix: "", path: f.path };
     let err = |what: &str| f.err(&field, what);
     let theta = p.f64("rope_theta").map_err(|_| err("needs a numeric rope_theta"))?;
@@ -371,9 +342,7 @@ fn parse_rope(f: &Fields, kind: &str, head_dim: usize) -> Result<Rope> {
             ((partial * head_dim as f64) / 2.0).floor() as usize
         }
         other => {
-            return Err(err(&format!(
-                "has rope_type \"{other}\": supported are \"default\" and \"proportional\""
-            )))
+            return Err(err(&format!("has rope_type \"{other}\": supported are \"default\" and \"proportional\"")))
         }
     };
     Ok(Rope { theta, rotated_pairs, head_dim })
@@ -396,17 +365,13 @@ fn parse_text(f: &Fields, kind: ModelKind) -> Result<TextConfig> {
         _ => return Err(f.err("layer_types", "is missing or not a list")),
     };
     if layer_types.len() != n_layers {
-        return Err(f.err(
-            "layer_types",
-            &format!("has {} entries but num_hidden_layers is {n_layers}", layer_types.len()),
-        ));
+        return Err(
+            f.err("layer_types", &format!("has {} entries but num_hidden_layers is {n_layers}", layer_types.len()))
+        );
     }
     let activation = f.str("hidden_activation").unwrap_or("gelu_pytorch_tanh");
     if activation != "gelu_pytorch_tanh" {
-        return Err(f.err(
-            "hidden_activation",
-            &format!("is \"{activation}\": only gelu_pytorch_tanh is supported"),
-        ));
+        return Err(f.err("hidden_activation", &format!("is \"{activation}\": only gelu_pytorch_tanh is supported")));
     }
     if f.bool_or("attention_bias", false)? {
         return Err(f.err("attention_bias", "is true: Gemma 4 has no attention bias"));
@@ -415,11 +380,7 @@ fn parse_text(f: &Fields, kind: ModelKind) -> Result<TextConfig> {
     let global_head_dim = f.usize_or("global_head_dim", head_dim)?;
     let softcap = match f.get("final_logit_softcapping") {
         None => None,
-        Some(v) => Some(
-            v.as_f64()
-                .ok_or_else(|| f.err("final_logit_softcapping", "must be a number or null"))?
-                as f32,
-        ),
+        Some(v) => Some(v.as_f64().ok_or_else(|| f.err("final_logit_softcapping", "must be a number or null"))? as f32),
     };
     let num_kv_shared_layers = match kind {
         // transformers' assistant __post_init__: every drafter layer reads the target's KV.
@@ -484,10 +445,7 @@ fn validate(t: &TextConfig, f: &Fields) -> Result<()> {
     if !t.num_attention_heads.is_multiple_of(t.num_key_value_heads) {
         return Err(f.err(
             "num_key_value_heads",
-            &format!(
-                "({}) must divide num_attention_heads ({})",
-                t.num_key_value_heads, t.num_attention_heads
-            ),
+            &format!("({}) must divide num_attention_heads ({})", t.num_key_value_heads, t.num_attention_heads),
         ));
     }
     if let Some(g) = t.num_global_key_value_heads {
@@ -502,10 +460,7 @@ fn validate(t: &TextConfig, f: &Fields) -> Result<()> {
         return Err(f.err("num_kv_shared_layers", "exceeds num_hidden_layers"));
     }
     if !t.tie_word_embeddings {
-        return Err(f.err(
-            "tie_word_embeddings",
-            "is false: Kestrel supports the tied LM head Gemma 4 ships with",
-        ));
+        return Err(f.err("tie_word_embeddings", "is false: Kestrel supports the tied LM head Gemma 4 ships with"));
     }
     if t.enable_moe_block && (t.top_k_experts == 0 || t.top_k_experts > t.num_experts) {
         return Err(f.err("top_k_experts", "must be between 1 and num_experts"));
@@ -520,11 +475,7 @@ fn validate(t: &TextConfig, f: &Fields) -> Result<()> {
 }
 
 fn parse_quant(root: &Value, path: &Path) -> Result<Option<QuantConfig>> {
-    let Some(q) = root
-        .get("quantization")
-        .or_else(|| root.get("quantization_config"))
-        .filter(|v| !v.is_null())
-    else {
+    let Some(q) = root.get("quantization").or_else(|| root.get("quantization_config")).filter(|v| !v.is_null()) else {
         return Ok(None);
     };
     let f = Fields { obj: q, prefix: "quantization.", path };
@@ -580,7 +531,11 @@ fn derive_layers(t: &TextConfig, kind: ModelKind) -> Vec<LayerSpec> {
                 // A drafter has no layers of its own to borrow from: `producer` is resolved
                 // against the target at run time (it is only a marker here).
                 KvSource::Shared {
-                    producer: if kind == ModelKind::Assistant { usize::MAX } else { producer(kind_i).unwrap_or(usize::MAX) },
+                    producer: if kind == ModelKind::Assistant {
+                        usize::MAX
+                    } else {
+                        producer(kind_i).unwrap_or(usize::MAX)
+                    },
                 }
             };
             let shared = i >= first_shared;
@@ -592,11 +547,7 @@ fn derive_layers(t: &TextConfig, kind: ModelKind) -> Vec<LayerSpec> {
                 n_kv_heads,
                 kv,
                 k_eq_v,
-                mlp_width: if shared && t.use_double_wide_mlp {
-                    2 * t.intermediate_size
-                } else {
-                    t.intermediate_size
-                },
+                mlp_width: if shared && t.use_double_wide_mlp { 2 * t.intermediate_size } else { t.intermediate_size },
                 rope: if full { t.rope_full } else { t.rope_sliding },
             }
         })

@@ -21,20 +21,10 @@ pub enum Error {
     MissingTensor { name: String, tried: String },
 
     #[error("{file}: tensor `{name}` has shape {found:?}, config.json implies {expected:?}: is config.json from another model?")]
-    Shape {
-        file: PathBuf,
-        name: String,
-        expected: Vec<usize>,
-        found: Vec<usize>,
-    },
+    Shape { file: PathBuf, name: String, expected: Vec<usize>, found: Vec<usize> },
 
     #[error("{file}: tensor `{name}` has dtype {found}, expected {expected}")]
-    DType {
-        file: PathBuf,
-        name: String,
-        expected: String,
-        found: String,
-    },
+    DType { file: PathBuf, name: String, expected: String, found: String },
 
     #[error("tokenizer: {0}")]
     Tokenizer(String),
@@ -43,12 +33,7 @@ pub enum Error {
     Template(String),
 
     #[error("prompt of {prompt} tokens plus {max_new} new tokens exceeds the context of {ctx} tokens: shorten the prompt, lower --max-new or raise --ctx (model limit {model_max})")]
-    ContextOverflow {
-        prompt: usize,
-        max_new: usize,
-        ctx: usize,
-        model_max: usize,
-    },
+    ContextOverflow { prompt: usize, max_new: usize, ctx: usize, model_max: usize },
 
     #[error("GPU: {0}")]
     Gpu(String),
@@ -61,15 +46,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io {
-            path: path.into(),
-            err: source,
-        }
+        Error::Io { path: path.into(), err: source }
     }
     pub fn config(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
-        Error::Config {
-            path: path.into(),
-            msg: msg.into(),
-        }
+        Error::Config { path: path.into(), msg: msg.into() }
     }
 }

@@ -98,7 +98,7 @@ mod tests {
         assert_eq!(kv.caches[4].slots, 4096);
         assert_eq!(kv.read_cache[7], 3); // sliding consumer reads layer 3's cache
         assert_eq!(kv.read_cache[9], 4); // full consumer reads layer 4's cache
-        // Distinct slots for any W-1+C consecutive positions.
+                                         // Distinct slots for any W-1+C consecutive positions.
         let c = kv.caches[0];
         let s: std::collections::HashSet<usize> = (1000..1000 + 15 + 128).map(|p| c.slot(p)).collect();
         assert_eq!(s.len(), 15 + 128);

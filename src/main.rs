@@ -7,7 +7,9 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             // `kestrel generate … | head` closing the pipe is not an error.
-            if err.chain().any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
+            if err.chain().any(|e| {
+                e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
                 return ExitCode::SUCCESS;
             }
             eprintln!("error: {err:#}");

@@ -8,8 +8,8 @@ use crate::chat::ChatTemplate;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::install::format::{Check, Installation, COMMON, LAYOUT};
-use crate::streamer::ExpertFiles;
 use crate::loader::{self, FileBytes, ModelWeights, SafetensorsFile, TensorStore};
+use crate::streamer::ExpertFiles;
 use crate::tokenizer::Tokenizer;
 
 /// Everything loaded from a model directory.
@@ -36,10 +36,16 @@ impl Model {
     /// (sizes and the small files the manifest binds are still checked).
     pub fn open_with(dir: &Path, trust_manifest: bool) -> Result<Self> {
         if !dir.exists() {
-            return Err(Error::Invalid(format!("{}: does not exist (--model expects a model directory holding config.json and *.safetensors)", dir.display())));
+            return Err(Error::Invalid(format!(
+                "{}: does not exist (--model expects a model directory holding config.json and *.safetensors)",
+                dir.display()
+            )));
         }
         if !dir.is_dir() {
-            return Err(Error::Invalid(format!("{}: not a directory (--model expects a model directory holding config.json and *.safetensors)", dir.display())));
+            return Err(Error::Invalid(format!(
+                "{}: not a directory (--model expects a model directory holding config.json and *.safetensors)",
+                dir.display()
+            )));
         }
         let cfg = Config::from_file(&dir.join("config.json"))?;
         let weights = if Installation::is_installation(dir) {
@@ -53,7 +59,10 @@ impl Model {
                 l.check(&dir.join(LAYOUT), t.num_experts, t.hidden_size, t.moe_intermediate_size, n_moe)?;
                 w.expert_files = Some(Arc::new(ExpertFiles::open(&inst, trust_manifest)?));
             } else if cfg.text.enable_moe_block {
-                return Err(Error::Invalid(format!("{}: a MoE model installed without {LAYOUT}: reinstall it", dir.display())));
+                return Err(Error::Invalid(format!(
+                    "{}: a MoE model installed without {LAYOUT}: reinstall it",
+                    dir.display()
+                )));
             }
             w
         } else {
@@ -65,7 +74,15 @@ impl Model {
         let tokenizer = if tok_path.exists() { Some(Tokenizer::from_file(&tok_path)?) } else { None };
         let template = ChatTemplate::from_model_dir(dir)?;
         let stop_ids = loader::stop_ids(Some(dir), None, &cfg);
-        Ok(Model { source: dir.display().to_string(), dir: Some(dir.to_path_buf()), cfg, weights, tokenizer, template, stop_ids })
+        Ok(Model {
+            source: dir.display().to_string(),
+            dir: Some(dir.to_path_buf()),
+            cfg,
+            weights,
+            tokenizer,
+            template,
+            stop_ids,
+        })
     }
 
     /// The small model compiled into the binary (see `embedded`).

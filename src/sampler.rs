@@ -26,13 +26,7 @@ pub struct SamplerConfig {
 
 impl Default for SamplerConfig {
     fn default() -> Self {
-        SamplerConfig {
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            repetition_penalty: 1.0,
-            seed: 0,
-        }
+        SamplerConfig { temperature: 0.0, top_k: 0, top_p: 1.0, repetition_penalty: 1.0, seed: 0 }
     }
 }
 
@@ -41,21 +35,15 @@ impl SamplerConfig {
     pub fn validate(&self) -> Result<()> {
         let t = self.temperature;
         if !(t.is_finite() && t >= 0.0) {
-            return Err(Error::Invalid(format!(
-                "--temp must be a finite number >= 0 (0 = greedy), got {t}"
-            )));
+            return Err(Error::Invalid(format!("--temp must be a finite number >= 0 (0 = greedy), got {t}")));
         }
         let p = self.top_p;
         if !(p > 0.0 && p <= 1.0) {
-            return Err(Error::Invalid(format!(
-                "--top-p must be in (0, 1] (1 = off), got {p}"
-            )));
+            return Err(Error::Invalid(format!("--top-p must be in (0, 1] (1 = off), got {p}")));
         }
         let r = self.repetition_penalty;
         if !(r.is_finite() && r > 0.0) {
-            return Err(Error::Invalid(format!(
-                "--repetition-penalty must be a finite number > 0 (1 = off), got {r}"
-            )));
+            return Err(Error::Invalid(format!("--repetition-penalty must be a finite number > 0 (1 = off), got {r}")));
         }
         Ok(())
     }
@@ -77,9 +65,7 @@ pub struct Sampler {
 
 impl std::fmt::Debug for Sampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sampler")
-            .field("cfg", &self.cfg)
-            .finish_non_exhaustive()
+        f.debug_struct("Sampler").field("cfg", &self.cfg).finish_non_exhaustive()
     }
 }
 
@@ -87,11 +73,7 @@ impl Sampler {
     /// A sampler whose random stream starts from `cfg.seed`.
     pub fn new(cfg: SamplerConfig) -> Self {
         let rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-        Sampler {
-            cfg,
-            rng,
-            cand: Vec::new(),
-        }
+        Sampler { cfg, rng, cand: Vec::new() }
     }
 
     /// The settings this sampler was built with.
@@ -124,17 +106,12 @@ impl Sampler {
         let cand = &mut self.cand;
         cand.clear();
         cand.extend(
-            logits
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| l.is_finite())
-                .map(|(i, &l)| (i as u32, f64::from(l) * inv_t)),
+            logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i as u32, f64::from(l) * inv_t)),
         );
         if cand.is_empty() {
             return argmax(logits);
         }
-        let by_logit_desc =
-            |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let by_logit_desc = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
 
         if cfg.top_k > 0 && cfg.top_k < cand.len() {
             let k = cfg.top_k;
@@ -220,13 +197,7 @@ mod tests {
     use super::*;
 
     fn cfg(temperature: f32, top_k: usize, top_p: f32, rep: f32, seed: u64) -> SamplerConfig {
-        SamplerConfig {
-            temperature,
-            top_k,
-            top_p,
-            repetition_penalty: rep,
-            seed,
-        }
+        SamplerConfig { temperature, top_k, top_p, repetition_penalty: rep, seed }
     }
 
     /// A fixed, bumpy row of logits with a unique maximum at index 37.
@@ -335,10 +306,7 @@ mod tests {
     fn non_finite_rows_fall_back_to_argmax() {
         let mut s = Sampler::new(cfg(1.0, 0, 1.0, 1.0, 0));
         assert_eq!(s.sample(&mut [f32::NEG_INFINITY, f32::NAN], &[]), 0);
-        assert_eq!(
-            s.sample(&mut [f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY], &[]),
-            1
-        );
+        assert_eq!(s.sample(&mut [f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY], &[]), 1);
     }
 
     #[test]

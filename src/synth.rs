@@ -119,7 +119,12 @@ fn specs(cfg: &Config, quantised_experts: bool) -> Vec<Spec> {
     mat("embed_tokens".into(), t.vocab_size, h, Init::Std(4.0 / (h as f32).sqrt()));
     if cfg.has_ple() {
         let lp = t.num_hidden_layers * t.hidden_size_per_layer_input;
-        mat("embed_tokens_per_layer".into(), t.vocab_size, lp, Init::Std(1.0 / (t.hidden_size_per_layer_input as f32).sqrt()));
+        mat(
+            "embed_tokens_per_layer".into(),
+            t.vocab_size,
+            lp,
+            Init::Std(1.0 / (t.hidden_size_per_layer_input as f32).sqrt()),
+        );
         mat("per_layer_model_projection".into(), lp, h, Init::Linear);
     }
     for l in &cfg.layers {
@@ -145,9 +150,23 @@ fn specs(cfg: &Config, quantised_experts: bool) -> Vec<Spec> {
         let (e, iw) = (t.num_experts, t.moe_intermediate_size);
         for l in &cfg.layers {
             let p = format!("layers.{}.", l.index);
-            v.push(Spec { name: format!("{p}router.proj"), shape: vec![e, h], init: Init::Linear, matrix: true, lead: 1, bits: Some(8), bare: false });
+            v.push(Spec {
+                name: format!("{p}router.proj"),
+                shape: vec![e, h],
+                init: Init::Linear,
+                matrix: true,
+                lead: 1,
+                bits: Some(8),
+                bare: false,
+            });
             let expert = |name: String, out: usize, cols: usize, bare: bool| Spec {
-                name, shape: vec![e * out, cols], init: Init::Linear, matrix: true, lead: e, bits: None, bare,
+                name,
+                shape: vec![e * out, cols],
+                init: Init::Linear,
+                matrix: true,
+                lead: e,
+                bits: None,
+                bare,
             };
             if quantised_experts {
                 // MLX form: gate and up split, [E, out, in] each.
@@ -171,7 +190,9 @@ fn specs(cfg: &Config, quantised_experts: bool) -> Vec<Spec> {
     }
     for l in &cfg.layers {
         let p = format!("layers.{}.", l.index);
-        for n in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"] {
+        for n in
+            ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"]
+        {
             vec_(format!("{p}{n}.weight"), h, norm);
         }
         vec_(format!("{p}layer_scalar"), 1, Init::Range(0.3, 1.0));
@@ -230,29 +251,49 @@ pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Resu
     let spec_bits = |s: &Spec| s.bits.or(opts.bits).unwrap_or(16) as usize;
     // `[lead, rows / lead, last]`, or `[rows, last]` when nothing is stacked.
     let shape = |s: &Spec, rows: usize, last: usize| -> Vec<usize> {
-        if s.lead > 1 { vec![s.lead, rows / s.lead, last] } else { vec![rows, last] }
+        if s.lead > 1 {
+            vec![s.lead, rows / s.lead, last]
+        } else {
+            vec![rows, last]
+        }
     };
     let mut stored = Vec::new();
     for s in &specs {
         let (rows, cols) = if s.matrix { (s.shape[0], s.shape[1]) } else { (1, s.shape[0]) };
         if quantised(s) {
             let bits = spec_bits(s);
-            stored.push(Stored { name: format!("model.{}.weight", s.name), dtype: "U32", shape: shape(s, rows, cols * bits / 32), bytes: rows * cols * bits / 8 });
+            stored.push(Stored {
+                name: format!("model.{}.weight", s.name),
+                dtype: "U32",
+                shape: shape(s, rows, cols * bits / 32),
+                bytes: rows * cols * bits / 8,
+            });
             for part in ["scales", "biases"] {
                 let g = cols / opts.group_size;
-                stored.push(Stored { name: format!("model.{}.{part}", s.name), dtype: "BF16", shape: shape(s, rows, g), bytes: rows * g * 2 });
+                stored.push(Stored {
+                    name: format!("model.{}.{part}", s.name),
+                    dtype: "BF16",
+                    shape: shape(s, rows, g),
+                    bytes: rows * g * 2,
+                });
             }
         } else if s.matrix {
             let name = if s.bare { format!("model.{}", s.name) } else { format!("model.{}.weight", s.name) };
             stored.push(Stored { name, dtype: "BF16", shape: shape(s, rows, cols), bytes: rows * cols * 2 });
         } else {
-            stored.push(Stored { name: format!("model.{}", s.name), dtype: "BF16", shape: s.shape.clone(), bytes: rows * cols * 2 });
+            stored.push(Stored {
+                name: format!("model.{}", s.name),
+                dtype: "BF16",
+                shape: s.shape.clone(),
+                bytes: rows * cols * 2,
+            });
         }
     }
     let mut header = serde_json::Map::new();
     let mut off = 0;
     for s in &stored {
-        header.insert(s.name.clone(), json!({"dtype": s.dtype, "shape": s.shape, "data_offsets": [off, off + s.bytes]}));
+        header
+            .insert(s.name.clone(), json!({"dtype": s.dtype, "shape": s.shape, "data_offsets": [off, off + s.bytes]}));
         off += s.bytes;
     }
     let mut htext = Value::Object(header).to_string().into_bytes();
@@ -293,7 +334,8 @@ pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Resu
         let q = quantised(s);
         let bits = spec_bits(s);
         // Byte offsets of this tensor's stored parts (words, scales, biases; or the bf16 values).
-        let offs: Vec<u64> = (0..if q { 3 } else { 1 }).map(|_| stored_iter.next().expect("one stored entry per part")).collect();
+        let offs: Vec<u64> =
+            (0..if q { 3 } else { 1 }).map(|_| stored_iter.next().expect("one stored entry per part")).collect();
         let (wrow, grow) = (cols * bits / 8, 2 * (cols / opts.group_size.max(1)));
         // Blocks of at most ~8 MB handed out through a counter: bounded memory, balanced threads.
         let block = (8 << 20) / (wrow.max(cols * 2)).max(1);

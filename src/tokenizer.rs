@@ -83,10 +83,7 @@ impl Tokenizer {
     /// Takes BOS/EOS names from `tokenizer_config.json` when they are tokens of this vocabulary.
     fn apply_config(&mut self, cfg_path: &Path, text: &str) -> Result<()> {
         let cfg: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-            Error::Tokenizer(format!(
-                "{}: not valid JSON ({e}): fix or remove the file",
-                cfg_path.display()
-            ))
+            Error::Tokenizer(format!("{}: not valid JSON ({e}): fix or remove the file", cfg_path.display()))
         })?;
         let name = |key: &str| -> Option<String> {
             match cfg.get(key)? {
@@ -127,9 +124,7 @@ impl Tokenizer {
                 self.vocab_size()
             )));
         }
-        self.inner
-            .decode(ids, skip_special_tokens)
-            .map_err(|e| Error::Tokenizer(format!("cannot decode ids: {e}")))
+        self.inner.decode(ids, skip_special_tokens).map_err(|e| Error::Tokenizer(format!("cannot decode ids: {e}")))
     }
 
     /// The id of a single token given by its exact vocabulary string (e.g. `"<turn|>"`).
@@ -141,10 +136,7 @@ impl Tokenizer {
     fn is_byte_token(&self, id: u32) -> bool {
         self.inner.id_to_token(id).is_some_and(|t| {
             let b = t.as_bytes();
-            b.len() == 6
-                && t.starts_with("<0x")
-                && b[5] == b'>'
-                && b[3..5].iter().all(u8::is_ascii_hexdigit)
+            b.len() == 6 && t.starts_with("<0x") && b[5] == b'>' && b[3..5].iter().all(u8::is_ascii_hexdigit)
         })
     }
 
@@ -188,12 +180,7 @@ pub struct StreamDecoder {
 impl StreamDecoder {
     /// A decoder with nothing emitted yet.
     pub fn new(skip_special_tokens: bool) -> Self {
-        StreamDecoder {
-            skip_special_tokens,
-            ids: Vec::new(),
-            prefix_offset: 0,
-            read_offset: 0,
-        }
+        StreamDecoder { skip_special_tokens, ids: Vec::new(), prefix_offset: 0, read_offset: 0 }
     }
 
     /// Adds one id; returns the text it completes (often empty while a character is pending).
@@ -202,9 +189,7 @@ impl StreamDecoder {
         let (prefix_text, new_text) = self.window_texts(tok)?;
         let held = &self.ids[self.read_offset..];
         let held_bytes = held.iter().filter(|&&i| tok.is_byte_token(i)).count();
-        let incomplete = new_text.ends_with(REPLACEMENT)
-            && held_bytes < MAX_HELD_BYTES
-            && held.len() < MAX_HELD_IDS;
+        let incomplete = new_text.ends_with(REPLACEMENT) && held_bytes < MAX_HELD_BYTES && held.len() < MAX_HELD_IDS;
         if new_text.len() <= prefix_text.len() || incomplete {
             return Ok(String::new());
         }

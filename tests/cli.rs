@@ -88,11 +88,7 @@ fn run_within(args: &[&str], limit: Duration) -> Out {
 }
 
 fn no_panic(o: &Out, what: &str) {
-    assert!(
-        !o.stderr.contains("panicked") && !o.stderr.contains("RUST_BACKTRACE"),
-        "`{what}` panicked:\n{}",
-        o.stderr
-    );
+    assert!(!o.stderr.contains("panicked") && !o.stderr.contains("RUST_BACKTRACE"), "`{what}` panicked:\n{}", o.stderr);
     assert_ne!(o.code, Some(101), "`{what}` exited with the panic code 101:\n{}", o.stderr);
 }
 
@@ -491,7 +487,10 @@ fn messages_file_not_a_list() {
         n.extend_from_slice(needles);
         fails(&["generate", "--backend", "cpu", "--messages-file", f.to_str().unwrap()], &n);
     }
-    fails(&["generate", "--backend", "cpu", "--messages-file", dir.join("absent.json").to_str().unwrap()], &["absent.json"]);
+    fails(
+        &["generate", "--backend", "cpu", "--messages-file", dir.join("absent.json").to_str().unwrap()],
+        &["absent.json"],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -522,7 +521,8 @@ fn no_tokenizer_needs_prompt_ids() {
     std::fs::remove_file(m.path("tokenizer.json")).unwrap();
     fails(&["generate", "--model", m.s(), "--backend", "cpu", "--prompt", "hi"], &["tokenizer.json", "--prompt-ids"]);
     // With ids, it runs and prints the ids.
-    let o = succeeds(&["generate", "--model", m.s(), "--backend", "cpu", "--prompt-ids", "2,105", "--max-new", "3"]).unwrap();
+    let o = succeeds(&["generate", "--model", m.s(), "--backend", "cpu", "--prompt-ids", "2,105", "--max-new", "3"])
+        .unwrap();
     assert_eq!(o.stdout.split_whitespace().count(), 3, "{}", o.stdout);
 }
 
@@ -542,7 +542,9 @@ fn check_json(v: &serde_json::Value, n: usize) {
 #[test]
 fn json_embedded_model() {
     for backend in ["cpu", "wgpu"] {
-        let Some(o) = succeeds(&["generate", "--prompt-ids", "2,105", "--max-new", "5", "--json", "--backend", backend]) else {
+        let Some(o) =
+            succeeds(&["generate", "--prompt-ids", "2,105", "--max-new", "5", "--json", "--backend", backend])
+        else {
             continue;
         };
         let v = json_of(&o);
@@ -559,7 +561,19 @@ fn text_prompt() {
     let o = succeeds(&["generate", "--backend", "cpu", "--prompt", "hi", "--max-new", "8"]).unwrap();
     assert!(o.stdout.ends_with('\n'));
     assert!(o.stderr.contains("generated:"), "{}", o.stderr);
-    let o = succeeds(&["generate", "--backend", "cpu", "--prompt", "hi", "--system", "be brief", "--max-new", "8", "--json"]).unwrap();
+    let o = succeeds(&[
+        "generate",
+        "--backend",
+        "cpu",
+        "--prompt",
+        "hi",
+        "--system",
+        "be brief",
+        "--max-new",
+        "8",
+        "--json",
+    ])
+    .unwrap();
     let v = json_of(&o);
     assert!(v["stats"]["prompt_tokens"].as_u64().unwrap() > 3);
     let o = succeeds(&["generate", "--backend", "cpu", "--prompt", "hi", "--raw", "--max-new", "4", "--json"]).unwrap();
@@ -569,7 +583,9 @@ fn text_prompt() {
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("m.json");
     std::fs::write(&f, r#"[{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}]"#).unwrap();
-    let o = succeeds(&["generate", "--backend", "cpu", "--messages-file", f.to_str().unwrap(), "--max-new", "4", "--json"]).unwrap();
+    let o =
+        succeeds(&["generate", "--backend", "cpu", "--messages-file", f.to_str().unwrap(), "--max-new", "4", "--json"])
+            .unwrap();
     check_json(&json_of(&o), 4);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -577,7 +593,8 @@ fn text_prompt() {
 #[test]
 fn ignore_eos_gives_max_new() {
     for n in ["1", "37"] {
-        let o = succeeds(&["generate", "--backend", "cpu", "--prompt", "hi", "--max-new", n, "--ignore-eos", "--json"]).unwrap();
+        let o = succeeds(&["generate", "--backend", "cpu", "--prompt", "hi", "--max-new", n, "--ignore-eos", "--json"])
+            .unwrap();
         let v = json_of(&o);
         check_json(&v, n.parse().unwrap());
         assert_eq!(v["stats"]["finish_reason"], "length");
@@ -588,7 +605,25 @@ fn ignore_eos_gives_max_new() {
 
 #[test]
 fn sampling_is_seeded() {
-    let a = ["generate", "--backend", "cpu", "--prompt-ids", "2,105", "--max-new", "12", "--ignore-eos", "--json", "--temp", "1.3", "--top-k", "40", "--top-p", "0.9", "--seed", "7"];
+    let a = [
+        "generate",
+        "--backend",
+        "cpu",
+        "--prompt-ids",
+        "2,105",
+        "--max-new",
+        "12",
+        "--ignore-eos",
+        "--json",
+        "--temp",
+        "1.3",
+        "--top-k",
+        "40",
+        "--top-p",
+        "0.9",
+        "--seed",
+        "7",
+    ];
     let x = ids_of(&json_of(&succeeds(&a).unwrap()));
     let y = ids_of(&json_of(&succeeds(&a).unwrap()));
     assert_eq!(x, y, "same seed, same ids");
@@ -642,8 +677,19 @@ fn wgpu_matches_reference_ids() {
         let dir = common::fixtures().join("tiny-e2b").join(form);
         for chunk in ["128", "16"] {
             let args = [
-                "generate", "--model", dir.to_str().unwrap(), "--prompt-ids", &ids, "--max-new", "48", "--ignore-eos", "--json",
-                "--backend", "wgpu", "--chunk", chunk,
+                "generate",
+                "--model",
+                dir.to_str().unwrap(),
+                "--prompt-ids",
+                &ids,
+                "--max-new",
+                "48",
+                "--ignore-eos",
+                "--json",
+                "--backend",
+                "wgpu",
+                "--chunk",
+                chunk,
             ];
             let Some(o) = succeeds(&args) else { return };
             let v = json_of(&o);
@@ -696,7 +742,19 @@ impl Drop for Installed {
 
 /// Streamed generation on an installation (cpu: fast, and the check is backend-independent).
 fn gen_streamed(dir: &str) -> Vec<&str> {
-    vec!["generate", "--model", dir, "--backend", "cpu", "--prompt-ids", "2,105,3", "--max-new", "2", "--expert-slots", "4"]
+    vec![
+        "generate",
+        "--model",
+        dir,
+        "--backend",
+        "cpu",
+        "--prompt-ids",
+        "2,105,3",
+        "--max-new",
+        "2",
+        "--expert-slots",
+        "4",
+    ]
 }
 
 #[test]
@@ -704,11 +762,19 @@ fn install_then_verify_and_generate() {
     let inst = Installed::new("ok");
     let o = succeeds(&["verify", inst.s(), "--json"]).unwrap();
     assert_eq!(json_of(&o)["ok"], true);
-    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(inst.path("manifest.json")).unwrap()).unwrap();
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(inst.path("manifest.json")).unwrap()).unwrap();
     assert_eq!(m["format_version"], 1);
     assert_eq!(m["sizes"]["n_experts"], 16);
     let files: Vec<&str> = m["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
-    for want in ["common.safetensors", "config.json", "experts.json", "experts/layer-000.bin", "experts/layer-005.bin", "tokenizer.json"] {
+    for want in [
+        "common.safetensors",
+        "config.json",
+        "experts.json",
+        "experts/layer-000.bin",
+        "experts/layer-005.bin",
+        "tokenizer.json",
+    ] {
         assert!(files.contains(&want), "manifest lacks {want}: {files:?}");
     }
     // Expert blobs are page-aligned: each layer file is n_experts × a multiple of 4096.
@@ -737,7 +803,19 @@ fn flipped_byte_in_expert_file_is_detected() {
     fails(&["verify", inst.s()], &["layer-003.bin", "SHA-256", "reinstall"]);
     // Loading hashes expert files on first use: streamed and resident runs both refuse.
     fails(&gen_streamed(inst.s()), &["layer-003.bin", "SHA-256"]);
-    let resident = ["generate", "--model", inst.s(), "--backend", "cpu", "--prompt-ids", "2,105,3", "--max-new", "2", "--expert-slots", "all"];
+    let resident = [
+        "generate",
+        "--model",
+        inst.s(),
+        "--backend",
+        "cpu",
+        "--prompt-ids",
+        "2,105,3",
+        "--max-new",
+        "2",
+        "--expert-slots",
+        "all",
+    ];
     fails(&resident, &["layer-003.bin", "SHA-256"]);
 }
 
@@ -783,7 +861,10 @@ fn unknown_manifest_version_is_rejected() {
 #[test]
 fn expert_slots_need_an_installation() {
     let dir = common::fixtures().join("tiny-moe/mlx-4bit");
-    fails(&[gen_on(dir.to_str().unwrap()), vec!["--expert-slots", "4"]].concat(), &["--expert-slots", "kestrel install"]);
+    fails(
+        &[gen_on(dir.to_str().unwrap()), vec!["--expert-slots", "4"]].concat(),
+        &["--expert-slots", "kestrel install"],
+    );
     usage_fails(&[gen_on(dir.to_str().unwrap()), vec!["--expert-slots", "0"]].concat(), &["--expert-slots"]);
 }
 
@@ -834,7 +915,12 @@ fn interrupted_install_resumes_to_an_identical_manifest() {
 #[test]
 fn bench_json_reports_pp_tg_and_the_roofline() {
     let model = common::fixtures().join("tiny-e2b/mlx-4bit");
-    let Some(o) = succeeds_within(&["bench", "--model", model.to_str().unwrap(), "-p", "8", "-n", "4", "-r", "3", "--json"], BENCH_HANG) else { return };
+    let Some(o) = succeeds_within(
+        &["bench", "--model", model.to_str().unwrap(), "-p", "8", "-n", "4", "-r", "3", "--json"],
+        BENCH_HANG,
+    ) else {
+        return;
+    };
     let v = json_of(&o);
     let pp = &v["pp"];
     assert_eq!((pp["tokens"].as_u64(), pp["repetitions"].as_u64()), (Some(8), Some(3)), "{pp}");
@@ -851,9 +937,16 @@ fn bench_json_reports_pp_tg_and_the_roofline() {
     }
     // GB/s is the bytes per token over the measured time per token.
     let gbs = f(tg, "bytes_per_token") / (f(tg, "ms_per_token") / 1e3) / 1e9;
-    assert!((gbs / f(tg, "gb_s") - 1.0).abs() < 1e-6, "tg.gb_s {} is not bytes_per_token / ms_per_token ({gbs})", f(tg, "gb_s"));
+    assert!(
+        (gbs / f(tg, "gb_s") - 1.0).abs() < 1e-6,
+        "tg.gb_s {} is not bytes_per_token / ms_per_token ({gbs})",
+        f(tg, "gb_s")
+    );
     assert!((f(tg, "roofline_fraction") - f(tg, "gb_s") / f(tg, "roofline_gb_s")).abs() < 1e-9, "{tg}");
     if let Some(kernels) = v["prefill_kernels"].as_array().filter(|k| !k.is_empty()) {
-        assert!(kernels.iter().all(|k| k["dispatches"].as_u64().is_some_and(|d| d > 0) && k["kernel"].is_string()), "{kernels:?}");
+        assert!(
+            kernels.iter().all(|k| k["dispatches"].as_u64().is_some_and(|d| d > 0) && k["kernel"].is_string()),
+            "{kernels:?}"
+        );
     }
 }

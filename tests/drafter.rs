@@ -79,10 +79,15 @@ fn kv_rows(store: &TensorStore, prefix: &str) -> KvRows {
 /// The rounds of `assistant`'s reference for weight form `form` (`hf` or `mlx-4bit`).
 fn load_rounds(assistant: &str, form: &str) -> Vec<RoundRef> {
     let dir = fixtures().join(assistant).join("ref");
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("drafter_reference.json")).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("drafter_reference.json")).unwrap()).unwrap();
     let open = |f: &str| TensorStore::from_files(vec![SafetensorsFile::open(&dir.join(f)).unwrap()]);
     let base = open("drafter_reference.safetensors");
-    let steps_store = if form == "hf" { open("drafter_reference.safetensors") } else { open("drafter_dequant4bit_reference.safetensors") };
+    let steps_store = if form == "hf" {
+        open("drafter_reference.safetensors")
+    } else {
+        open("drafter_dequant4bit_reference.safetensors")
+    };
     json["prompts"]
         .as_array()
         .unwrap()
@@ -92,18 +97,31 @@ fn load_rounds(assistant: &str, form: &str) -> Vec<RoundRef> {
             let tokens: Vec<u32> = if form == "hf" {
                 p["steps"].as_array().unwrap().iter().map(|s| s["drafted_token"].as_u64().unwrap() as u32).collect()
             } else {
-                json["dequant4bit_drafted_tokens"][i].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
+                json["dequant4bit_drafted_tokens"][i]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t.as_u64().unwrap() as u32)
+                    .collect()
             };
             let t = base.get(&format!("p{i}.prompt_ids")).unwrap();
-            let prompt: Vec<u32> = t.bytes().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap()) as u32).collect();
+            let prompt: Vec<u32> =
+                t.bytes().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap()) as u32).collect();
             assert_eq!(prompt.len() as u64, p["prompt_len"].as_u64().unwrap());
             for s in p["steps"].as_array().unwrap() {
-                assert_eq!(s["position_id"].as_u64().unwrap() as usize, prompt.len(), "reference drafts at position = prompt length");
+                assert_eq!(
+                    s["position_id"].as_u64().unwrap() as usize,
+                    prompt.len(),
+                    "reference drafts at position = prompt length"
+                );
             }
             RoundRef {
                 first_token: p["target_first_token"].as_u64().unwrap() as u32,
                 target_hidden: floats(&base, &format!("p{i}.target_last_hidden")).0,
-                kv: [kv_rows(&base, &format!("p{i}.shared_kv.sliding_attention")), kv_rows(&base, &format!("p{i}.shared_kv.full_attention"))],
+                kv: [
+                    kv_rows(&base, &format!("p{i}.shared_kv.sliding_attention")),
+                    kv_rows(&base, &format!("p{i}.shared_kv.full_attention")),
+                ],
                 steps: tokens
                     .iter()
                     .enumerate()
@@ -161,8 +179,12 @@ fn drafter_steps_match_transformers() {
                     assert_eq!(out.token, st.token, "{label}: draft token differs from transformers");
                     let dl = max_abs_diff(&out.logits, &st.logits);
                     let dh = max_abs_diff(&out.hidden, &st.projected);
-                    assert!(dl <= STEP_TOL && dh <= STEP_TOL, "{label}: |Δlogit| {dl:.2e}, |Δhidden| {dh:.2e} > {STEP_TOL}");
-                    (d_logit, d_hidden, margin) = (d_logit.max(dl), d_hidden.max(dh), margin.min(top2_margin(&st.logits)));
+                    assert!(
+                        dl <= STEP_TOL && dh <= STEP_TOL,
+                        "{label}: |Δlogit| {dl:.2e}, |Δhidden| {dh:.2e} > {STEP_TOL}"
+                    );
+                    (d_logit, d_hidden, margin) =
+                        (d_logit.max(dl), d_hidden.max(dh), margin.min(top2_margin(&st.logits)));
                 }
             }
             eprintln!(
@@ -207,7 +229,10 @@ fn first_round_from_cpu_target_matches_transformers() {
                 for (s, (got, st)) in steps.iter().zip(&r.steps).enumerate() {
                     let dl = max_abs_diff(&got.logits, &st.logits);
                     let dh = max_abs_diff(&got.hidden, &st.projected);
-                    assert!(dl <= ROUND_TOL && dh <= ROUND_TOL, "{label} step {s}: |Δlogit| {dl:.2e}, |Δhidden| {dh:.2e} > {ROUND_TOL}");
+                    assert!(
+                        dl <= ROUND_TOL && dh <= ROUND_TOL,
+                        "{label} step {s}: |Δlogit| {dl:.2e}, |Δhidden| {dh:.2e} > {ROUND_TOL}"
+                    );
                     (d_logit, d_hidden) = (d_logit.max(dl), d_hidden.max(dh));
                 }
             }
@@ -238,7 +263,10 @@ fn sliding_window_is_w_plus_one() {
             let out = drafter.step(&StepInput { embedding, hidden, position: p, kv: &kv }).unwrap();
             diffs.push(max_abs_diff(&out.logits, &r.steps[0].logits));
         }
-        eprintln!("prompt {i} (p = {p}, W = {w}): |Δlogit| with W+1 entries {:.2e}, with W entries {:.2e}", diffs[0], diffs[1]);
+        eprintln!(
+            "prompt {i} (p = {p}, W = {w}): |Δlogit| with W+1 entries {:.2e}, with W entries {:.2e}",
+            diffs[0], diffs[1]
+        );
         assert!(diffs[0] <= STEP_TOL);
         if p > w {
             assert!(diffs[1] > 100.0 * STEP_TOL, "prompt {i}: the W-entry window should not match the reference");
@@ -264,7 +292,10 @@ fn dense_head_agrees_with_centroid_head() {
         let w_ = model.cfg.text.sliding_window;
         for r in load_rounds(assistant, "hf") {
             let p = r.prompt.len();
-            let kv = DraftKv { sliding: slice(&r.kv[0], DraftKv::visible(AttnKind::Sliding, p, w_)), full: slice(&r.kv[1], 0..p) };
+            let kv = DraftKv {
+                sliding: slice(&r.kv[0], DraftKv::visible(AttnKind::Sliding, p, w_)),
+                full: slice(&r.kv[1], 0..p),
+            };
             let (embedding, hidden) = r.steps[0].inputs_embeds.split_at(hb);
             let input = StepInput { embedding, hidden, position: p, kv: &kv };
             let (c, d) = (centroid.step(&input).unwrap(), dense.step(&input).unwrap());

@@ -100,8 +100,16 @@ fn modes(e: usize, k: usize) -> Vec<Mode> {
 }
 
 /// Checks one backend kind over every mode of one fixture form, on the reference prompts `which`.
-fn check_form(name: &str, form: &str, reference: &str, backend: &str, which: &[usize], make: &dyn Fn(&Model, ExpertSlots) -> Option<Box<dyn Backend>>) {
-    let refs: Vec<(usize, PromptRef)> = load_refs(name, reference).into_iter().enumerate().filter(|(i, _)| which.contains(i)).collect();
+fn check_form(
+    name: &str,
+    form: &str,
+    reference: &str,
+    backend: &str,
+    which: &[usize],
+    make: &dyn Fn(&Model, ExpertSlots) -> Option<Box<dyn Backend>>,
+) {
+    let refs: Vec<(usize, PromptRef)> =
+        load_refs(name, reference).into_iter().enumerate().filter(|(i, _)| which.contains(i)).collect();
     let (_tmp, dir) = install_fixture(name, form, backend);
     let source = open_model(name, form);
     let installed = Model::open(&dir).unwrap();
@@ -130,19 +138,31 @@ fn check_form(name: &str, form: &str, reference: &str, backend: &str, which: &[u
             Some(base) => {
                 for (p, (a, bb)) in base.iter().zip(&all).enumerate() {
                     for (s, (x, y)) in a.iter().zip(bb).enumerate() {
-                        assert!(x.iter().zip(y).all(|(u, v)| u.to_bits() == v.to_bits()), "{label} prompt {p} step {s}: logits not bitwise equal to the checkpoint run");
+                        assert!(
+                            x.iter().zip(y).all(|(u, v)| u.to_bits() == v.to_bits()),
+                            "{label} prompt {p} step {s}: logits not bitwise equal to the checkpoint run"
+                        );
                     }
                 }
             }
         }
-        eprintln!("{label}: ids equal transformers, max |Δlogit| {worst:.2e}, logits bitwise equal across modes; {}", describe(stats));
+        eprintln!(
+            "{label}: ids equal transformers, max |Δlogit| {worst:.2e}, logits bitwise equal across modes; {}",
+            describe(stats)
+        );
     }
 }
 
 fn describe(s: Option<StreamStats>) -> String {
     match s {
         None => "resident".into(),
-        Some(s) => format!("hit rate {:.3}, {} misses, {} evictions, {:.0} B/token", s.hit_rate(), s.misses, s.evictions, s.bytes_per_token()),
+        Some(s) => format!(
+            "hit rate {:.3}, {} misses, {} evictions, {:.0} B/token",
+            s.hit_rate(),
+            s.misses,
+            s.evictions,
+            s.bytes_per_token()
+        ),
     }
 }
 
@@ -167,7 +187,9 @@ fn check_stats(label: &str, mode: &Mode, stats: Option<StreamStats>, e: usize, k
 fn cpu_streamed_experts_match_transformers() {
     for name in MODELS {
         for (form, reference) in FORMS {
-            check_form(name, form, reference, "cpu", &[0, 1, 2], &|m, slots| Some(Box::new(CpuBackend::with_experts(m.cfg.clone(), m.weights.clone(), 256, slots).unwrap())));
+            check_form(name, form, reference, "cpu", &[0, 1, 2], &|m, slots| {
+                Some(Box::new(CpuBackend::with_experts(m.cfg.clone(), m.weights.clone(), 256, slots).unwrap()))
+            });
         }
     }
 }
@@ -184,7 +206,14 @@ fn wgpu_streamed_experts_match_transformers() {
             // mid-step), so the resident modes do too here, and every mode stays bitwise the
             // first. tests/fixtures.rs checks the tail on the MoE fixture against transformers.
             check_form(name, form, reference, "wgpu", which, &|m, slots| {
-                let opts = WgpuOptions { max_ctx: 256, max_chunk: CHUNK, max_binding: None, expert_slots: slots, prompt_tail: false, ..Default::default() };
+                let opts = WgpuOptions {
+                    max_ctx: 256,
+                    max_chunk: CHUNK,
+                    max_binding: None,
+                    expert_slots: slots,
+                    prompt_tail: false,
+                    ..Default::default()
+                };
                 wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
             });
         }
@@ -201,14 +230,23 @@ fn wgpu_moe_overlap_is_bitwise_the_serial_branches() {
     for name in MODELS {
         for (form, reference) in FORMS {
             let model = open_model(name, form);
-            let make = |moe_overlap| common::wgpu_backend(&model, WgpuOptions { max_ctx: 256, max_chunk: CHUNK, moe_overlap, ..Default::default() });
+            let make = |moe_overlap| {
+                common::wgpu_backend(
+                    &model,
+                    WgpuOptions { max_ctx: 256, max_chunk: CHUNK, moe_overlap, ..Default::default() },
+                )
+            };
             let (Some(mut on), Some(mut off)) = (make(true), make(false)) else { return };
             let label = format!("{name}/{form}");
             assert_eq!(off.overlapped_pairs(), 0, "{label}: overlap off");
             if form == "mlx-4bit" {
                 assert_eq!(on.overlapped_pairs(), 2 * model.cfg.layers.len(), "{label}: pairs recorded");
             }
-            eprintln!("{label}: {} overlapped pairs, {} decode dispatches", on.overlapped_pairs(), on.decode_dispatches(0));
+            eprintln!(
+                "{label}: {} overlapped pairs, {} decode dispatches",
+                on.overlapped_pairs(),
+                on.decode_dispatches(0)
+            );
             // One prompt per form (a prompt's 48 steps run every pair of every layer 48 times).
             for r in load_refs(name, reference).iter().take(1) {
                 let (ids_on, logits_on) = run_prompt(&mut on, r);
@@ -222,4 +260,3 @@ fn wgpu_moe_overlap_is_bitwise_the_serial_branches() {
         }
     }
 }
-

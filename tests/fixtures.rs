@@ -73,7 +73,13 @@ fn check_prompt(b: &mut dyn Backend, r: &PromptRef, chunk: usize, rows: Readback
     worst
 }
 
-fn run_all(models: &[&str], make: &mut dyn FnMut(&kestrel::model::Model) -> Option<Box<dyn Backend>>, chunk: usize, rows: Readback, tag: &str) {
+fn run_all(
+    models: &[&str],
+    make: &mut dyn FnMut(&kestrel::model::Model) -> Option<Box<dyn Backend>>,
+    chunk: usize,
+    rows: Readback,
+    tag: &str,
+) {
     for name in models {
         for (form, reference) in FORMS {
             let model = open_model(name, form);
@@ -89,7 +95,13 @@ fn run_all(models: &[&str], make: &mut dyn FnMut(&kestrel::model::Model) -> Opti
 
 #[test]
 fn cpu_reference_matches_transformers() {
-    run_all(&["tiny-e2b", "tiny-e4b", "tiny-moe"], &mut |m| Some(Box::new(CpuBackend::new(m.cfg.clone(), m.weights.clone(), 4096))), 128, Readback::AllLogits, "cpu");
+    run_all(
+        &["tiny-e2b", "tiny-e4b", "tiny-moe"],
+        &mut |m| Some(Box::new(CpuBackend::new(m.cfg.clone(), m.weights.clone(), 4096))),
+        128,
+        Readback::AllLogits,
+        "cpu",
+    );
 }
 
 /// `Backend::prefill_prompt`, the prompt loop of generate, the speculative driver and the bench:
@@ -115,7 +127,13 @@ fn wgpu_matches_transformers() {
     for chunk in [128, 7] {
         run_all(
             &["tiny-e2b", "tiny-e4b", "tiny-moe"],
-            &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: chunk, max_binding: None, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
+            &mut |m| {
+                common::wgpu_backend(
+                    m,
+                    WgpuOptions { max_ctx: 256, max_chunk: chunk, max_binding: None, ..Default::default() },
+                )
+                .map(|b| Box::new(b) as Box<dyn Backend>)
+            },
             chunk,
             Readback::AllLogits,
             "wgpu",
@@ -135,7 +153,10 @@ fn wgpu_prompt_tail_matches_transformers() {
     for (chunk, rows) in [(128, Readback::LastLogits), (7, Readback::Nothing)] {
         run_all(
             &["tiny-e2b", "tiny-e4b", "tiny-moe"],
-            &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: chunk, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
+            &mut |m| {
+                common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: chunk, ..Default::default() })
+                    .map(|b| Box::new(b) as Box<dyn Backend>)
+            },
             chunk,
             rows,
             "wgpu-prompt-tail",
@@ -152,7 +173,13 @@ fn wgpu_unfused_norms_match_transformers() {
     run_all(
         &["tiny-e2b", "tiny-e4b", "tiny-moe"],
         &mut |m| {
-            let opts = WgpuOptions { max_ctx: 256, max_chunk: 128, fuse_norms_up_to: 0, fold_q_norm: false, ..Default::default() };
+            let opts = WgpuOptions {
+                max_ctx: 256,
+                max_chunk: 128,
+                fuse_norms_up_to: 0,
+                fold_q_norm: false,
+                ..Default::default()
+            };
             common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
         },
         128,
@@ -169,7 +196,8 @@ fn wgpu_split_k_and_norms_over_partials_match_transformers() {
     run_all(
         &["tiny-e2b", "tiny-e4b", "tiny-moe"],
         &mut |m| {
-            let opts = WgpuOptions { max_ctx: 256, max_chunk: 128, min_k_splits: 4, norm_splits: true, ..Default::default() };
+            let opts =
+                WgpuOptions { max_ctx: 256, max_chunk: 128, min_k_splits: 4, norm_splits: true, ..Default::default() };
             common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
         },
         128,
@@ -184,7 +212,13 @@ fn wgpu_split_tensors_match_transformers() {
     // real checkpoints under 128 MiB on lavapipe and 2 GiB on Vulkan).
     run_all(
         &["tiny-e2b"],
-        &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, max_binding: Some(4096), ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
+        &mut |m| {
+            common::wgpu_backend(
+                m,
+                WgpuOptions { max_ctx: 256, max_chunk: 16, max_binding: Some(4096), ..Default::default() },
+            )
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+        },
         16,
         Readback::AllLogits,
         "wgpu-split",
@@ -200,7 +234,10 @@ fn wgpu_decode_attention_both_forms_match_transformers() {
     // every fixture's context: attention_short alone.
     run_all(
         &["tiny-e2b", "tiny-e4b", "tiny-moe"],
-        &mut |m| common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, attn_short: 40, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>),
+        &mut |m| {
+            common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, attn_short: 40, ..Default::default() })
+                .map(|b| Box::new(b) as Box<dyn Backend>)
+        },
         16,
         Readback::AllLogits,
         "wgpu-short-bound",
@@ -216,7 +253,13 @@ fn wgpu_one_submit_per_step_matches_transformers() {
     run_all(
         &["tiny-e2b"],
         &mut |m| {
-            let opts = WgpuOptions { max_ctx: 256, max_chunk: 16, max_binding: Some(4096), submit_segments: false, ..Default::default() };
+            let opts = WgpuOptions {
+                max_ctx: 256,
+                max_chunk: 16,
+                max_binding: Some(4096),
+                submit_segments: false,
+                ..Default::default()
+            };
             common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
         },
         16,

@@ -114,7 +114,9 @@ fn bits(v: &[f32]) -> Vec<u32> {
 /// `rows` (at r · stride in x), the sum of each `gs` values of its first `cols`, [rows, cols / gs]
 /// (in f64; [`group_sums`] rounds them to f32 for the mat-mats' inputs).
 fn group_sums_f64(x: &[f32], rows: usize, stride: usize, cols: usize, gs: usize) -> Vec<f64> {
-    (0..rows).flat_map(|r| (0..cols / gs).map(move |g| x[r * stride + g * gs..][..gs].iter().map(|&v| v as f64).sum())).collect()
+    (0..rows)
+        .flat_map(|r| (0..cols / gs).map(move |g| x[r * stride + g * gs..][..gs].iter().map(|&v| v as f64).sum()))
+        .collect()
 }
 
 fn group_sums(x: &[f32], rows: usize, stride: usize, cols: usize, gs: usize) -> Vec<f32> {
@@ -191,7 +193,15 @@ struct Launch {
 }
 
 fn launch<P: bytemuck::Pod>(kernel: Kernel, bufs: Vec<Buf>, p: &P, step: Step, grid: (usize, usize)) -> Launch {
-    Launch { kernel, bufs, params: bytemuck::bytes_of(p).to_vec(), step, grid: (grid.0 as u32, grid.1 as u32, 1), then: None, post: None }
+    Launch {
+        kernel,
+        bufs,
+        params: bytemuck::bytes_of(p).to_vec(),
+        step,
+        grid: (grid.0 as u32, grid.1 as u32, 1),
+        then: None,
+        post: None,
+    }
 }
 
 /// A test case: `name()` prints every parameter (with the seed, a repro), `build()` makes the launch.
@@ -222,7 +232,13 @@ fn compare(got: &[f32], want: &[f64], tol: Tol) -> Result<f64, String> {
             den += b * b;
         }
     }
-    let nmse = if den > 0.0 { num / den } else if num == 0.0 { 0.0 } else { f64::INFINITY };
+    let nmse = if den > 0.0 {
+        num / den
+    } else if num == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY
+    };
     match tol {
         Tol::Exact => {
             if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != (want[i] as f32).to_bits()) {
@@ -240,7 +256,13 @@ fn compare(got: &[f32], want: &[f64], tol: Tol) -> Result<f64, String> {
 
 /// Every word outside the compared region (`compared(i)` false, or past the end: the guard) must be
 /// as it was.
-fn untouched(name: &str, got: &[u32], init: &[u32], len: usize, compared: impl Fn(usize) -> bool) -> Result<(), String> {
+fn untouched(
+    name: &str,
+    got: &[u32],
+    init: &[u32],
+    len: usize,
+    compared: impl Fn(usize) -> bool,
+) -> Result<(), String> {
     for (i, (&g, &w)) in got.iter().zip(init).enumerate() {
         if g != w && !(i < len && compared(i)) {
             return Err(if i >= len {
@@ -328,9 +350,17 @@ impl Weights {
                 let (sb, bb) = (bf16_bytes(&q.scales), bf16_bytes(&q.biases));
                 let wshape = vec![rows, cols * bits as usize / 32];
                 let gshape = vec![rows, cols / gs];
-                let st = store(&[("w", Dtype::U32, wshape, &wb), ("s", Dtype::BF16, gshape.clone(), &sb), ("b", Dtype::BF16, gshape, &bb)]);
-                let matrix =
-                    Matrix::Quant { w: st.get("w").unwrap(), scales: st.get("s").unwrap(), biases: st.get("b").unwrap(), layout: q.layout };
+                let st = store(&[
+                    ("w", Dtype::U32, wshape, &wb),
+                    ("s", Dtype::BF16, gshape.clone(), &sb),
+                    ("b", Dtype::BF16, gshape, &bb),
+                ]);
+                let matrix = Matrix::Quant {
+                    w: st.get("w").unwrap(),
+                    scales: st.get("s").unwrap(),
+                    biases: st.get("b").unwrap(),
+                    layout: q.layout,
+                };
                 let g = 2 * cols / gs;
                 Weights { matrix, bytes: [wb, sb, bb], row_bytes: [cols * bits as usize / 8, g, g] }
             }
@@ -353,18 +383,27 @@ impl Weights {
     fn part(&self, row0: usize, n: usize) -> [Vec<u8>; 3] {
         std::array::from_fn(|k| {
             let rb = self.row_bytes[k];
-            if rb == 0 { vec![0; 4] } else { self.bytes[k][row0 * rb..(row0 + n) * rb].to_vec() }
+            if rb == 0 {
+                vec![0; 4]
+            } else {
+                self.bytes[k][row0 * rb..(row0 + n) * rb].to_vec()
+            }
         })
     }
 }
 
 /// An in-memory safetensors file (leaked: the loader's `FileBytes::Static`; a few MB per run).
 fn store(tensors: &[(&str, Dtype, Vec<usize>, &[u8])]) -> TensorStore {
-    let views: Vec<(String, TensorView)> =
-        tensors.iter().map(|(n, dt, shape, data)| (n.to_string(), TensorView::new(*dt, shape.clone(), data).unwrap())).collect();
+    let views: Vec<(String, TensorView)> = tensors
+        .iter()
+        .map(|(n, dt, shape, data)| (n.to_string(), TensorView::new(*dt, shape.clone(), data).unwrap()))
+        .collect();
     let bytes = safetensors::serialize(views, None).unwrap();
-    let file = SafetensorsFile::from_bytes("kernels-test.safetensors".into(), FileBytes::Static(Box::leak(bytes.into_boxed_slice())))
-        .unwrap();
+    let file = SafetensorsFile::from_bytes(
+        "kernels-test.safetensors".into(),
+        FileBytes::Static(Box::leak(bytes.into_boxed_slice())),
+    )
+    .unwrap();
     TensorStore::from_files(vec![file])
 }
 
@@ -407,7 +446,22 @@ struct MatmulCase {
 
 impl MatmulCase {
     fn new(fmt: Format, rows: usize, cols: usize, tokens: usize, gs: usize) -> Self {
-        MatmulCase { fmt, rows, cols, tokens, gs: if is_quant(fmt) { gs } else { 0 }, x_pad: 0, y_off: 0, y_pad: 0, n_out: None, tile: 8, qmv: false, qmm: None, coop: None, x_spread: false }
+        MatmulCase {
+            fmt,
+            rows,
+            cols,
+            tokens,
+            gs: if is_quant(fmt) { gs } else { 0 },
+            x_pad: 0,
+            y_off: 0,
+            y_pad: 0,
+            n_out: None,
+            tile: 8,
+            qmv: false,
+            qmm: None,
+            coop: None,
+            x_spread: false,
+        }
     }
 }
 
@@ -440,7 +494,8 @@ impl Case for MatmulCase {
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out, tile, qmv, qmm, coop, x_spread } = self;
+        let &MatmulCase { fmt, rows, cols, tokens, gs, x_pad, y_off, y_pad, n_out, tile, qmv, qmm, coop, x_spread } =
+            self;
         let w = Weights::new(fmt, rows, cols, gs, rng);
         let count = n_out.unwrap_or(tokens);
         let (x_stride, y_stride) = (cols + x_pad, y_off + rows + y_pad);
@@ -484,7 +539,13 @@ impl Case for MatmulCase {
             k_splits: 0,
         };
         let n_out_step = n_out.unwrap_or(1);
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32, ..Default::default() };
+        let step = Step {
+            n_tokens: tokens as u32,
+            pos0: 0,
+            n_out: n_out_step as u32,
+            out_row0: (tokens - n_out_step) as u32,
+            ..Default::default()
+        };
         let (kernel, rows_per_wg) = if qmv {
             qmv_shape(rows, cols, x_stride, tile as u32).expect("qmv applies to this case")
         } else if let Some(tm) = qmm {
@@ -524,7 +585,10 @@ fn matmul_cases() -> Vec<Box<dyn Case>> {
                 }
                 // The speculative-verify variant (4-token tile, one row per workgroup).
                 if tokens <= 9 {
-                    v.push(Box::new(MatmulCase { tile: MATMUL_VERIFY_TOK as usize, ..MatmulCase::new(fmt, rows, 320, tokens, 64) }));
+                    v.push(Box::new(MatmulCase {
+                        tile: MATMUL_VERIFY_TOK as usize,
+                        ..MatmulCase::new(fmt, rows, 320, tokens, 64)
+                    }));
                 }
             }
         }
@@ -557,7 +621,16 @@ fn matmul_cases() -> Vec<Box<dyn Case>> {
 /// 65, 130), several 32-value steps per group (cols 320: 5 groups of 64, 10 steps) and group
 /// size 128, a strided x, a later part, count = n_out (the LM head), a folded grid.
 fn qmm_cases() -> Vec<Box<dyn Case>> {
-    [4, 8].into_iter().flat_map(|tm| qmm_shapes(|rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(tm), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) })).collect()
+    [4, 8]
+        .into_iter()
+        .flat_map(|tm| {
+            qmm_shapes(|rows, cols, tokens| MatmulCase {
+                tile: QMM_TOK as usize,
+                qmm: Some(tm),
+                ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64)
+            })
+        })
+        .collect()
 }
 
 /// qmm_cases' shapes for one form of the kernel (`q` makes its case of rows × cols × tokens).
@@ -591,9 +664,20 @@ fn qmm_coop_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
     assert!(h.gpu().coop_f16(), "{} has no f16 cooperative matrices: qmm_coop cannot run here", h.gpu().describe());
     let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
-    let dense = tiles.into_iter().flat_map(|t| qmm_shapes(move |rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(4), coop: Some(t), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) }));
+    let dense = tiles.into_iter().flat_map(|t| {
+        qmm_shapes(move |rows, cols, tokens| MatmulCase {
+            tile: QMM_TOK as usize,
+            qmm: Some(4),
+            coop: Some(t),
+            ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64)
+        })
+    });
     let moe = tiles.into_iter().flat_map(|t| {
-        let m = move |experts, top_k, rows, cols, tokens| MoeMatmulCase { qmm: true, coop: Some(t), ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped() };
+        let m = move |experts, top_k, rows, cols, tokens| MoeMatmulCase {
+            qmm: true,
+            coop: Some(t),
+            ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped()
+        };
         // Besides qmm_moe's shapes, the bias steps at group size 128: a block of 8 groups, then
         // a partial one whose unused slots must read as zeros.
         let mut v = qmm_moe_shapes(m);
@@ -601,7 +685,8 @@ fn qmm_coop_matches_the_cpu_reference() {
         v
     });
     // The GeGLU form: partial row and token tiles, E2B/E4B widths.
-    let glu = [(1, 320, 9), (65, 320, 130), (70, 1536, 257), (130, 2560, 20), (192, 256, 200)].map(|(rows, cols, tokens)| Box::new(GluCase { rows, cols, tokens, tile: 0, coop: true }) as Box<dyn Case>);
+    let glu = [(1, 320, 9), (65, 320, 130), (70, 1536, 257), (130, 2560, 20), (192, 256, 200)]
+        .map(|(rows, cols, tokens)| Box::new(GluCase { rows, cols, tokens, tile: 0, coop: true }) as Box<dyn Case>);
     let failures = run_all(&mut h, dense.chain(moe).chain(glu));
     assert!(failures.is_empty(), "{} qmm_coop case(s) failed:\n{}", failures.len(), failures.join("\n"));
     for ((splits, c), t) in split_k_cases().into_iter().zip(tiles.into_iter().cycle()) {
@@ -635,15 +720,22 @@ fn run_all(h: &mut KernelHarness, cases: impl Iterator<Item = Box<dyn Case>>) ->
 #[ignore = "needs f16 cooperative matrices (tensor cores): run with --include-ignored on such a device"]
 fn attention_coop_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
-    assert!(h.gpu().coop_f16(), "{} has no f16 cooperative matrices: attention_coop cannot run here", h.gpu().describe());
-    let mut cases: Vec<AttnCase> = attention_shapes().into_iter().filter(|c| attention_chunk_coop(c.d).is_some()).collect();
+    assert!(
+        h.gpu().coop_f16(),
+        "{} has no f16 cooperative matrices: attention_coop cannot run here",
+        h.gpu().describe()
+    );
+    let mut cases: Vec<AttnCase> =
+        attention_shapes().into_iter().filter(|c| attention_chunk_coop(c.d).is_some()).collect();
     let a = AttnCase::new;
     cases.extend([a(256, 8, 2, 512, 0, 512, 1023), a(256, 8, 2, 512, 700, 512, 1023), a(512, 8, 1, 300, 400, 0, 700)]);
     for q_range in [0.01, 4.0, 16.0] {
         cases.extend([a(256, 4, 1, 100, 50, 0, 150), a(64, 4, 2, 70, 30, 16, 85)].map(|c| AttnCase { q_range, ..c }));
     }
     // Each case in both forms: the plain one, and the one that also writes the output's sums.
-    let cases = cases.into_iter().flat_map(|c| [false, true].map(|sums| Box::new(AttnCase { coop: true, sums, ..c }) as Box<dyn Case>));
+    let cases = cases
+        .into_iter()
+        .flat_map(|c| [false, true].map(|sums| Box::new(AttnCase { coop: true, sums, ..c }) as Box<dyn Case>));
     let failures = run_all(&mut h, cases);
     assert!(failures.is_empty(), "{} attention_coop case(s) failed:\n{}", failures.len(), failures.join("\n"));
 }
@@ -661,7 +753,11 @@ fn split_k_qmm_matches_the_cpu_reference() {
 
 /// The split-k cases: (ranges, case).
 fn split_k_cases() -> [(u32, MatmulCase); 5] {
-    let q = |tm, rows, cols, tokens| MatmulCase { tile: QMM_TOK as usize, qmm: Some(tm), ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
+    let q = |tm, rows, cols, tokens| MatmulCase {
+        tile: QMM_TOK as usize,
+        qmm: Some(tm),
+        ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64)
+    };
     [
         (2, q(4, 65, 512, 70)),
         (4, q(8, 130, 1024, 9)),
@@ -681,12 +777,19 @@ fn run_split_k(h: &mut KernelHarness, splits: u32, c: MatmulCase) {
     let scratch = vec![0u8; 4 * splits as usize * count * c.rows];
     let split_p = MatmulParams { y_stride: p.rows, y_off: 0, k_splits: splits, ..p };
     // w, scales, biases, x, the partials in y's place, then x's group sums (the tensor-core form).
-    let bufs: Vec<Vec<u8>> = l.bufs[..4].iter().map(|b| b.bytes.clone()).chain([scratch]).chain(l.bufs[5..].iter().map(|b| b.bytes.clone())).collect();
+    let bufs: Vec<Vec<u8>> = l.bufs[..4]
+        .iter()
+        .map(|b| b.bytes.clone())
+        .chain([scratch])
+        .chain(l.bufs[5..].iter().map(|b| b.bytes.clone()))
+        .collect();
     let grid = (l.grid.0, l.grid.1 * splits, l.grid.2);
     let out = h.run(l.kernel, &bufs, bytemuck::bytes_of(&split_p), l.step, grid).unwrap();
     p.k_splits = splits;
     let sum_grid = ((c.rows as u32).div_ceil(256), count as u32, 1);
-    let y = h.run(Kernel::QmmSum, &[out[4].clone(), l.bufs[4].bytes.clone()], bytemuck::bytes_of(&p), l.step, sum_grid).unwrap();
+    let y = h
+        .run(Kernel::QmmSum, &[out[4].clone(), l.bufs[4].bytes.clone()], bytemuck::bytes_of(&p), l.step, sum_grid)
+        .unwrap();
     let got: Vec<f32> = words(&y[1]).into_iter().map(f32::from_bits).collect();
     // Every y value the reference leaves out must keep its poison (nothing written past the rows).
     let init: Vec<u32> = words(&l.bufs[4].bytes);
@@ -706,7 +809,11 @@ fn run_split_k(h: &mut KernelHarness, splits: u32, c: MatmulCase) {
 /// not, x spread over 40 binades, partial row blocks, group size 128, a strided x, a later part,
 /// count = n_out, a folded grid.
 fn qmv_cases() -> Vec<Box<dyn Case>> {
-    let q = |rows, cols, tokens, tile| MatmulCase { tile, qmv: true, ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) };
+    let q = |rows, cols, tokens, tile| MatmulCase {
+        tile,
+        qmv: true,
+        ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64)
+    };
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for tile in [1, MATMUL_VERIFY_TOK as usize] {
         for rows in [1, 7, 65, 257] {
@@ -717,7 +824,17 @@ fn qmv_cases() -> Vec<Box<dyn Case>> {
                 v.push(Box::new(q(rows, 320, tokens, tile)));
             }
         }
-        for (rows, cols) in [(33, 1536), (41, 2560), (9, 6144), (17, 1024), (3000, 2048), (4100, 2048), (12300, 1088), (65536, 64), (65536, 640)] {
+        for (rows, cols) in [
+            (33, 1536),
+            (41, 2560),
+            (9, 6144),
+            (17, 1024),
+            (3000, 2048),
+            (4100, 2048),
+            (12300, 1088),
+            (65536, 64),
+            (65536, 640),
+        ] {
             v.push(Box::new(q(rows, cols, 2, tile)));
         }
         v.push(Box::new(MatmulCase { gs: 128, ..q(65, 512, 3, tile) }));
@@ -782,13 +899,29 @@ impl Case for GluCase {
             let mut want_s = vec![None; tokens * groups];
             for t in 0..tokens {
                 for g in 0..groups {
-                    want_s[t * groups + g] = Some((g * 64..rows.min(g * 64 + 64)).map(|r| ops::gelu_tanh(y_ref[t * 2 * rows + r]) as f64 * y_ref[t * 2 * rows + rows + r] as f64).sum());
+                    want_s[t * groups + g] = Some(
+                        (g * 64..rows.min(g * 64 + 64))
+                            .map(|r| {
+                                ops::gelu_tanh(y_ref[t * 2 * rows + r]) as f64 * y_ref[t * 2 * rows + rows + r] as f64
+                            })
+                            .sum(),
+                    );
                 }
             }
             bufs.push(output_f32("ysum", vec![POISON; tokens * groups], want_s, tol::DOT));
         }
-        let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: y_stride as u32, y_off: 0, count_sel: 0, k_splits: 0 };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let p = MatmulParams {
+            rows: rows as u32,
+            cols: cols as u32,
+            gs: 64,
+            x_stride: cols as u32,
+            y_stride: y_stride as u32,
+            y_off: 0,
+            count_sel: 0,
+            k_splits: 0,
+        };
+        let step =
+            Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         if coop {
             let (kernel, per_wg, tok) = qmm_coop_glu_shape();
             return launch(kernel, bufs, &p, step, (rows.div_ceil(per_wg as usize), tokens.div_ceil(tok as usize)));
@@ -869,14 +1002,28 @@ impl Case for NormQmvCase {
             input_words("norm weights", &bits(&nw)),
             output_f32("res_out", vec![POISON; tokens * cols], hs.iter().map(|&v| Some(v as f64)).collect(), tol::NORM),
         ];
-        let p = MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: y_stride as u32, y_off: 0, count_sel: 0, k_splits: 0 };
-        let pro = NormPro { w1: w1_off as u32, post1, w2: w2_off as u32, post2, eps, second: second as u32, _pad: [0; 2] };
+        let p = MatmulParams {
+            rows: rows as u32,
+            cols: cols as u32,
+            gs: 64,
+            x_stride: cols as u32,
+            y_stride: y_stride as u32,
+            y_off: 0,
+            count_sel: 0,
+            k_splits: 0,
+        };
+        let pro =
+            NormPro { w1: w1_off as u32, post1, w2: w2_off as u32, post2, eps, second: second as u32, _pad: [0; 2] };
         let mut params = bytemuck::bytes_of(&p).to_vec();
         params.resize(PARAMS2_AT, 0);
         params.extend_from_slice(bytemuck::bytes_of(&pro));
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        let (kernel, rows_per_wg) = if glu { qmv_glu_shape(rows, cols, cols, tile as u32) } else { qmv_shape(rows, cols, cols, tile as u32) }.expect("qmv applies to this case");
-        let kernel = with_norm(kernel, tile as u32, cols, 32768).expect("the fused form fits in lavapipe's workgroup memory");
+        let step =
+            Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let (kernel, rows_per_wg) =
+            if glu { qmv_glu_shape(rows, cols, cols, tile as u32) } else { qmv_shape(rows, cols, cols, tile as u32) }
+                .expect("qmv applies to this case");
+        let kernel =
+            with_norm(kernel, tile as u32, cols, 32768).expect("the fused form fits in lavapipe's workgroup memory");
         let grid = (rows.div_ceil(rows_per_wg as usize) as u32, tokens.div_ceil(tile) as u32, 1);
         Launch { kernel, bufs, params, step, grid, then: None, post: None }
     }
@@ -922,7 +1069,8 @@ impl Case for GeluBCase {
         let mut want = vec![None; tokens * rows];
         for t in 0..tokens {
             for r in 0..rows {
-                want[t * rows + r] = Some(ops::gelu_tanh(y_ref[t * rows + r]) as f64 * gb[t * b_stride + b_off + r] as f64);
+                want[t * rows + r] =
+                    Some(ops::gelu_tanh(y_ref[t * rows + r]) as f64 * gb[t * b_stride + b_off + r] as f64);
             }
         }
         let [wb, sb, bb] = w.part(0, rows);
@@ -936,13 +1084,24 @@ impl Case for GeluBCase {
             input_words("gb", &bits(&gb)),
         ];
         let p = QmvGeluParams {
-            m: MatmulParams { rows: rows as u32, cols: cols as u32, gs: 64, x_stride: cols as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, k_splits: 0 },
+            m: MatmulParams {
+                rows: rows as u32,
+                cols: cols as u32,
+                gs: 64,
+                x_stride: cols as u32,
+                y_stride: rows as u32,
+                y_off: 0,
+                count_sel: 0,
+                k_splits: 0,
+            },
             b_stride: b_stride as u32,
             b_off: b_off as u32,
             _pad: [0; 2],
         };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        let (kernel, rows_per_wg) = qmv_gelu_b_shape(rows, cols, cols, tile as u32).expect("the gated qmv applies to this case");
+        let step =
+            Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let (kernel, rows_per_wg) =
+            qmv_gelu_b_shape(rows, cols, cols, tile as u32).expect("the gated qmv applies to this case");
         launch(kernel, bufs, &p, step, (rows.div_ceil(rows_per_wg as usize), tokens.div_ceil(tile)))
     }
 }
@@ -952,7 +1111,16 @@ impl Case for GeluBCase {
 fn glu_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for tile in [1, MATMUL_VERIFY_TOK as usize] {
-        for (rows, cols, tokens) in [(1, 320, 1), (7, 320, 3), (65, 320, 5), (3000, 256, 2), (6150, 1088, 2), (70, 1536, 1), (40, 2560, 3), (9, 6144, 2)] {
+        for (rows, cols, tokens) in [
+            (1, 320, 1),
+            (7, 320, 3),
+            (65, 320, 5),
+            (3000, 256, 2),
+            (6150, 1088, 2),
+            (70, 1536, 1),
+            (40, 2560, 3),
+            (9, 6144, 2),
+        ] {
             v.push(Box::new(GluCase { rows, cols, tokens, tile, coop: false }));
         }
         // The gated form: partial teams, E2B's per-layer gate (256 × 1536), E4B's width.
@@ -972,17 +1140,23 @@ fn qmv_staged_rows_carry_a_non_finite_x() {
     let c = MatmulCase { tile: 1, qmv: true, ..MatmulCase::new(Format::Q4, 12300, 1088, 3, 64) };
     let l = c.build(&mut Rng(kestrel::synth::SplitMix64(5)));
     let mut bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
-    let clean: Vec<f32> = words(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]).into_iter().map(f32::from_bits).collect();
+    let clean: Vec<f32> =
+        words(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]).into_iter().map(f32::from_bits).collect();
     assert!(clean[..3 * 12300].iter().all(|v| v.is_finite()), "non-finite rows from a finite x");
     // Token 0: +inf at column 40; token 1: NaN at column 1000; token 2 untouched.
     bufs[3][4 * 40..4 * 41].copy_from_slice(&f32::INFINITY.to_le_bytes());
     bufs[3][4 * (1088 + 1000)..4 * (1088 + 1001)].copy_from_slice(&f32::NAN.to_le_bytes());
-    let got: Vec<f32> = words(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]).into_iter().map(f32::from_bits).collect();
+    let got: Vec<f32> =
+        words(&h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4]).into_iter().map(f32::from_bits).collect();
     for t in 0..2 {
         let finite = got[t * 12300..(t + 1) * 12300].iter().filter(|v| v.is_finite()).count();
         assert_eq!(finite, 0, "token {t}: {finite} of 12300 rows finite with a non-finite x");
     }
-    let changed: Vec<(usize, f32, f32)> = (2 * 12300..3 * 12300).filter(|&i| got[i].to_bits() != clean[i].to_bits()).map(|i| (i, clean[i], got[i])).take(5).collect();
+    let changed: Vec<(usize, f32, f32)> = (2 * 12300..3 * 12300)
+        .filter(|&i| got[i].to_bits() != clean[i].to_bits())
+        .map(|i| (i, clean[i], got[i]))
+        .take(5)
+        .collect();
     assert!(changed.is_empty(), "token 2's rows changed: {changed:?}");
 }
 
@@ -1036,7 +1210,8 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
     for (rows, cols) in [(65, 320), (70, 1536), (6150, 1088)] {
         let outs: Vec<Vec<u8>> = (1..=MATMUL_VERIFY_TOK as usize)
             .map(|tile| {
-                let l = GluCase { rows, cols, tokens: 3, tile, coop: false }.build(&mut Rng(kestrel::synth::SplitMix64(11)));
+                let l = GluCase { rows, cols, tokens: 3, tile, coop: false }
+                    .build(&mut Rng(kestrel::synth::SplitMix64(11)));
                 let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
                 h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap()[4].clone()
             })
@@ -1053,13 +1228,17 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
             let outs: Vec<(Vec<u8>, Vec<u8>)> = [1, PRO_VERIFY_TOK as usize]
                 .iter()
                 .map(|&tile| {
-                    let l = NormQmvCase { rows, cols, tokens: 3, tile, second: true, glu }.build(&mut Rng(kestrel::synth::SplitMix64(11)));
+                    let l = NormQmvCase { rows, cols, tokens: 3, tile, second: true, glu }
+                        .build(&mut Rng(kestrel::synth::SplitMix64(11)));
                     let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
                     let out = h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap();
                     (out[4].clone(), out[7].clone())
                 })
                 .collect();
-            assert!(outs[0] == outs[1], "fused-norm qmv (glu {glu}) rows={rows} cols={cols}: tile 1 and tile {PRO_VERIFY_TOK} differ");
+            assert!(
+                outs[0] == outs[1],
+                "fused-norm qmv (glu {glu}) rows={rows} cols={cols}: tile 1 and tile {PRO_VERIFY_TOK} differ"
+            );
         }
     }
 }
@@ -1129,8 +1308,10 @@ impl Case for EmbedCase {
             input_words("ids", &ids),
             output_f32("out", vec![POISON; tokens * cols], want, tol),
         ];
-        let p = EmbedParams { rows: rows as u32, cols: cols as u32, gs: gs as u32, row0: row0 as u32, scale, _pad: [0; 3] };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let p =
+            EmbedParams { rows: rows as u32, cols: cols as u32, gs: gs as u32, row0: row0 as u32, scale, _pad: [0; 3] };
+        let step =
+            Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::Embed(fmt), bufs, &p, step, ((cols / 8).div_ceil(64), tokens))
     }
 }
@@ -1196,12 +1377,35 @@ struct NormCase {
 
 impl NormCase {
     fn new(n: usize, tokens: usize, mode: u32) -> Self {
-        NormCase { n, segs: 1, tokens, mode, pre: 1.0, post: 1.0, weight: true, w_off: 0, x_pad: 0, out_pad: 0, n_out: None, chain: None, chained: 1, wg: 256, sums: None, rows: None, splits: 0 }
+        NormCase {
+            n,
+            segs: 1,
+            tokens,
+            mode,
+            pre: 1.0,
+            post: 1.0,
+            weight: true,
+            w_off: 0,
+            x_pad: 0,
+            out_pad: 0,
+            n_out: None,
+            chain: None,
+            chained: 1,
+            wg: 256,
+            sums: None,
+            rows: None,
+            splits: 0,
+        }
     }
 
     fn kernel(&self) -> Kernel {
         match self.rows {
-            Some(wg) => Kernel::RmsNormRows { v4: (self.n as u32).div_ceil(4 * wg).max(1), wg, sums: self.sums.is_some(), parts: self.splits > 1 },
+            Some(wg) => Kernel::RmsNormRows {
+                v4: (self.n as u32).div_ceil(4 * wg).max(1),
+                wg,
+                sums: self.sums.is_some(),
+                parts: self.splits > 1,
+            },
             None => {
                 assert!(self.sums.is_none(), "{}: only the rows form writes group sums", self.name());
                 Kernel::RmsNorm { v: rmsnorm_v(self.n, self.wg), wg: self.wg }
@@ -1215,8 +1419,6 @@ impl NormCase {
 fn norm_sums_layout(count: usize, groups: usize, outputs: usize) -> (impl Fn(usize) -> usize, usize) {
     (move |j: usize| 3 + j * count * groups, 3 + outputs * count * groups)
 }
-
-
 
 impl Case for NormCase {
     fn name(&self) -> String {
@@ -1255,7 +1457,25 @@ impl Case for NormCase {
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &NormCase { n, segs, tokens, mode, pre, post, weight, w_off, x_pad, out_pad, n_out, chain, chained, sums, rows, splits, .. } = self;
+        let &NormCase {
+            n,
+            segs,
+            tokens,
+            mode,
+            pre,
+            post,
+            weight,
+            w_off,
+            x_pad,
+            out_pad,
+            n_out,
+            chain,
+            chained,
+            sums,
+            rows,
+            splits,
+            ..
+        } = self;
         let count = n_out.unwrap_or(tokens);
         let out_row0 = tokens - n_out.unwrap_or(1);
         let (x_stride, out_stride) = (segs * n + x_pad, segs * n + out_pad);
@@ -1267,7 +1487,11 @@ impl Case for NormCase {
         // of token t is row s · tokens + t), the kernel's x binding all poison.
         let mut part = vec![POISON; 4];
         if splits > 1 {
-            assert!(segs == 1 && x_pad == 0 && n_out.is_none() && rows.is_some(), "{}: partials need the rows form's plain rows", self.name());
+            assert!(
+                segs == 1 && x_pad == 0 && n_out.is_none() && rows.is_some(),
+                "{}: partials need the rows form's plain rows",
+                self.name()
+            );
             part = bits(&rng.vec(splits * tokens * n));
             for t in 0..tokens {
                 for i in 0..n {
@@ -1288,7 +1512,11 @@ impl Case for NormCase {
         let wc: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(n)).collect();
         let wc_off = |j: usize| {
             let off = w_off + (j + 1) * (n + 3);
-            if rows.is_some() { off.next_multiple_of(4) } else { off }
+            if rows.is_some() {
+                off.next_multiple_of(4)
+            } else {
+                off
+            }
         };
         let mut wt = vec![POISON; wc_off(2) + n + 4];
         if weight {
@@ -1328,12 +1556,14 @@ impl Case for NormCase {
         // The chained norms, from the expected out rows rounded to f32 (what the kernel holds).
         let out2_stride = n + chain.unwrap_or(0);
         let n_chained = if chain.is_some() { chained } else { 0 };
-        let mut bufs = vec![input_words("x", &x), input_words("wt", &wt), output_f32("out", out, want.clone(), tol::NORM)];
+        let mut bufs =
+            vec![input_words("x", &x), input_words("wt", &wt), output_f32("out", out, want.clone(), tol::NORM)];
         for (j, name) in ["out2", "out3", "out4"].into_iter().enumerate() {
             bufs.push(if j < n_chained {
                 let mut want2 = vec![None; count * out2_stride];
                 for t in 0..count {
-                    let mut v: Vec<f32> = (0..n).map(|i| want[t * out_stride + i].expect("row written") as f32).collect();
+                    let mut v: Vec<f32> =
+                        (0..n).map(|i| want[t * out_stride + i].expect("row written") as f32).collect();
                     ops::rmsnorm(&mut v, Some(&wc[j]), EPS);
                     for i in 0..n {
                         want2[t * out2_stride + i] = Some(v[i] as f64 * posts[j] as f64);
@@ -1362,7 +1592,8 @@ impl Case for NormCase {
                 for t in 0..count {
                     for g in 0..groups {
                         let row = t * stride + g * gs;
-                        want_s[sum_at(j) + t * groups + g] = Some((0..gs).map(|i| want[row + i].expect("row written") as f32 as f64).sum());
+                        want_s[sum_at(j) + t * groups + g] =
+                            Some((0..gs).map(|i| want[row + i].expect("row written") as f32 as f64).sum());
                     }
                 }
             }
@@ -1403,11 +1634,19 @@ impl Case for NormCase {
         };
         // Binding 10: the partials, or poison where the form reads none.
         bufs.push(input_words("part", &part));
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: n_out.unwrap_or(1) as u32, out_row0: out_row0 as u32, ..Default::default() };
+        let step = Step {
+            n_tokens: tokens as u32,
+            pos0: 0,
+            n_out: n_out.unwrap_or(1) as u32,
+            out_row0: out_row0 as u32,
+            ..Default::default()
+        };
         let mut l = launch(self.kernel(), bufs, &p, step, (segs, count));
         if gs > 0 {
             l.post = Some(Box::new(move |out: &[Vec<u8>]| {
-                let f = |b: &[u8]| -> Vec<f32> { b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
+                let f = |b: &[u8]| -> Vec<f32> {
+                    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+                };
                 let xsum = f(&out[7]);
                 for j in 0..outputs {
                     let (o, stride) = (f(&out[2 + j]), if j == 0 { out_stride } else { out2_stride });
@@ -1416,7 +1655,8 @@ impl Case for NormCase {
                             // |f32 sum − exact sum| ≤ (gs − 1) · 2^-24 · Σ|v| in any order.
                             let vals = &o[t * stride + g * gs..t * stride + (g + 1) * gs];
                             let exact: f64 = vals.iter().map(|&v| v as f64).sum();
-                            let bound = gs as f64 * f32::EPSILON as f64 / 2.0 * vals.iter().map(|&v| (v as f64).abs()).sum::<f64>();
+                            let bound = gs as f64 * f32::EPSILON as f64 / 2.0
+                                * vals.iter().map(|&v| (v as f64).abs()).sum::<f64>();
                             let got = xsum[sum_at(j) + t * groups + g] as f64;
                             if (got - exact).abs() > bound {
                                 return Err(format!("xsum of output {j}, token {t}, group {g}: {got:e}, the written values sum to {exact:e} (f32 bound {bound:.1e})"));
@@ -1448,7 +1688,12 @@ fn norm_cases() -> Vec<Box<dyn Case>> {
         }
     }
     // The PLE projection norm of E2B: 35 segments of 256, pre = 1536^-½, post = 2^-½, added to out.
-    let ple = NormCase { segs: 35, pre: (1536f64).powf(-0.5) as f32, post: std::f32::consts::FRAC_1_SQRT_2, ..NormCase::new(256, 3, 1) };
+    let ple = NormCase {
+        segs: 35,
+        pre: (1536f64).powf(-0.5) as f32,
+        post: std::f32::consts::FRAC_1_SQRT_2,
+        ..NormCase::new(256, 3, 1)
+    };
     v.push(Box::new(ple));
     v.push(Box::new(NormCase { tokens: 1, ..ple }));
     // The final norm: only the LM head rows (x_row_sel 1, count_sel 1).
@@ -1547,7 +1792,14 @@ fn s_case(gs: usize, c: NormCase) -> NormCase {
 fn rmsnorm_rows_over_partials_is_bitwise_qmm_sum_then_the_norm() {
     let Some(mut h) = harness() else { return };
     let cases = [
-        NormCase { rows: Some(256), splits: 8, sums: Some(64), chain: Some(0), post: 0.37, ..NormCase::new(2560, 5, 2) },
+        NormCase {
+            rows: Some(256),
+            splits: 8,
+            sums: Some(64),
+            chain: Some(0),
+            post: 0.37,
+            ..NormCase::new(2560, 5, 2)
+        },
         NormCase { rows: Some(64), splits: 3, ..NormCase::new(132, 2, 2) },
     ];
     for c in cases {
@@ -1555,13 +1807,23 @@ fn rmsnorm_rows_over_partials_is_bitwise_qmm_sum_then_the_norm() {
         let init: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
         let parts = h.run(l.kernel, &init, &l.params, l.step, l.grid).unwrap();
         // qmm_sum of the same partials into x, then the rows form over that x.
-        let mp = MatmulParams { rows: c.n as u32, y_stride: c.n as u32, k_splits: c.splits as u32, ..Default::default() };
-        let x = h.run(Kernel::QmmSum, &[init[8].clone(), init[0].clone()], bytemuck::bytes_of(&mp), l.step, ((c.n as u32).div_ceil(256), c.tokens as u32, 1)).unwrap();
+        let mp =
+            MatmulParams { rows: c.n as u32, y_stride: c.n as u32, k_splits: c.splits as u32, ..Default::default() };
+        let x = h
+            .run(
+                Kernel::QmmSum,
+                &[init[8].clone(), init[0].clone()],
+                bytemuck::bytes_of(&mp),
+                l.step,
+                ((c.n as u32).div_ceil(256), c.tokens as u32, 1),
+            )
+            .unwrap();
         let mut p: NormParams = *bytemuck::from_bytes(&l.params[..std::mem::size_of::<NormParams>()]);
         p.splits = 0;
         let mut over_x = init.clone();
         over_x[0] = x[1].clone();
-        let plain = h.run(NormCase { splits: 0, ..c }.kernel(), &over_x, bytemuck::bytes_of(&p), l.step, l.grid).unwrap();
+        let plain =
+            h.run(NormCase { splits: 0, ..c }.kernel(), &over_x, bytemuck::bytes_of(&p), l.step, l.grid).unwrap();
         let outputs = if c.chain.is_some() { 1 + c.chained } else { 1 };
         for j in 0..outputs {
             assert!(parts[2 + j] == plain[2 + j], "{}: output {j} differs from qmm_sum then the norm", c.name());
@@ -1579,7 +1841,14 @@ fn rmsnorm_rows_sums_form_writes_the_plain_forms_outputs() {
     let cases = [
         NormCase { rows: Some(256), sums: Some(64), ..NormCase::new(1536, 9, 0) },
         NormCase { rows: Some(256), sums: Some(64), chain: Some(4), out_pad: 8, ..NormCase::new(2560, 5, 2) },
-        NormCase { rows: Some(64), sums: Some(64), chain: Some(0), chained: 3, post: 0.37, ..NormCase::new(2816, 3, 1) },
+        NormCase {
+            rows: Some(64),
+            sums: Some(64),
+            chain: Some(0),
+            chained: 3,
+            post: 0.37,
+            ..NormCase::new(2816, 3, 1)
+        },
     ];
     for c in cases {
         let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&c.name()))));
@@ -1603,9 +1872,14 @@ fn rmsnorm_rows_sums_form_writes_the_plain_forms_outputs() {
 enum RopeKind {
     Off,
     /// All d/2 pairs rotate (sliding layers).
-    Default { theta: f64 },
+    Default {
+        theta: f64,
+    },
     /// Only int(partial · d/2) pairs rotate, the exponent still over d (full layers of Gemma 4).
-    Proportional { theta: f64, partial: f64 },
+    Proportional {
+        theta: f64,
+        partial: f64,
+    },
 }
 
 /// Per token t and head h: norm(src) · w, rope at pos0 + t, to dst (q layout, or the cache slot of
@@ -1654,7 +1928,8 @@ impl Case for HeadCase {
             RopeKind::Proportional { theta, partial } => format!("proportional(theta={theta},partial={partial})"),
         };
         let (off, stride) = c.rope_layout();
-        let mut s = format!("head_norm_rope(d={},heads={},tokens={},pos0={},rope={rope}", c.d, c.heads, c.tokens, c.pos0);
+        let mut s =
+            format!("head_norm_rope(d={},heads={},tokens={},pos0={},rope={rope}", c.d, c.heads, c.tokens, c.pos0);
         if !matches!(c.rope, RopeKind::Off) {
             s += &format!(",rope_off={off},rope_stride={stride}");
         }
@@ -1741,7 +2016,13 @@ impl Case for HeadCase {
             src_off: src_off as u32,
             _pad: 0,
         };
-        let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let step = Step {
+            n_tokens: tokens as u32,
+            pos0: pos0 as u32,
+            n_out: 1,
+            out_row0: tokens as u32 - 1,
+            ..Default::default()
+        };
         launch(Kernel::HeadNormRope { wg }, bufs, &p, step, (heads, tokens))
     }
 }
@@ -1773,7 +2054,11 @@ fn head_cases() -> Vec<Box<dyn Case>> {
     for (d, heads, rope) in [(256, 1, sliding), (512, 2, full), (32, 2, sliding)] {
         for (tokens, pos0, slots) in [(5, 6, 8), (1, 37, 8), (9, 1000, 9)] {
             v.push(Box::new(HeadCase { slots: Some(slots), ..HeadCase::new(d, heads, tokens, pos0, rope) }));
-            v.push(Box::new(HeadCase { slots: Some(slots), weight: false, ..HeadCase::new(d, heads, tokens, pos0, RopeKind::Off) }));
+            v.push(Box::new(HeadCase {
+                slots: Some(slots),
+                weight: false,
+                ..HeadCase::new(d, heads, tokens, pos0, RopeKind::Off)
+            }));
         }
     }
     // 64 and 128 threads per head (KESTREL_HEAD_NORM_WG): four values per thread at d = 4 · wg
@@ -1782,7 +2067,13 @@ fn head_cases() -> Vec<Box<dyn Case>> {
         for rope in [sliding, full] {
             v.push(Box::new(HeadCase { wg, ..HeadCase::new(d, 8, 9, 1000, rope) }));
         }
-        v.push(Box::new(HeadCase { wg, slots: Some(9), src_off: 2 * d, src_pad: 8, ..HeadCase::new(d, 1, 3, 7, sliding) }));
+        v.push(Box::new(HeadCase {
+            wg,
+            slots: Some(9),
+            src_off: 2 * d,
+            src_pad: 8,
+            ..HeadCase::new(d, 1, 3, 7, sliding)
+        }));
         v.push(Box::new(HeadCase { wg, slots: Some(8), weight: false, ..HeadCase::new(d, 2, 5, 6, RopeKind::Off) }));
     }
     v
@@ -1848,8 +2139,20 @@ impl Case for AttnCase {
         let c = self;
         let mut s = format!(
             "{}(d={},heads={},kv_heads={},tokens={},pos0={},window={},slots={}",
-            if c.sums { "attention_coop_sums" } else if c.coop { "attention_coop" } else { "attention" },
-            c.d, c.heads, c.kv_heads, c.tokens, c.pos0, c.window, c.slots
+            if c.sums {
+                "attention_coop_sums"
+            } else if c.coop {
+                "attention_coop"
+            } else {
+                "attention"
+            },
+            c.d,
+            c.heads,
+            c.kv_heads,
+            c.tokens,
+            c.pos0,
+            c.window,
+            c.slots
         );
         if c.q_range != 1.0 {
             s += &format!(",q_range={}", c.q_range);
@@ -1870,7 +2173,9 @@ impl Case for AttnCase {
         // The tensor-core form's sums of each 64 values of o (one value stage): sums of 64
         // outputs within tol::ATTN, the same bound.
         let groups = qrow / 64;
-        let want_s: Vec<Option<f64>> = (0..tokens * groups).map(|i| Some((0..64).map(|j| want[i * 64 + j].expect("every output is compared")).sum())).collect();
+        let want_s: Vec<Option<f64>> = (0..tokens * groups)
+            .map(|i| Some((0..64).map(|j| want[i * 64 + j].expect("every output is compared")).sum()))
+            .collect();
         let mut bufs = vec![
             input_words("q", &bits(&q)),
             input_words("k cache", &bits(&kc)),
@@ -1890,7 +2195,13 @@ impl Case for AttnCase {
             short_max: 0,
             _pad: 0,
         };
-        let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let step = Step {
+            n_tokens: tokens as u32,
+            pos0: pos0 as u32,
+            n_out: 1,
+            out_row0: tokens as u32 - 1,
+            ..Default::default()
+        };
         let (kernel, bq) = if coop {
             assert!(attention_chunk_coop(d).is_some(), "{}: a head dim attention_coop does not take", self.name());
             (Kernel::AttentionCoop { d: d as u32, sums }, ATTN_COOP_BQ)
@@ -1941,15 +2252,29 @@ fn split_attention_matches_the_cpu_reference() {
             let mut want = want.clone();
             if qnorm {
                 // Sliding layers rotate every pair, full ones a quarter (Gemma 4's two ropes).
-                let rope = if c.window > 0 { RopeKind::Default { theta: 10_000.0 } } else { RopeKind::Proportional { theta: 1_000_000.0, partial: 0.25 } };
+                let rope = if c.window > 0 {
+                    RopeKind::Default { theta: 10_000.0 }
+                } else {
+                    RopeKind::Proportional { theta: 1_000_000.0, partial: 0.25 }
+                };
                 let hc = HeadCase { src_off: 3, src_pad: 5, ..HeadCase::new(c.d, c.heads, c.tokens, c.pos0, rope) };
                 let hl = hc.build(&mut rng);
-                let Check::F32 { want: q_want, .. } = &hl.bufs[3].check else { unreachable!("head_norm_rope's dst is an f32 output") };
+                let Check::F32 { want: q_want, .. } = &hl.bufs[3].check else {
+                    unreachable!("head_norm_rope's dst is an f32 output")
+                };
                 let q: Vec<f32> = q_want.iter().map(|v| v.expect("dst_mode 0 writes every value") as f32).collect();
                 let f = |b: &Buf| -> Vec<f32> { words(&b.bytes).into_iter().map(f32::from_bits).collect() };
                 want = c.reference(&q, &f(&l.bufs[1]), &f(&l.bufs[2]));
                 let hp: HeadParams = *bytemuck::from_bytes(&hl.params[..std::mem::size_of::<HeadParams>()]);
-                let qp = QNormParams { src_stride: hp.src_stride, src_off: hp.src_off, w_off: hp.w_off, rope_off: hp.rope_off, rope_stride: hp.rope_stride, eps: hp.eps, _pad: [0; 2] };
+                let qp = QNormParams {
+                    src_stride: hp.src_stride,
+                    src_off: hp.src_off,
+                    w_off: hp.w_off,
+                    rope_off: hp.rope_off,
+                    rope_stride: hp.rope_stride,
+                    eps: hp.eps,
+                    _pad: [0; 2],
+                };
                 bufs[0] = hl.bufs[0].bytes.clone();
                 bufs.extend([hl.bufs[1].bytes.clone(), hl.bufs[2].bytes.clone()]);
                 params.resize(PARAMS2_AT, 0);
@@ -1974,8 +2299,25 @@ fn split_attention_matches_the_cpu_reference() {
                 let short_rows = (0..c.tokens).filter(|&t| keys(t) <= short_max).count();
                 let mut o = l.bufs[3].bytes.clone();
                 if short_rows < c.tokens {
-                    let out = h.run(attention_split(c.d, qnorm), &bufs, &params, l.step, (c.heads as u32, ATTN_SPLITS, c.tokens as u32)).unwrap();
-                    o = h.run(Kernel::AttentionCombine, &[out[3].clone(), o], bytemuck::bytes_of(&p), l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap().swap_remove(1);
+                    let out = h
+                        .run(
+                            attention_split(c.d, qnorm),
+                            &bufs,
+                            &params,
+                            l.step,
+                            (c.heads as u32, ATTN_SPLITS, c.tokens as u32),
+                        )
+                        .unwrap();
+                    o = h
+                        .run(
+                            Kernel::AttentionCombine,
+                            &[out[3].clone(), o],
+                            bytemuck::bytes_of(&p),
+                            l.step,
+                            (c.heads as u32, c.tokens as u32, 1),
+                        )
+                        .unwrap()
+                        .swap_remove(1);
                 }
                 // The short kernel in both forms of its value groups' sum (group 0 adding the
                 // others after one barrier, the default; a halving tree, KESTREL_ATTN_SHORT_SUM)
@@ -1987,7 +2329,9 @@ fn split_attention_matches_the_cpu_reference() {
                         let k = attention_short_form(c.d, qnorm, sum_group0, max_wg, &limits);
                         // A device whose limits give both caps the same size runs it once.
                         if short_rows > 0 && !forms.iter().any(|f| f.1 == Some(k)) {
-                            let Kernel::AttentionShort { wg, .. } = k else { unreachable!("attention_short_form gives attention_short") };
+                            let Kernel::AttentionShort { wg, .. } = k else {
+                                unreachable!("attention_short_form gives attention_short")
+                            };
                             forms.push((format!(" {} wg{wg}", if sum_group0 { "group0" } else { "tree" }), Some(k)));
                         }
                     }
@@ -2000,11 +2344,15 @@ fn split_attention_matches_the_cpu_reference() {
                     if let Some(k) = kernel {
                         let mut sb = bufs.clone();
                         sb[3] = o;
-                        o = h.run(k, &sb, &params, l.step, (c.heads as u32, c.tokens as u32, 1)).unwrap().swap_remove(3);
+                        o = h
+                            .run(k, &sb, &params, l.step, (c.heads as u32, c.tokens as u32, 1))
+                            .unwrap()
+                            .swap_remove(3);
                     }
                     // POISON left in o (a row no kernel wrote, or one written twice and wrong) fails here.
                     let got: Vec<f32> = words(&o).into_iter().map(f32::from_bits).collect();
-                    let (g, r): (Vec<f32>, Vec<f64>) = want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
+                    let (g, r): (Vec<f32>, Vec<f64>) =
+                        want.iter().zip(&got).filter_map(|(w, &g)| w.map(|w| (g, w))).unzip();
                     match compare(&g, &r, *tol) {
                         Ok(nmse) => println!("split {name} {form}{sum_form} ({short_rows} of {} rows short) [wgpu]: o NMSE {nmse:.1e} OK", c.tokens),
                         Err(e) => panic!("split {name} {form}{sum_form}: {e}"),
@@ -2118,7 +2466,8 @@ impl Case for GeluCase {
         // Split-k partials: the gate value is their f32 sum in qmm_sum's order; a starts as
         // poison, which must not be read.
         assert!(splits <= 1 || (sums && !in_a && a_pad == 0), "split partials: the chunk form over plain rows");
-        let part: Vec<f32> = if splits > 1 { rng.vec(splits * tokens * n).into_iter().map(|v| v * range).collect() } else { vec![0.0] };
+        let part: Vec<f32> =
+            if splits > 1 { rng.vec(splits * tokens * n).into_iter().map(|v| v * range).collect() } else { vec![0.0] };
         for t in 0..tokens {
             for i in 0..n {
                 let (mut x, y) = (rng.uniform() * range, rng.uniform());
@@ -2143,14 +2492,31 @@ impl Case for GeluCase {
         }
         // The sums of ≤ 64 outputs, each within tol::GELU: the same bound.
         let groups = n.div_ceil(64);
-        let want_s: Vec<Option<f64>> = (0..tokens * groups).map(|i| Some((i % groups * 64..n.min(i % groups * 64 + 64)).map(|j| want[i / groups * a_stride + j].expect("written")).sum())).collect();
+        let want_s: Vec<Option<f64>> = (0..tokens * groups)
+            .map(|i| {
+                Some(
+                    (i % groups * 64..n.min(i % groups * 64 + 64))
+                        .map(|j| want[i / groups * a_stride + j].expect("written"))
+                        .sum(),
+                )
+            })
+            .collect();
         let mut bufs = vec![output_f32("a", a, want, tol::GELU), input_words("b", &b)];
         if sums {
             bufs.push(output_f32("asum", vec![POISON; tokens * groups], want_s, tol::GELU));
             bufs.push(input_words("part", &bits(&part)));
         }
-        let p = GeluParams { n: n as u32, a_stride: a_stride as u32, b_stride: b_stride as u32, b_off: b_off as u32, b_in_a: in_a as u32, splits: splits as u32, ..Default::default() };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let p = GeluParams {
+            n: n as u32,
+            a_stride: a_stride as u32,
+            b_stride: b_stride as u32,
+            b_off: b_off as u32,
+            b_in_a: in_a as u32,
+            splits: splits as u32,
+            ..Default::default()
+        };
+        let step =
+            Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(if sums { Kernel::GeluMulSums } else { Kernel::GeluMul }, bufs, &p, step, (n.div_ceil(64), tokens))
     }
 }
@@ -2266,7 +2632,8 @@ impl Case for ArgmaxCase {
         let mut part = vec![POISON; part_words];
         part.extend(std::iter::repeat_n(GUARD, GUARD_WORDS));
         let part = Buf { name: "part", bytes: to_bytes(&part), check: Check::Scratch { words: part_words } };
-        let bufs = vec![output_f32("logits", bits(&logits), want, tol), part, output_u32("best", vec![POISON; rows], best)];
+        let bufs =
+            vec![output_f32("logits", bits(&logits), want, tol), part, output_u32("best", vec![POISON; rows], best)];
         let p = ArgmaxParams { vocab: vocab as u32, cap, chunks, _pad: 0 };
         // The LM head rows are the last n_out of the step.
         let step = Step { n_tokens: rows as u32 + 2, pos0: 0, n_out: rows as u32, out_row0: 2, ..Default::default() };
@@ -2279,7 +2646,10 @@ impl Case for ArgmaxCase {
                 let row: Vec<f32> = lg[r * vocab..(r + 1) * vocab].iter().map(|&b| f32::from_bits(b)).collect();
                 let first = (0..vocab).fold(0, |bi, i| if row[i] > row[bi] { i } else { bi });
                 if bs[r] as usize != first {
-                    return Err(format!("best[{r}] = {} but the first maximum of the written logits is at {first}", bs[r]));
+                    return Err(format!(
+                        "best[{r}] = {} but the first maximum of the written logits is at {first}",
+                        bs[r]
+                    ));
                 }
             }
             Ok("best = first max of written logits".into())
@@ -2387,7 +2757,8 @@ impl Case for RouterCase {
         let (mut want_idx, mut want_w) = (Vec::new(), Vec::new());
         for t in 0..tokens {
             // A NaN logit counts as −∞: weight 0, sorted after every finite one.
-            let s: Vec<f32> = logits[t * n..(t + 1) * n].iter().map(|&v| if v.is_nan() { f32::NEG_INFINITY } else { v }).collect();
+            let s: Vec<f32> =
+                logits[t * n..(t + 1) * n].iter().map(|&v| if v.is_nan() { f32::NEG_INFINITY } else { v }).collect();
             let m = s.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
             let p: Vec<f64> = s.iter().map(|&v| (v as f64 - m).exp()).collect();
             let mut order: Vec<usize> = (0..n).collect();
@@ -2405,7 +2776,8 @@ impl Case for RouterCase {
             output_f32("weight", vec![POISON; tokens * k], want_w, tol::ROUTER),
         ];
         let p = RouterParams { n_experts: n as u32, top_k: k as u32, _pad: [0; 2] };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let step =
+            Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::RouterTopk { staged }, bufs, &p, step, (tokens, 1))
     }
 }
@@ -2461,12 +2833,19 @@ fn router_cases() -> Vec<Box<dyn Case>> {
 #[test]
 fn router_staged_is_bitwise_the_plain_form() {
     let Some(mut h) = harness() else { return };
-    let cases = [RouterCase::new(128, 8, 9), RouterCase { ties: 9, ..RouterCase::new(128, 8, 3) }, RouterCase { nan: true, range: 16.0, ..RouterCase::new(128, 8, 3) }, RouterCase::new(256, 4, 3)];
+    let cases = [
+        RouterCase::new(128, 8, 9),
+        RouterCase { ties: 9, ..RouterCase::new(128, 8, 3) },
+        RouterCase { nan: true, range: 16.0, ..RouterCase::new(128, 8, 3) },
+        RouterCase::new(256, 4, 3),
+    ];
     for c in cases {
         let name = c.name();
         let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&name))));
         let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
-        let run = |h: &mut KernelHarness, staged: bool| h.run(Kernel::RouterTopk { staged }, &bufs, &l.params, l.step, l.grid).unwrap();
+        let run = |h: &mut KernelHarness, staged: bool| {
+            h.run(Kernel::RouterTopk { staged }, &bufs, &l.params, l.step, l.grid).unwrap()
+        };
         let (plain, staged) = (run(&mut h, false), run(&mut h, true));
         assert_eq!(plain[2], staged[2], "{name}: idx differs");
         assert_eq!(plain[3], staged[3], "{name}: weight differs");
@@ -2540,7 +2919,24 @@ impl MoeMatmulCase {
     /// Split layout, gate/up input mode.
     fn new(fmt: Format, experts: usize, top_k: usize, rows: usize, cols: usize, tokens: usize) -> Self {
         let gs = if is_quant(fmt) { 64 } else { 0 };
-        MoeMatmulCase { fmt, experts, top_k, rows, cols, tokens, gs, expert_stride: rows, row_off: 0, per_slot: false, y_pad: 0, grouped: false, qmv: false, qmm: false, coop: None, skips: false }
+        MoeMatmulCase {
+            fmt,
+            experts,
+            top_k,
+            rows,
+            cols,
+            tokens,
+            gs,
+            expert_stride: rows,
+            row_off: 0,
+            per_slot: false,
+            y_pad: 0,
+            grouped: false,
+            qmv: false,
+            qmm: false,
+            coop: None,
+            skips: false,
+        }
     }
     fn grouped(self) -> Self {
         MoeMatmulCase { grouped: true, ..self }
@@ -2550,7 +2946,11 @@ impl MoeMatmulCase {
         MoeMatmulCase { expert_stride: 2 * self.rows, row_off: self.rows, ..self }
     }
     fn x_strides(&self) -> (usize, usize) {
-        if self.per_slot { (self.top_k * self.cols, self.cols) } else { (self.cols, 0) }
+        if self.per_slot {
+            (self.top_k * self.cols, self.cols)
+        } else {
+            (self.cols, 0)
+        }
     }
 }
 
@@ -2565,7 +2965,15 @@ impl Case for MoeMatmulCase {
             _ if c.qmv => "qmv_moe".into(),
             _ => "moe_matmul".into(),
         };
-        let mut s = format!("{kind}_{}(experts={},top_k={},rows={},cols={},tokens={}", c.fmt.name(), c.experts, c.top_k, c.rows, c.cols, c.tokens);
+        let mut s = format!(
+            "{kind}_{}(experts={},top_k={},rows={},cols={},tokens={}",
+            c.fmt.name(),
+            c.experts,
+            c.top_k,
+            c.rows,
+            c.cols,
+            c.tokens
+        );
         if is_quant(c.fmt) {
             s += &format!(",gs={}", c.gs);
         }
@@ -2612,13 +3020,21 @@ impl Case for MoeMatmulCase {
             input("w", wb),
             input("scales", sb),
             input("biases", bb),
-            if self.grouped { input_words("groups", &group_lists(&idx, experts, group_stride)) } else { input_words("idx", &idx) },
+            if self.grouped {
+                input_words("groups", &group_lists(&idx, experts, group_stride))
+            } else {
+                input_words("idx", &idx)
+            },
             input_words("x", &bits(&x)),
             output_f32("y", vec![POISON; tokens * top_k * y_stride], want, tol::DOT),
         ];
         if self.coop.is_some() {
             // Per token, or per pair where each slot has its own x row.
-            let sums = if x_slot == 0 { group_sums(&x, tokens, x_tok, cols, gs) } else { group_sums(&x, tokens * top_k, x_slot, cols, gs) };
+            let sums = if x_slot == 0 {
+                group_sums(&x, tokens, x_tok, cols, gs)
+            } else {
+                group_sums(&x, tokens * top_k, x_slot, cols, gs)
+            };
             bufs.push(input_words("xsum", &bits(&sums)));
         }
         let p = MoeMatmulParams {
@@ -2634,7 +3050,8 @@ impl Case for MoeMatmulCase {
             group_stride: group_stride as u32,
             ..Default::default()
         };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let step =
+            Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         if let (true, true, Some((tb, rb))) = (self.grouped, self.qmm, self.coop) {
             // (n_groups · ceil(rows / BM), ceil(n_tokens / BN)), as the backend launches it.
             let p = MoeMatmulParams { n_groups: experts as u32, ..p };
@@ -2649,7 +3066,13 @@ impl Case for MoeMatmulCase {
         }
         if self.grouped {
             // GridY::Fixed(n_groups): (ceil(rows / 4), experts, 1).
-            return launch(Kernel::MoeMatmulGrouped(fmt), bufs, &p, step, (rows.div_ceil(MATMUL_ROWS as usize), experts));
+            return launch(
+                Kernel::MoeMatmulGrouped(fmt),
+                bufs,
+                &p,
+                step,
+                (rows.div_ceil(MATMUL_ROWS as usize), experts),
+            );
         }
         // GridY::Slots: (ceil(rows / rows per workgroup), top_k, n_tokens).
         let (kernel, per_wg) = if self.qmv {
@@ -2674,7 +3097,10 @@ fn moe_matmul_cases() -> Vec<Box<dyn Case>> {
                     for cols in [64, 320] {
                         for tokens in [1, 3] {
                             for per_slot in [false, true] {
-                                let c = MoeMatmulCase { per_slot, ..MoeMatmulCase::new(fmt, experts, top_k, rows, cols, tokens) };
+                                let c = MoeMatmulCase {
+                                    per_slot,
+                                    ..MoeMatmulCase::new(fmt, experts, top_k, rows, cols, tokens)
+                                };
                                 v.push(Box::new(c));
                                 v.push(Box::new(c.fused_up()));
                             }
@@ -2701,7 +3127,9 @@ fn moe_matmul_cases() -> Vec<Box<dyn Case>> {
                 for rows in [1, 7, 65] {
                     for tokens in [1, 9, 19] {
                         for per_slot in [false, true] {
-                            let c = MoeMatmulCase { per_slot, ..MoeMatmulCase::new(fmt, experts, top_k, rows, 64, tokens) }.grouped();
+                            let c =
+                                MoeMatmulCase { per_slot, ..MoeMatmulCase::new(fmt, experts, top_k, rows, 64, tokens) }
+                                    .grouped();
                             v.push(Box::new(c));
                             v.push(Box::new(c.fused_up()));
                         }
@@ -2710,12 +3138,17 @@ fn moe_matmul_cases() -> Vec<Box<dyn Case>> {
             }
         }
         v.push(Box::new(MoeMatmulCase::new(fmt, 9, 8, 9, 2816, 11).fused_up().grouped()));
-        v.push(Box::new(MoeMatmulCase { per_slot: true, y_pad: 3, ..MoeMatmulCase::new(fmt, 9, 8, 9, 704, 11) }.grouped()));
+        v.push(Box::new(
+            MoeMatmulCase { per_slot: true, y_pad: 3, ..MoeMatmulCase::new(fmt, 9, 8, 9, 704, 11) }.grouped(),
+        ));
     }
     // The 4-bit decode/verify form (qmv_moe): partial row blocks, both input modes, fused up,
     // SKIP pairs, group size 128, a padded y, the 26B widths (hidden 2816: 64 lanes; expert
     // width 704: 16 lanes, 22 chunks over 2 passes).
-    let q = |experts, top_k, rows, cols, tokens| MoeMatmulCase { qmv: true, ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens) };
+    let q = |experts, top_k, rows, cols, tokens| MoeMatmulCase {
+        qmv: true,
+        ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens)
+    };
     for rows in [1, 7, 64, 65] {
         for per_slot in [false, true] {
             for skips in [false, true] {
@@ -2736,7 +3169,10 @@ fn moe_matmul_cases() -> Vec<Box<dyn Case>> {
     // The 4-bit prefill form (qmm_moe): partial row tiles, experts with no pairs, more pairs
     // than one 64-pair tile (tokens 70, top 2 of 3), both input modes, fused up, SKIP pairs,
     // group size 128, a padded y, the 26B widths.
-    v.extend(qmm_moe_shapes(|experts, top_k, rows, cols, tokens| MoeMatmulCase { qmm: true, ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped() }));
+    v.extend(qmm_moe_shapes(|experts, top_k, rows, cols, tokens| MoeMatmulCase {
+        qmm: true,
+        ..MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, tokens).grouped()
+    }));
     v
 }
 
@@ -2797,7 +3233,8 @@ impl Case for GroupCase {
         }
         let bufs = vec![input_words("idx", &idx), output_u32("groups", vec![POISON; groups * stride], want)];
         let p = GroupParams { top_k: top_k as u32, stride: stride as u32, _pad: [0; 2] };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let step =
+            Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::MoeGroup, bufs, &p, step, (groups, 1))
     }
 }
@@ -2821,7 +3258,10 @@ fn group_cases() -> Vec<Box<dyn Case>> {
 fn grouped_expert_kernel_is_bitwise_the_decode_kernel() {
     let Some(mut h) = harness() else { return };
     for fmt in [Format::Q4, Format::Q8, Format::Bf16, Format::F32] {
-        for c in [MoeMatmulCase::new(fmt, 16, 4, 65, 320, 19).fused_up(), MoeMatmulCase { per_slot: true, ..MoeMatmulCase::new(fmt, 9, 8, 9, 704, 11) }] {
+        for c in [
+            MoeMatmulCase::new(fmt, 16, 4, 65, 320, 19).fused_up(),
+            MoeMatmulCase { per_slot: true, ..MoeMatmulCase::new(fmt, 9, 8, 9, 704, 11) },
+        ] {
             let outs: Vec<Vec<u8>> = [c, c.grouped()]
                 .iter()
                 .map(|case| {
@@ -2867,9 +3307,14 @@ impl Case for CombineCase {
                 want[t * n + r] = Some(s);
             }
         }
-        let bufs = vec![input_words("weight", &bits(&wt)), input_words("src", &bits(&src)), output_f32("out", vec![POISON; tokens * n], want, tol::DOT)];
+        let bufs = vec![
+            input_words("weight", &bits(&wt)),
+            input_words("src", &bits(&src)),
+            output_f32("out", vec![POISON; tokens * n], want, tol::DOT),
+        ];
         let p = CombineParams { n: n as u32, top_k: top_k as u32, _pad: [0; 2] };
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let step =
+            Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         launch(Kernel::MoeCombine, bufs, &p, step, (n.div_ceil(64), tokens))
     }
 }
@@ -2926,7 +3371,14 @@ struct GroupSumCase {
 impl Case for GroupSumCase {
     fn name(&self) -> String {
         let c = self;
-        let mut s = format!("group_sum(tokens={},cols={},gs={},stride={},mult={}", c.tokens, c.cols, c.gs, c.cols + c.pad, c.mult);
+        let mut s = format!(
+            "group_sum(tokens={},cols={},gs={},stride={},mult={}",
+            c.tokens,
+            c.cols,
+            c.gs,
+            c.cols + c.pad,
+            c.mult
+        );
         if let Some(n) = c.n_out {
             s += &format!(",count_sel=1,n_out={n}");
         }
@@ -2942,13 +3394,26 @@ impl Case for GroupSumCase {
         for r in 0..count * mult {
             x[r * stride..r * stride + cols].copy_from_slice(&bits(&vals[r * cols..(r + 1) * cols]));
         }
-        let mut want: Vec<Option<f64>> = group_sums_f64(&vals, count * mult, cols, cols, gs).into_iter().map(Some).collect();
+        let mut want: Vec<Option<f64>> =
+            group_sums_f64(&vals, count * mult, cols, cols, gs).into_iter().map(Some).collect();
         want.resize(tokens * mult * groups, None);
         // f32 sums of gs ≤ 128 terms in order (tol::DOT's argument).
         let bufs = vec![input_words("x", &x), output_f32("xsum", vec![POISON; tokens * mult * groups], want, tol::DOT)];
-        let p = GroupSumParams { cols: cols as u32, gs: gs as u32, stride: stride as u32, mult: mult as u32, count_sel: n_out.is_some() as u32, ..Default::default() };
+        let p = GroupSumParams {
+            cols: cols as u32,
+            gs: gs as u32,
+            stride: stride as u32,
+            mult: mult as u32,
+            count_sel: n_out.is_some() as u32,
+            ..Default::default()
+        };
         let n_out_step = n_out.unwrap_or(1);
-        let step = Step { n_tokens: tokens as u32, n_out: n_out_step as u32, out_row0: (tokens - n_out_step) as u32, ..Default::default() };
+        let step = Step {
+            n_tokens: tokens as u32,
+            n_out: n_out_step as u32,
+            out_row0: (tokens - n_out_step) as u32,
+            ..Default::default()
+        };
         launch(Kernel::GroupSum, bufs, &p, step, (group_sum_groups_x(mult * groups) as usize, count))
     }
 }
@@ -3032,7 +3497,13 @@ fn every_kernel_matches_the_cpu_reference() {
         };
         println!("{line}");
     }
-    println!("\n{:<16} {:>6} {:>6}  worst NMSE   ({:.1} s)", "kernel", "passed", "failed", start.elapsed().as_secs_f64());
+    println!(
+        "\n{:<16} {:>6} {:>6}  worst NMSE   ({:.1} s)",
+        "kernel",
+        "passed",
+        "failed",
+        start.elapsed().as_secs_f64()
+    );
     for (k, t) in &tally {
         println!("{k:<16} {:>6} {:>6}  {:.1e}", t.passed, t.failed, t.worst);
     }
@@ -3053,10 +3524,26 @@ fn grid_barrier_counts_and_sees_its_writes() {
     // A fresh counter, then one that two earlier dispatches of this grid left; the slots as
     // plain values and as atomics.
     for (start, atomic) in [0u32, 2 * rounds].into_iter().flat_map(|s| [(s, false), (s, true)]) {
-        let out = h.run(Kernel::GridBarrier { atomic }, &[to_bytes(&[start]), to_bytes(&[0]), to_bytes(&[0])], bytemuck::bytes_of(&p), Step::default(), (1, 1, 1)).unwrap();
-        assert_eq!(words(&out[0]), vec![start + rounds], "counter after a dispatch from {start} (atomic slots: {atomic})");
+        let out = h
+            .run(
+                Kernel::GridBarrier { atomic },
+                &[to_bytes(&[start]), to_bytes(&[0]), to_bytes(&[0])],
+                bytemuck::bytes_of(&p),
+                Step::default(),
+                (1, 1, 1),
+            )
+            .unwrap();
+        assert_eq!(
+            words(&out[0]),
+            vec![start + rounds],
+            "counter after a dispatch from {start} (atomic slots: {atomic})"
+        );
         assert_eq!(words(&out[1]), vec![rounds], "the workgroup's last round (atomic slots: {atomic})");
-        assert_eq!(words(&out[2]), vec![0], "reads that saw a slot from before the last barrier (atomic slots: {atomic})");
+        assert_eq!(
+            words(&out[2]),
+            vec![0],
+            "reads that saw a slot from before the last barrier (atomic slots: {atomic})"
+        );
     }
 }
 
@@ -3075,9 +3562,22 @@ fn last_workgroup_sees_every_share() {
             let p = BarrierParams { rounds: per, _pad: [0; 3] };
             let data = vec![u32::MAX; (nwg * per).max(1) as usize];
             let bufs = [to_bytes(&[0, start]), to_bytes(&data), to_bytes(&[0])];
-            let out = h.run_n(Kernel::LastWorkgroup { atomic }, &bufs, bytemuck::bytes_of(&p), Step::default(), (nwg, 1, 1), reps).unwrap();
+            let out = h
+                .run_n(
+                    Kernel::LastWorkgroup { atomic },
+                    &bufs,
+                    bytemuck::bytes_of(&p),
+                    Step::default(),
+                    (nwg, 1, 1),
+                    reps,
+                )
+                .unwrap();
             let what = format!("{nwg} workgroups × {per} values (atomic: {atomic})");
-            assert_eq!(words(&out[0]), vec![0, start + reps], "arrivals reset, generation advanced once per dispatch: {what}");
+            assert_eq!(
+                words(&out[0]),
+                vec![0, start + reps],
+                "arrivals reset, generation advanced once per dispatch: {what}"
+            );
             assert_eq!(words(&out[2]), vec![0], "shares the last workgroup read from another generation: {what}");
             if per > 0 {
                 let want: Vec<u32> = (0..nwg * per).map(|i| pattern(start + reps - 1, i)).collect();
@@ -3107,20 +3607,63 @@ fn moe_norm_matches_its_three_dispatches() {
         let mut rng = Rng(kestrel::synth::SplitMix64(seed_of(&format!("moe_norm {what}"))));
         let (dense, eo, wts, wt) = (rng.vec(tokens * n), rng.vec(tokens * k * n), rng.vec(tokens * k), rng.vec(3 * n));
         let eps = 1e-6f32;
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let step =
+            Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         // The three dispatches: the weights of the two norms at n and 2n, the norms on
         // moe_norm's threads and registers (its sums in their order).
         let one = moe_norm(n, k, max_wg);
         let Kernel::MoeNorm { v, wg, .. } = one else { panic!("moe_norm returned {one:?}") };
         let norm = Kernel::RmsNorm { v, wg };
-        let plain = |w_off: usize, mode: u32| NormParams { n: n as u32, segs: 1, x_stride: n as u32, out_stride: n as u32, w_off: w_off as u32, mode, pre: 1.0, post: 1.0, eps, ..Default::default() };
-        let norm_bufs = |x: &[u8], out: &[u8]| vec![x.to_vec(), bytes(&wt), out.to_vec(), small(), small(), small(), small(), small(), small()];
-        let m1 = h.run(norm, &norm_bufs(&bytes(&dense), &vec![0u8; 4 * tokens * n]), bytemuck::bytes_of(&plain(n, 0)), step, (1, tokens as u32, 1)).unwrap().swap_remove(2);
+        let plain = |w_off: usize, mode: u32| NormParams {
+            n: n as u32,
+            segs: 1,
+            x_stride: n as u32,
+            out_stride: n as u32,
+            w_off: w_off as u32,
+            mode,
+            pre: 1.0,
+            post: 1.0,
+            eps,
+            ..Default::default()
+        };
+        let norm_bufs = |x: &[u8], out: &[u8]| {
+            vec![x.to_vec(), bytes(&wt), out.to_vec(), small(), small(), small(), small(), small(), small()]
+        };
+        let m1 = h
+            .run(
+                norm,
+                &norm_bufs(&bytes(&dense), &vec![0u8; 4 * tokens * n]),
+                bytemuck::bytes_of(&plain(n, 0)),
+                step,
+                (1, tokens as u32, 1),
+            )
+            .unwrap()
+            .swap_remove(2);
         let cp = CombineParams { n: n as u32, top_k: k as u32, _pad: [0; 2] };
-        let o = h.run(Kernel::MoeCombine, &[bytes(&wts), bytes(&eo), vec![0u8; 4 * tokens * n]], bytemuck::bytes_of(&cp), step, ((n as u32).div_ceil(64), tokens as u32, 1)).unwrap().swap_remove(2);
-        let want = h.run(norm, &norm_bufs(&o, &m1), bytemuck::bytes_of(&plain(2 * n, 1)), step, (1, tokens as u32, 1)).unwrap().swap_remove(2);
+        let o = h
+            .run(
+                Kernel::MoeCombine,
+                &[bytes(&wts), bytes(&eo), vec![0u8; 4 * tokens * n]],
+                bytemuck::bytes_of(&cp),
+                step,
+                ((n as u32).div_ceil(64), tokens as u32, 1),
+            )
+            .unwrap()
+            .swap_remove(2);
+        let want = h
+            .run(norm, &norm_bufs(&o, &m1), bytemuck::bytes_of(&plain(2 * n, 1)), step, (1, tokens as u32, 1))
+            .unwrap()
+            .swap_remove(2);
         // The one.
-        let mp = MoeNormParams { n: n as u32, w1_off: n as u32, w2_off: 2 * n as u32, eps, post1: 1.0, post2: 1.0, _pad: [0; 2] };
+        let mp = MoeNormParams {
+            n: n as u32,
+            w1_off: n as u32,
+            w2_off: 2 * n as u32,
+            eps,
+            post1: 1.0,
+            post2: 1.0,
+            _pad: [0; 2],
+        };
         let bufs = [bytes(&dense), bytes(&eo), bytes(&wts), bytes(&wt), vec![0u8; 4 * tokens * n]];
         let got = h.run(one, &bufs, bytemuck::bytes_of(&mp), step, (1, tokens as u32, 1)).unwrap().swap_remove(4);
         let as_f32 = |b: &[u8]| -> Vec<f32> { words(b).into_iter().map(f32::from_bits).collect() };
@@ -3128,7 +3671,10 @@ fn moe_norm_matches_its_three_dispatches() {
         match compare(&as_f32(&got), &chain, tol::SAME_OPS) {
             Ok(nmse) => {
                 let same = words(&got).iter().zip(words(&want)).filter(|(a, b)| **a == *b).count();
-                println!("moe_norm {what}: NMSE {nmse:.1e} against the three dispatches, {same} of {} values bitwise", tokens * n);
+                println!(
+                    "moe_norm {what}: NMSE {nmse:.1e} against the three dispatches, {same} of {} values bitwise",
+                    tokens * n
+                );
             }
             Err(e) => panic!("{what}: moe_norm against the three dispatches: {e}"),
         }
@@ -3137,7 +3683,8 @@ fn moe_norm_matches_its_three_dispatches() {
         let rms = |v: &[f64]| 1.0 / (v.iter().map(|x| x * x).sum::<f64>() / n as f64 + eps as f64).sqrt();
         for t in 0..tokens {
             let d: Vec<f64> = dense[t * n..(t + 1) * n].iter().map(|&x| x as f64).collect();
-            let m: Vec<f64> = (0..n).map(|i| (0..k).map(|j| wts[t * k + j] as f64 * eo[(t * k + j) * n + i] as f64).sum()).collect();
+            let m: Vec<f64> =
+                (0..n).map(|i| (0..k).map(|j| wts[t * k + j] as f64 * eo[(t * k + j) * n + i] as f64).sum()).collect();
             let (r1, r2) = (rms(&d), rms(&m));
             for i in 0..n {
                 reference[t * n + i] = d[i] * r1 * wt[n + i] as f64 + m[i] * r2 * wt[2 * n + i] as f64;
@@ -3166,7 +3713,9 @@ fn qkv_norm_rope_is_bitwise_three_head_norm_ropes() {
     let Some(mut h) = harness() else { return };
     let to_bytes = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
     // (d, n_q, n_kv, k_eq_v, tokens, pos0, slots)
-    for (d, n_q, n_kv, k_eq_v, tokens, pos0, slots) in [(256, 8, 1, false, 1, 130, 640), (512, 8, 1, false, 1, 600, 602), (64, 6, 2, true, 3, 7, 8)] {
+    for (d, n_q, n_kv, k_eq_v, tokens, pos0, slots) in
+        [(256, 8, 1, false, 1, 130, 640), (512, 8, 1, false, 1, 600, 602), (64, 6, 2, true, 3, 7, 8)]
+    {
         let mut rng = Rng(kestrel::synth::SplitMix64(d as u64 * 31 + n_kv as u64));
         let (q_dim, kv_dim) = (n_q * d, n_kv * d);
         let stride = q_dim + kv_dim * if k_eq_v { 1 } else { 2 };
@@ -3184,26 +3733,80 @@ fn qkv_norm_rope_is_bitwise_three_head_norm_ropes() {
             ops::rope_table(&inv_freq, pos0 + t, c, s);
         }
         let table = to_bytes(&bits(&table));
-        let step = Step { n_tokens: tokens as u32, pos0: pos0 as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let step = Step {
+            n_tokens: tokens as u32,
+            pos0: pos0 as u32,
+            n_out: 1,
+            out_row0: tokens as u32 - 1,
+            ..Default::default()
+        };
         let zeros = |n: usize| vec![0u8; 4 * n];
         let p = QkvParams {
-            d: d as u32, src_stride: stride as u32, rope_off: rope_off as u32, rope_stride: rope_stride as u32,
-            n_q: n_q as u32, n_kv: n_kv as u32, k_off: k_off as u32, v_off: v_off as u32,
-            q_w: q_w as u32, k_w: k_w as u32, slots: slots as u32, eps: EPS,
+            d: d as u32,
+            src_stride: stride as u32,
+            rope_off: rope_off as u32,
+            rope_stride: rope_stride as u32,
+            n_q: n_q as u32,
+            n_kv: n_kv as u32,
+            k_off: k_off as u32,
+            v_off: v_off as u32,
+            q_w: q_w as u32,
+            k_w: k_w as u32,
+            slots: slots as u32,
+            eps: EPS,
         };
-        let bufs = [src.clone(), wt.clone(), table.clone(), zeros(tokens * q_dim), zeros(slots * kv_dim), zeros(slots * kv_dim)];
+        let bufs = [
+            src.clone(),
+            wt.clone(),
+            table.clone(),
+            zeros(tokens * q_dim),
+            zeros(slots * kv_dim),
+            zeros(slots * kv_dim),
+        ];
         // At the widest threads per head and at the fewest that hold the head (four values each).
         let wg_min = (d as u32).div_ceil(4).next_power_of_two().max(64);
         for wg in [HEAD_NORM_WG, wg_min] {
-            let fused = h.run(Kernel::QkvNormRope { wg }, &bufs, bytemuck::bytes_of(&p), step, ((n_q + 2 * n_kv) as u32, tokens as u32, 1)).unwrap();
+            let fused = h
+                .run(
+                    Kernel::QkvNormRope { wg },
+                    &bufs,
+                    bytemuck::bytes_of(&p),
+                    step,
+                    ((n_q + 2 * n_kv) as u32, tokens as u32, 1),
+                )
+                .unwrap();
             // The three dispatches the backend records for separate projections, reading the stack.
-            let head = |n_heads: usize, src_off: usize, w_off: u32, rope: u32, dst_mode: u32, dst_len: usize, h: &mut KernelHarness| {
+            let head = |n_heads: usize,
+                        src_off: usize,
+                        w_off: u32,
+                        rope: u32,
+                        dst_mode: u32,
+                        dst_len: usize,
+                        h: &mut KernelHarness| {
                 let hp = HeadParams {
-                    d: d as u32, n_heads: n_heads as u32, src_stride: stride as u32, w_off, rope, rope_off: rope_off as u32,
-                    rope_stride: rope_stride as u32, dst_mode, slots: slots as u32, eps: EPS, src_off: src_off as u32, _pad: 0,
+                    d: d as u32,
+                    n_heads: n_heads as u32,
+                    src_stride: stride as u32,
+                    w_off,
+                    rope,
+                    rope_off: rope_off as u32,
+                    rope_stride: rope_stride as u32,
+                    dst_mode,
+                    slots: slots as u32,
+                    eps: EPS,
+                    src_off: src_off as u32,
+                    _pad: 0,
                 };
                 let bufs = [src.clone(), wt.clone(), table.clone(), zeros(dst_len)];
-                h.run(Kernel::HeadNormRope { wg }, &bufs, bytemuck::bytes_of(&hp), step, (n_heads as u32, tokens as u32, 1)).unwrap().swap_remove(3)
+                h.run(
+                    Kernel::HeadNormRope { wg },
+                    &bufs,
+                    bytemuck::bytes_of(&hp),
+                    step,
+                    (n_heads as u32, tokens as u32, 1),
+                )
+                .unwrap()
+                .swap_remove(3)
             };
             let want_q = head(n_q, 0, q_w as u32, 1, 0, tokens * q_dim, &mut h);
             let want_k = head(n_kv, k_off, k_w as u32, 1, 1, slots * kv_dim, &mut h);
@@ -3252,16 +3855,35 @@ fn moe_glu_matches_the_cpu_reference() {
         }
         let [wb, sb, bb] = w.part(0, experts * stride);
         let p = MoeMatmulParams {
-            rows: rows as u32, cols: cols as u32, gs: 64, expert_stride: stride as u32, row_off: 0, top_k: top_k as u32,
-            x_tok_stride: cols as u32, x_slot_stride: 0, y_stride: rows as u32, up_off: rows as u32, ..Default::default()
+            rows: rows as u32,
+            cols: cols as u32,
+            gs: 64,
+            expert_stride: stride as u32,
+            row_off: 0,
+            top_k: top_k as u32,
+            x_tok_stride: cols as u32,
+            x_slot_stride: 0,
+            y_stride: rows as u32,
+            up_off: rows as u32,
+            ..Default::default()
         };
         let (kernel, per_wg) = qmv_moe_glu_shape(rows, cols, top_k, cols, 0).expect("applies");
-        let step = Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
+        let step =
+            Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let poison = vec![POISON; tokens * top_k * rows];
         let bufs = [wb, sb, bb, to_bytes(&idx), to_bytes(&bits(&xs)), to_bytes(&poison)];
-        let out = h.run(kernel, &bufs, bytemuck::bytes_of(&p), step, ((rows as u32).div_ceil(per_wg), top_k as u32, tokens as u32)).unwrap();
+        let out = h
+            .run(
+                kernel,
+                &bufs,
+                bytemuck::bytes_of(&p),
+                step,
+                ((rows as u32).div_ceil(per_wg), top_k as u32, tokens as u32),
+            )
+            .unwrap();
         let got = words(&out[5]);
-        let case = format!("{}(experts={experts},top_k={top_k},rows={rows},cols={cols},tokens={tokens})", kernel.label());
+        let case =
+            format!("{}(experts={experts},top_k={top_k},rows={rows},cols={cols},tokens={tokens})", kernel.label());
         let (mut g, mut r) = (Vec::new(), Vec::new());
         for (i, want) in want.iter().enumerate() {
             match want {
@@ -3285,13 +3907,25 @@ fn moe_glu_matches_the_cpu_reference() {
 #[test]
 fn gelu_mul_over_split_partials_is_bitwise_qmm_sum_then_gelu_mul() {
     let Some(mut h) = harness() else { return };
-    for c in [GeluCase { b_stride: 42 * 256, b_off: 5 * 256, sums: true, splits: 8, ..GeluCase::new(256, 9) }, GeluCase { sums: true, splits: 3, ..GeluCase::new(65, 4) }] {
+    for c in [
+        GeluCase { b_stride: 42 * 256, b_off: 5 * 256, sums: true, splits: 8, ..GeluCase::new(256, 9) },
+        GeluCase { sums: true, splits: 3, ..GeluCase::new(65, 4) },
+    ] {
         let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&c.name()))));
         let mut init: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
         let fused = h.run(l.kernel, &init, &l.params, l.step, l.grid).unwrap();
         // qmm_sum writes the gate (storage buffer 0, a) from the partials (3), then gelu_mul.
-        let mp = MatmulParams { rows: c.n as u32, y_stride: c.n as u32, k_splits: c.splits as u32, ..Default::default() };
-        let summed = h.run(Kernel::QmmSum, &[init[3].clone(), init[0].clone()], bytemuck::bytes_of(&mp), l.step, (c.n.div_ceil(256) as u32, c.tokens as u32, 1)).unwrap();
+        let mp =
+            MatmulParams { rows: c.n as u32, y_stride: c.n as u32, k_splits: c.splits as u32, ..Default::default() };
+        let summed = h
+            .run(
+                Kernel::QmmSum,
+                &[init[3].clone(), init[0].clone()],
+                bytemuck::bytes_of(&mp),
+                l.step,
+                (c.n.div_ceil(256) as u32, c.tokens as u32, 1),
+            )
+            .unwrap();
         init[0] = summed[1].clone();
         let mut p: GeluParams = *bytemuck::from_bytes(&l.params[..std::mem::size_of::<GeluParams>()]);
         p.splits = 0;
@@ -3350,9 +3984,16 @@ fn persistent_chain_forms_match_the_reference_and_each_other() {
         want = y;
     }
     let bufs = [to_bytes(&w), to_bytes(&sb), to_bytes(&act), to_bytes(&[0])];
-    let params = |first: u32, count: u32, prefetch: ChainPrefetch| bytemuck::bytes_of(&chain_params(&layout, first, count, prefetch)).to_vec();
+    let params = |first: u32, count: u32, prefetch: ChainPrefetch| {
+        bytemuck::bytes_of(&chain_params(&layout, first, count, prefetch)).to_vec()
+    };
     let per_stage = |grid: Option<u32>| -> Vec<(Vec<u8>, (u32, u32, u32))> {
-        layout.stages.iter().enumerate().map(|(i, st)| (params(i as u32, 1, ChainPrefetch::After), (grid.unwrap_or(st.rows / 16), 1, 1))).collect()
+        layout
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(i, st)| (params(i as u32, 1, ChainPrefetch::After), (grid.unwrap_or(st.rows / 16), 1, 1)))
+            .collect()
     };
     let n = layout.stages.len() as u32;
     let forms = [
@@ -3399,7 +4040,15 @@ fn stream_read_stores_only_on_its_never_pattern() {
     let grid = (n.div_ceil(256 * vpt), 1, 1);
     let threads = 256 * grid.0;
     let dst = vec![0u8; 16 * threads as usize];
-    let out = h.run(Kernel::StreamRead { vpt }, &[vec![0u8; 16 * n as usize], dst.clone()], bytemuck::bytes_of(&CopyParams { n, _pad: [1, 0, 0] }), Step::default(), grid).unwrap();
+    let out = h
+        .run(
+            Kernel::StreamRead { vpt },
+            &[vec![0u8; 16 * n as usize], dst.clone()],
+            bytemuck::bytes_of(&CopyParams { n, _pad: [1, 0, 0] }),
+            Step::default(),
+            grid,
+        )
+        .unwrap();
     assert!(out[1].iter().all(|&b| b == 0), "zero data, never = 1: nothing stored");
     // Value i's bits in lane 0 of vec4 i: thread t's OR is that of i = t + k · threads, k < 4
     // (clamped to n − 1); `never` set to thread 5's OR: thread 5 (and any other reaching it)
@@ -3407,7 +4056,15 @@ fn stream_read_stores_only_on_its_never_pattern() {
     let data: Vec<u32> = (0..n).flat_map(|i| [i, 0, 0, 0]).collect();
     let or_of = |t: u32| (0..vpt).fold(0u32, |a, k| a | (t + k * threads).min(n - 1));
     let never = or_of(5);
-    let out = h.run(Kernel::StreamRead { vpt }, &[to_bytes(&data), dst], bytemuck::bytes_of(&CopyParams { n, _pad: [never, 0, 0] }), Step::default(), grid).unwrap();
+    let out = h
+        .run(
+            Kernel::StreamRead { vpt },
+            &[to_bytes(&data), dst],
+            bytemuck::bytes_of(&CopyParams { n, _pad: [never, 0, 0] }),
+            Step::default(),
+            grid,
+        )
+        .unwrap();
     let got = words(&out[1]);
     for t in 0..threads {
         let want = if or_of(t) == never { [or_of(t), 0, 0, 0] } else { [0; 4] };

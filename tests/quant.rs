@@ -31,7 +31,11 @@ fn quantize_reproduces_mlx_convert_bit_for_bit() {
             let words = mlx.get(&format!("{module}.weight")).unwrap();
             let bits = (words.shape()[1] * 32 / cols) as u32;
             let q = quant::quantize(&w, rows, cols, bits, 64);
-            assert_eq!(bytemuck::cast_slice::<u32, u8>(&q.words), words.bytes(), "{name} {module}: packed words differ");
+            assert_eq!(
+                bytemuck::cast_slice::<u32, u8>(&q.words),
+                words.bytes(),
+                "{name} {module}: packed words differ"
+            );
             let scales = mlx.get(&format!("{module}.scales")).unwrap();
             let biases = mlx.get(&format!("{module}.biases")).unwrap();
             assert_eq!(scales.dtype(), DType::BF16);

@@ -73,7 +73,12 @@ fn config(case: usize) -> serde_json::Value {
 
 fn check(model: &Model, label: &str) {
     let mut cpu = CpuBackend::new(model.cfg.clone(), model.weights.clone(), 128);
-    let Some(mut gpu) = common::wgpu_backend(model, WgpuOptions { max_ctx: 128, max_chunk: 16, max_binding: Some(1 << 12), ..Default::default() }) else { return };
+    let Some(mut gpu) = common::wgpu_backend(
+        model,
+        WgpuOptions { max_ctx: 128, max_chunk: 16, max_binding: Some(1 << 12), ..Default::default() },
+    ) else {
+        return;
+    };
     let vocab = model.cfg.text.vocab_size;
     let prompt: Vec<u32> = (0..37u32).map(|i| (i * 7919 + 11) % vocab as u32).collect();
     let (mut worst, mut pos) = (0.0f32, 0);
@@ -132,14 +137,21 @@ fn too_many_experts_for_the_gpu_router_is_an_error() {
     let model = Model::open(&dir).unwrap();
     let mut cpu = CpuBackend::new(model.cfg.clone(), model.weights.clone(), 16);
     assert_eq!(cpu.prefill(&[1, 2, 3], 0, Readback::LastLogits).unwrap().argmax.len(), 1, "the CPU reference runs it");
-    match kestrel::backend::wgpu::WgpuBackend::new(model.cfg.clone(), model.weights.clone(), WgpuOptions { max_ctx: 16, max_chunk: 16, ..Default::default() }) {
+    match kestrel::backend::wgpu::WgpuBackend::new(
+        model.cfg.clone(),
+        model.weights.clone(),
+        WgpuOptions { max_ctx: 16, max_chunk: 16, ..Default::default() },
+    ) {
         Ok(_) => panic!("257 experts accepted by the wgpu backend"),
         Err(e) => {
             let msg = e.to_string();
             if msg.contains("no GPU adapter") && !common::gpu_required() {
                 eprintln!("skipped: no adapter ({msg})");
             } else {
-                assert!(msg.contains("257 experts") && msg.contains("at most 256") && msg.contains("--backend cpu"), "{msg}");
+                assert!(
+                    msg.contains("257 experts") && msg.contains("at most 256") && msg.contains("--backend cpu"),
+                    "{msg}"
+                );
             }
         }
     }

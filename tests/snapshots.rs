@@ -56,8 +56,11 @@ fn check(model: &Model, label: &str, expected: &[u32]) {
     let mut cpu = CpuBackend::new(model.cfg.clone(), model.weights.clone(), CTX);
     let cpu_ids = generate(&mut cpu, &prompt, model);
     assert_eq!(cpu_ids, expected, "cpu {label}: ids differ from the transformers reference");
-    let wgpu_ids = common::wgpu_backend(model, WgpuOptions { max_ctx: CTX, max_chunk: 128, max_binding: None, ..Default::default() })
-        .map(|mut b| generate(&mut b, &prompt, model));
+    let wgpu_ids = common::wgpu_backend(
+        model,
+        WgpuOptions { max_ctx: CTX, max_chunk: 128, max_binding: None, ..Default::default() },
+    )
+    .map(|mut b| generate(&mut b, &prompt, model));
     if let Some(w) = &wgpu_ids {
         assert_eq!(w, &cpu_ids, "{label}: wgpu and cpu ids differ");
     }
@@ -107,7 +110,10 @@ fn embedded_default() {
 fn run_ahead_decode_stops_and_resumes() {
     let model = common::open_model("tiny-e2b", "mlx-4bit");
     let want = reference("tiny-e2b", "dequant4bit_reference");
-    let Some(mut b) = common::wgpu_backend(&model, WgpuOptions { max_ctx: CTX, max_chunk: 128, max_binding: None, ..Default::default() }) else {
+    let Some(mut b) = common::wgpu_backend(
+        &model,
+        WgpuOptions { max_ctx: CTX, max_chunk: 128, max_binding: None, ..Default::default() },
+    ) else {
         return;
     };
     let prompt = chat_prompt();

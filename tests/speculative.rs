@@ -39,11 +39,23 @@ fn greedy_on(b: &mut dyn Backend, prompt: &[u32], p: &GenerateParams) -> Vec<u32
     engine::generate(b, prompt, p, &mut s, |_| Ok(())).unwrap().0
 }
 
-fn speculative(model: &Model, drafter: &Drafter, k: usize, prompt: &[u32], p: &GenerateParams) -> (Vec<u32>, SpecStats) {
+fn speculative(
+    model: &Model,
+    drafter: &Drafter,
+    k: usize,
+    prompt: &[u32],
+    p: &GenerateParams,
+) -> (Vec<u32>, SpecStats) {
     speculative_on(cpu(model).as_mut(), drafter, k, prompt, p)
 }
 
-fn speculative_on(b: &mut dyn Backend, drafter: &Drafter, k: usize, prompt: &[u32], p: &GenerateParams) -> (Vec<u32>, SpecStats) {
+fn speculative_on(
+    b: &mut dyn Backend,
+    drafter: &Drafter,
+    k: usize,
+    prompt: &[u32],
+    p: &GenerateParams,
+) -> (Vec<u32>, SpecStats) {
     let mut streamed = Vec::new();
     let (out, _, stats) = driver::generate(b, drafter, k, prompt, p, |t| {
         streamed.push(t);
@@ -109,7 +121,9 @@ fn stop_id_inside_an_accepted_block() {
         let (free, st) = speculative(&model, &drafter, k, &r.prompt, &params(Vec::new(), true));
         // A token whose first occurrence was emitted as an accepted draft: as the stop id, the
         // run is identical up to there and must stop on that draft, mid-block.
-        let at = (0..free.len()).find(|&i| st.from_draft[i] && !free[..i].contains(&free[i])).expect("some token first appears as an accepted draft");
+        let at = (0..free.len())
+            .find(|&i| st.from_draft[i] && !free[..i].contains(&free[i]))
+            .expect("some token first appears as an accepted draft");
         let stop = free[at];
         let p = params(vec![stop], false);
         let want = greedy(&model, &r.prompt, &p);
@@ -117,7 +131,10 @@ fn stop_id_inside_an_accepted_block() {
         assert_eq!(got, want, "stop id {stop}, k={k}");
         assert_eq!(got.len(), at + 1);
         assert!(st.from_draft.last() == Some(&true), "k={k}: the run did not stop on an accepted draft");
-        eprintln!("k={k}: stop id {stop} reached as accepted draft at output {at}: {} tokens, equal to greedy", got.len());
+        eprintln!(
+            "k={k}: stop id {stop} reached as accepted draft at output {at}: {} tokens, equal to greedy",
+            got.len()
+        );
     }
 }
 
@@ -130,7 +147,10 @@ fn verify_logits_are_bitwise_sequential_decode() {
 
 #[test]
 fn wgpu_verify_logits_are_bitwise_sequential_decode() {
-    check_verify_bitwise("wgpu", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
+    check_verify_bitwise("wgpu", &|m| {
+        wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, ..Default::default() })
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+    });
 }
 
 /// The same with every norm its own dispatch: residual norms (the decode path of hidden sizes
@@ -138,7 +158,13 @@ fn wgpu_verify_logits_are_bitwise_sequential_decode() {
 /// run) and the KV-sharing layers' q norm (head_norm_rope, not inside attention_split).
 #[test]
 fn wgpu_unfused_verify_logits_are_bitwise_sequential_decode() {
-    check_verify_bitwise("wgpu-unfused", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, fuse_norms_up_to: 0, fold_q_norm: false, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
+    check_verify_bitwise("wgpu-unfused", &|m| {
+        wgpu_backend(
+            m,
+            WgpuOptions { max_ctx: 256, max_chunk: 16, fuse_norms_up_to: 0, fold_q_norm: false, ..Default::default() },
+        )
+        .map(|b| Box::new(b) as Box<dyn Backend>)
+    });
 }
 
 /// On the GPU (lavapipe in CI): speculative == greedy on the same backend, both pairs, the long
@@ -148,7 +174,10 @@ fn wgpu_unfused_verify_logits_are_bitwise_sequential_decode() {
 /// both forms, each on its own rows, and every row is still bitwise the decode step's.
 #[test]
 fn wgpu_verify_across_the_short_attention_bound_is_bitwise_sequential_decode() {
-    check_verify_bitwise("wgpu-short-bound", &|m| wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, attn_short: 42, ..Default::default() }).map(|b| Box::new(b) as Box<dyn Backend>));
+    check_verify_bitwise("wgpu-short-bound", &|m| {
+        wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, attn_short: 42, ..Default::default() })
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+    });
 }
 
 #[test]
@@ -203,13 +232,19 @@ fn check_verify_bitwise(tag: &str, make: &dyn Fn(&Model) -> Option<Box<dyn Backe
             for m in [2, 3, 5] {
                 let got = ver.verify(&block[..m], pos, true).unwrap();
                 let d = max_abs_diff(&got.logits, &want[..m * vocab]);
-                assert!(got.logits.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{tag} {target}/{form}: verify (M = {m}) vs sequential max |Δlogit| = {d}");
+                assert!(
+                    got.logits.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{tag} {target}/{form}: verify (M = {m}) vs sequential max |Δlogit| = {d}"
+                );
                 eprintln!("{tag} {target}/{form}: verify (M = {m}) vs {m} sequential decodes: max |Δlogit| = {d} (bitwise equal)");
             }
             // Keep 2 of the 5 rows; the next decode must match the sequential run's 3rd row.
             ver.commit(2).unwrap();
             let next = ver.decode(block[2], pos + 2, Readback::LastLogits).unwrap().logits;
-            assert!(next.iter().zip(&want[2 * vocab..3 * vocab]).all(|(a, b)| a.to_bits() == b.to_bits()), "{tag} {target}/{form}: decode after commit(2) differs");
+            assert!(
+                next.iter().zip(&want[2 * vocab..3 * vocab]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{tag} {target}/{form}: decode after commit(2) differs"
+            );
         }
     }
 }

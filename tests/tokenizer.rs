@@ -29,11 +29,7 @@ fn tokenizer() -> Tokenizer {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("id list")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
+    v.as_array().expect("id list").iter().map(|x| x.as_u64().expect("id") as u32).collect()
 }
 
 fn stream(tok: &Tokenizer, ids: &[u32], skip_special: bool) -> String {
@@ -52,16 +48,9 @@ fn vocabulary_and_special_tokens() {
     let j = tests_json();
     assert_eq!(t.vocab_size() as u64, j["vocab_size"].as_u64().unwrap());
     for (name, id) in j["special_tokens"].as_object().unwrap() {
-        assert_eq!(
-            t.token_id(name),
-            Some(id.as_u64().unwrap() as u32),
-            "{name}"
-        );
+        assert_eq!(t.token_id(name), Some(id.as_u64().unwrap() as u32), "{name}");
     }
-    assert_eq!(
-        t.token_id("\n"),
-        Some(j["newline_id"].as_u64().unwrap() as u32)
-    );
+    assert_eq!(t.token_id("\n"), Some(j["newline_id"].as_u64().unwrap() as u32));
     assert_eq!(t.bos_token().as_deref(), Some("<bos>"));
     assert_eq!(t.eos_token().as_deref(), Some("<eos>"));
 }
@@ -82,21 +71,13 @@ fn encode_cases_match_transformers() {
             "ids_with_special_tokens of {text:?}"
         );
         let decoded = case["decoded"].as_str().unwrap();
-        assert_eq!(
-            t.decode(&want, false).unwrap(),
-            decoded,
-            "decoded of {text:?}"
-        );
+        assert_eq!(t.decode(&want, false).unwrap(), decoded, "decoded of {text:?}");
         assert_eq!(
             t.decode(&want, true).unwrap(),
             case["decoded_skip_special"].as_str().unwrap(),
             "decoded_skip_special of {text:?}"
         );
-        assert_eq!(
-            stream(&t, &want, false),
-            decoded,
-            "streamed decode of {text:?}"
-        );
+        assert_eq!(stream(&t, &want, false), decoded, "streamed decode of {text:?}");
         assert_eq!(
             stream(&t, &want, true),
             case["decoded_skip_special"].as_str().unwrap(),
@@ -109,10 +90,7 @@ fn encode_cases_match_transformers() {
 fn stream_decoder_holds_back_partial_characters() {
     let t = tokenizer();
     // "€" is three byte-fallback tokens: nothing may come out before the third.
-    let bytes: Vec<u32> = ["<0xE2>", "<0x82>", "<0xAC>"]
-        .iter()
-        .map(|b| t.token_id(b).expect("byte token"))
-        .collect();
+    let bytes: Vec<u32> = ["<0xE2>", "<0x82>", "<0xAC>"].iter().map(|b| t.token_id(b).expect("byte token")).collect();
     let mut dec = StreamDecoder::new(false);
     assert_eq!(dec.push(&t, bytes[0]).unwrap(), "");
     assert_eq!(dec.push(&t, bytes[1]).unwrap(), "");
@@ -151,35 +129,15 @@ fn stream_decoder_matches_decode_on_random_ids() {
     assert!(checked > 500, "only {checked} well-formed sequences");
 
     // Encoded text is full of multi-byte characters split over byte tokens.
-    let pieces = [
-        "é",
-        "日本",
-        "😀",
-        "—",
-        " ",
-        "  ",
-        "\n",
-        "a",
-        "ab",
-        "<|turn>",
-        "<channel|>",
-        "Z",
-        "ü",
-    ];
+    let pieces = ["é", "日本", "😀", "—", " ", "  ", "\n", "a", "ab", "<|turn>", "<channel|>", "Z", "ü"];
     for _ in 0..500 {
         let len = 1 + (next() % 12) as usize;
-        let text: String = (0..len)
-            .map(|_| pieces[(next() % pieces.len() as u64) as usize])
-            .collect();
+        let text: String = (0..len).map(|_| pieces[(next() % pieces.len() as u64) as usize]).collect();
         let ids = t.encode(&text, true).unwrap();
         let want = t.decode(&ids, false).unwrap();
         assert_eq!(want, format!("<bos>{text}"));
         assert_eq!(stream(&t, &ids, false), want, "text {text:?}");
-        assert_eq!(
-            stream(&t, &ids, true),
-            t.decode(&ids, true).unwrap(),
-            "text {text:?}"
-        );
+        assert_eq!(stream(&t, &ids, true), t.decode(&ids, true).unwrap(), "text {text:?}");
     }
 }
 
@@ -193,32 +151,18 @@ fn decode_rejects_ids_outside_the_vocabulary() {
 #[test]
 fn chat_cases_match_transformers() {
     let t = tokenizer();
-    let tmpl = ChatTemplate::from_model_dir(&tok_dir())
-        .expect("template loads")
-        .expect("fixture dir has a template");
+    let tmpl = ChatTemplate::from_model_dir(&tok_dir()).expect("template loads").expect("fixture dir has a template");
     let j = tests_json();
     let cases = j["chat_cases"].as_array().unwrap();
     assert!(!cases.is_empty());
     for (i, case) in cases.iter().enumerate() {
         let messages: Vec<Message> = serde_json::from_value(case["messages"].clone()).unwrap();
         let mut kwargs = case["kwargs"].as_object().cloned().unwrap_or_default();
-        let add_gen = kwargs
-            .remove("add_generation_prompt")
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false);
-        let rendered = tmpl
-            .render(&messages, add_gen, &Value::Object(kwargs))
-            .unwrap_or_else(|e| panic!("chat case {i}: {e}"));
-        assert_eq!(
-            rendered,
-            case["rendered"].as_str().unwrap(),
-            "chat case {i}"
-        );
-        assert_eq!(
-            t.encode(&rendered, false).unwrap(),
-            ids(&case["ids"]),
-            "chat case {i} ids"
-        );
+        let add_gen = kwargs.remove("add_generation_prompt").and_then(|v| v.as_bool()).unwrap_or(false);
+        let rendered =
+            tmpl.render(&messages, add_gen, &Value::Object(kwargs)).unwrap_or_else(|e| panic!("chat case {i}: {e}"));
+        assert_eq!(rendered, case["rendered"].as_str().unwrap(), "chat case {i}");
+        assert_eq!(t.encode(&rendered, false).unwrap(), ids(&case["ids"]), "chat case {i} ids");
     }
 }
 
@@ -231,22 +175,15 @@ fn config_template_equals_jinja_file() {
     let a = ChatTemplate::from_sources(&src, Some(&cfg)).unwrap();
     let b = ChatTemplate::from_model_dir(&dir).unwrap().unwrap();
     let msgs = [Message::new("system", "s"), Message::new("user", "u")];
-    assert_eq!(
-        a.render(&msgs, true, &Value::Null).unwrap(),
-        b.render(&msgs, true, &Value::Null).unwrap()
-    );
+    assert_eq!(a.render(&msgs, true, &Value::Null).unwrap(), b.render(&msgs, true, &Value::Null).unwrap());
 }
 
 #[test]
 fn fixture_chat_prompt_encodes_to_its_ids() {
     let t = tokenizer();
     let prompts = load_json(&fixtures().join("prompts.json"));
-    let chat = prompts
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "chat")
-        .expect("prompts.json has a \"chat\" entry");
+    let chat =
+        prompts.as_array().unwrap().iter().find(|p| p["name"] == "chat").expect("prompts.json has a \"chat\" entry");
     let text = chat["text"].as_str().unwrap();
     assert_eq!(t.encode(text, false).unwrap(), ids(&chat["ids"]));
     assert_eq!(t.decode(&ids(&chat["ids"]), false).unwrap(), text);
@@ -262,35 +199,20 @@ fn read_messages_accepts_a_list_and_rejects_bad_shapes() {
         p
     };
 
-    let good = write(
-        "good.json",
-        r#"[{"role": "user", "content": "hi"}, {"role": "narrator", "content": "x"}]"#,
-    );
-    assert_eq!(
-        read_messages(&good).unwrap(),
-        vec![Message::new("user", "hi"), Message::new("narrator", "x")]
-    );
+    let good = write("good.json", r#"[{"role": "user", "content": "hi"}, {"role": "narrator", "content": "x"}]"#);
+    assert_eq!(read_messages(&good).unwrap(), vec![Message::new("user", "hi"), Message::new("narrator", "x")]);
 
     let not_list = write("not_a_list.json", r#"{"role": "user", "content": "hi"}"#);
     let err = read_messages(&not_list).unwrap_err().to_string();
-    assert!(
-        err.contains("not_a_list.json") && err.contains("list"),
-        "{err}"
-    );
+    assert!(err.contains("not_a_list.json") && err.contains("list"), "{err}");
 
     let no_role = write("no_role.json", r#"[{"content": "hi"}]"#);
     let err = read_messages(&no_role).unwrap_err().to_string();
-    assert!(
-        err.contains("no_role.json") && err.contains("role"),
-        "{err}"
-    );
+    assert!(err.contains("no_role.json") && err.contains("role"), "{err}");
 
     let bad_content = write("bad_content.json", r#"[{"role": "user", "content": [1]}]"#);
     let err = read_messages(&bad_content).unwrap_err().to_string();
-    assert!(
-        err.contains("bad_content.json") && err.contains("content"),
-        "{err}"
-    );
+    assert!(err.contains("bad_content.json") && err.contains("content"), "{err}");
 
     let missing = dir.join("missing.json");
     let err = read_messages(&missing).unwrap_err().to_string();

@@ -102,7 +102,13 @@ pub trait Backend {
     /// returns how many were. A backend may start the next step before the host has seen an id
     /// (the id stays on the device); the cache then holds the positions of the ids handed out,
     /// as if each had been a [`decode`](Backend::decode).
-    fn decode_greedy(&mut self, token: u32, pos: usize, max: usize, on_token: &mut dyn FnMut(u32) -> Result<bool>) -> Result<usize> {
+    fn decode_greedy(
+        &mut self,
+        token: u32,
+        pos: usize,
+        max: usize,
+        on_token: &mut dyn FnMut(u32) -> Result<bool>,
+    ) -> Result<usize> {
         greedy_steps(self, token, pos, max, on_token)
     }
 
@@ -156,7 +162,10 @@ impl std::str::FromStr for BackendKind {
         match s {
             "wgpu" => Ok(BackendKind::Wgpu),
             "cpu" => Ok(BackendKind::Cpu),
-            "metal" => Err("backend `metal` is not built yet: use `--backend wgpu` (Vulkan, Metal or DX12 through WGSL)".into()),
+            "metal" => {
+                Err("backend `metal` is not built yet: use `--backend wgpu` (Vulkan, Metal or DX12 through WGSL)"
+                    .into())
+            }
             other => Err(format!("unknown backend `{other}`: choose `wgpu` (GPU) or `cpu` (f32 reference)")),
         }
     }
@@ -164,7 +173,13 @@ impl std::str::FromStr for BackendKind {
 
 /// Greedy decode one `decode` step at a time: the default [`Backend::decode_greedy`], and the
 /// path of backends that cannot run ahead in some configuration.
-pub fn greedy_steps<B: Backend + ?Sized>(b: &mut B, token: u32, pos: usize, max: usize, on_token: &mut dyn FnMut(u32) -> Result<bool>) -> Result<usize> {
+pub fn greedy_steps<B: Backend + ?Sized>(
+    b: &mut B,
+    token: u32,
+    pos: usize,
+    max: usize,
+    on_token: &mut dyn FnMut(u32) -> Result<bool>,
+) -> Result<usize> {
     let mut tok = token;
     for i in 0..max {
         let out = b.decode(tok, pos + i, Readback::Argmax)?;

@@ -37,11 +37,22 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let depth = args.depth as usize;
     let ctx = args.model.ctx_for(max_pos).max(args.n_prompt.max(depth) + args.n_gen + 1).min(max_pos);
     if depth + args.n_gen + 1 > ctx {
-        bail!("--depth {depth} and -n {} need {} positions; the model has {max_pos}", args.n_gen, depth + args.n_gen + 1);
+        bail!(
+            "--depth {depth} and -n {} need {} positions; the model has {max_pos}",
+            args.n_gen,
+            depth + args.n_gen + 1
+        );
     }
     let expert_slots = super::generate::expert_slots(&args.model, &model)?;
-    let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.model.chunk, max_binding: None, expert_slots, ..WgpuOptions::default() };
-    let mut b = WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?;
+    let opts = WgpuOptions {
+        max_ctx: ctx,
+        max_chunk: args.model.chunk,
+        max_binding: None,
+        expert_slots,
+        ..WgpuOptions::default()
+    };
+    let mut b =
+        WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?;
     let vocab = model.cfg.text.vocab_size;
 
     // Warm-up: compile pipelines, touch every buffer once, and run the whole prompt until the
@@ -156,10 +167,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         let dm = crate::model::Model::open(dir).with_context(|| format!("loading drafter {}", dir.display()))?;
         let drafter = crate::spec::Drafter::from_model(&dm)?;
         let prompt = ids(args.n_prompt.clamp(1, 64), vocab);
-        let params = crate::engine::GenerateParams { max_new: args.n_gen.max(2), stop_ids: Vec::new(), ignore_eos: true, chunk: args.model.chunk };
+        let params = crate::engine::GenerateParams {
+            max_new: args.n_gen.max(2),
+            stop_ids: Vec::new(),
+            ignore_eos: true,
+            chunk: args.model.chunk,
+        };
         let mut sampler = crate::sampler::Sampler::new(crate::sampler::SamplerConfig::default());
         let (g_out, g_stats) = crate::engine::generate(&mut b, &prompt, &params, &mut sampler, |_| Ok(()))?;
-        let (s_out, s_stats, sp) = crate::spec::driver::generate(&mut b, &drafter, args.draft_k, &prompt, &params, |_| Ok(()))?;
+        let (s_out, s_stats, sp) =
+            crate::spec::driver::generate(&mut b, &drafter, args.draft_k, &prompt, &params, |_| Ok(()))?;
         if g_out != s_out {
             bail!("speculative output differs from greedy: a bug, please report it");
         }
@@ -212,7 +229,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             println!("| pp{} | {t:.1} | {:.3} | | | | |", args.n_prompt, 1e3 / t);
         }
         if let (Some((t, s)), Some(g)) = (tg, gbs) {
-            println!("| tg{} | {t:.1} | {:.3} | {:.3} | {g:.1} | {copy_gbs:.1} | {:.1} % |", args.n_gen, s * 1e3, bytes / 1e9, 100.0 * g / copy_gbs);
+            println!(
+                "| tg{} | {t:.1} | {:.3} | {:.3} | {g:.1} | {copy_gbs:.1} | {:.1} % |",
+                args.n_gen,
+                s * 1e3,
+                bytes / 1e9,
+                100.0 * g / copy_gbs
+            );
         }
         // What pp measured: the layers past the last K/V write run for a prompt's last token alone.
         if let (Some(_), Some(l)) = (pp, b.prompt_tail_layer()) {

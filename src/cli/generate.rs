@@ -21,7 +21,9 @@ use crate::tokenizer::StreamDecoder;
 /// Loads the model named by `--model` (or the embedded one).
 pub fn load_model(args: &ModelArgs) -> anyhow::Result<Model> {
     match &args.model {
-        Some(dir) => Model::open_with(dir, args.trust_manifest).with_context(|| format!("loading model {}", dir.display())),
+        Some(dir) => {
+            Model::open_with(dir, args.trust_manifest).with_context(|| format!("loading model {}", dir.display()))
+        }
         None => Model::embedded().context("loading the embedded model"),
     }
 }
@@ -38,10 +40,21 @@ pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn B
     }
     let expert_slots = expert_slots(args, model)?;
     Ok(match args.backend {
-        BackendKind::Cpu => Box::new(CpuBackend::with_experts(model.cfg.clone(), model.weights.clone(), ctx, expert_slots)?),
+        BackendKind::Cpu => {
+            Box::new(CpuBackend::with_experts(model.cfg.clone(), model.weights.clone(), ctx, expert_slots)?)
+        }
         BackendKind::Wgpu => {
-            let opts = WgpuOptions { max_ctx: ctx, max_chunk: args.chunk, max_binding: None, expert_slots, ..WgpuOptions::default() };
-            Box::new(WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?)
+            let opts = WgpuOptions {
+                max_ctx: ctx,
+                max_chunk: args.chunk,
+                max_binding: None,
+                expert_slots,
+                ..WgpuOptions::default()
+            };
+            Box::new(
+                WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts)
+                    .context("starting the wgpu backend")?,
+            )
         }
     })
 }
@@ -201,8 +214,19 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let peak = peak_rss_bytes();
     print_stats(&stats, backend.as_ref(), peak);
     if let Some(s) = &spec_stats {
-        let acc: Vec<String> = s.acceptance().iter().zip(&s.proposed).map(|(a, &p)| if p == 0 { "-".into() } else { format!("{:.0}%", 100.0 * a) }).collect();
-        eprintln!("[speculative] k={} | {} target passes, {:.2} tokens/pass | acceptance by draft position: {}", s.k, s.target_passes, s.tokens_per_pass(), acc.join(" "));
+        let acc: Vec<String> = s
+            .acceptance()
+            .iter()
+            .zip(&s.proposed)
+            .map(|(a, &p)| if p == 0 { "-".into() } else { format!("{:.0}%", 100.0 * a) })
+            .collect();
+        eprintln!(
+            "[speculative] k={} | {} target passes, {:.2} tokens/pass | acceptance by draft position: {}",
+            s.k,
+            s.target_passes,
+            s.tokens_per_pass(),
+            acc.join(" ")
+        );
     }
     if args.json {
         let obj = json!({

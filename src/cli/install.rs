@@ -10,9 +10,14 @@ use super::{InstallArgs, VerifyArgs};
 use crate::install::{self, InstallOptions};
 
 pub fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
-    let opts = InstallOptions { workers: args.workers, fail_after: args.fail_after, progress: std::io::stderr().is_terminal() };
+    let opts = InstallOptions {
+        workers: args.workers,
+        fail_after: args.fail_after,
+        progress: std::io::stderr().is_terminal(),
+    };
     let t0 = std::time::Instant::now();
-    let r = install::install(&args.src, &args.dst, &opts).with_context(|| format!("installing {} into {}", args.src.display(), args.dst.display()))?;
+    let r = install::install(&args.src, &args.dst, &opts)
+        .with_context(|| format!("installing {} into {}", args.src.display(), args.dst.display()))?;
     let secs = t0.elapsed().as_secs_f64();
     let total: u64 = r.manifest.files.iter().map(|f| f.bytes).sum();
     if args.json {
@@ -47,12 +52,18 @@ pub fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let inst = install::verify(&args.dir, std::io::stderr().is_terminal()).with_context(|| format!("verifying {}", args.dir.display()))?;
+    let inst = install::verify(&args.dir, std::io::stderr().is_terminal())
+        .with_context(|| format!("verifying {}", args.dir.display()))?;
     let total: u64 = inst.manifest.files.iter().map(|f| f.bytes).sum();
     if args.json {
         println!("{}", json!({ "dir": args.dir, "ok": true, "files": inst.manifest.files.len(), "bytes": total }));
     } else {
-        eprintln!("{}: OK ({} files, {:.2} GiB, every SHA-256 matches the manifest)", args.dir.display(), inst.manifest.files.len(), total as f64 / (1u64 << 30) as f64);
+        eprintln!(
+            "{}: OK ({} files, {:.2} GiB, every SHA-256 matches the manifest)",
+            args.dir.display(),
+            inst.manifest.files.len(),
+            total as f64 / (1u64 << 30) as f64
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -15,7 +15,11 @@ use crate::backend::BackendKind;
 use crate::streamer::ExpertSlots;
 
 #[derive(Parser, Debug)]
-#[command(name = "kestrel", version, about = "Gemma 4 inference: portable GPU kernels, 4-bit weights, output you can trust")]
+#[command(
+    name = "kestrel",
+    version,
+    about = "Gemma 4 inference: portable GPU kernels, 4-bit weights, output you can trust"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -44,7 +44,13 @@ pub const PART_ALIGN: u64 = 256;
 pub const LARGE_FILE: u64 = 64 << 20;
 
 /// Small files copied from the source directory when present.
-pub const SIDE_FILES: &[&str] = &["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json", "special_tokens_map.json"];
+pub const SIDE_FILES: &[&str] = &[
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "generation_config.json",
+    "special_tokens_map.json",
+];
 
 pub fn layer_file(layer: usize) -> String {
     format!("{EXPERT_DIR}/layer-{layer:03}.bin")
@@ -155,12 +161,16 @@ impl ExpertLayout {
 
     /// Checks the layout against the model it claims to describe.
     pub fn check(&self, path: &Path, n_experts: usize, h: usize, iw: usize, n_layers: usize) -> Result<()> {
-        let bad = |msg: String| Err(Error::Invalid(format!("{}: {msg}: reinstall with `kestrel install`", path.display())));
+        let bad =
+            |msg: String| Err(Error::Invalid(format!("{}: {msg}: reinstall with `kestrel install`", path.display())));
         if self.n_experts != n_experts {
             return bad(format!("{} experts, config.json has {n_experts}", self.n_experts));
         }
         if !self.blob_stride.is_multiple_of(BLOB_ALIGN) || self.blob_bytes > self.blob_stride {
-            return bad(format!("blob stride {} is not a page multiple holding {} bytes", self.blob_stride, self.blob_bytes));
+            return bad(format!(
+                "blob stride {} is not a page multiple holding {} bytes",
+                self.blob_stride, self.blob_bytes
+            ));
         }
         if self.layers.len() != n_layers || self.layers.keys().any(|&l| l >= n_layers) {
             return bad(format!("lists {} expert layer files, the model has {n_layers} MoE layers", self.layers.len()));
@@ -196,7 +206,8 @@ impl ExpertLayout {
             let sizes = [Some(wb), sb, sb];
             for (span, size) in spans.iter().zip(sizes) {
                 match (span, size) {
-                    (Some((off, len)), Some(n)) if *len == n as u64 && off % PART_ALIGN == 0 && off + len <= self.blob_bytes => {}
+                    (Some((off, len)), Some(n))
+                        if *len == n as u64 && off % PART_ALIGN == 0 && off + len <= self.blob_bytes => {}
                     (None, None) => {}
                     _ => return bad(format!("part `{role}` has a malformed span {span:?} (expected {size:?} bytes)")),
                 }
@@ -229,7 +240,10 @@ pub fn hex(bytes: &[u8]) -> String {
 fn safe_rel(dir: &Path, rel: &str) -> Result<PathBuf> {
     let p = Path::new(rel);
     if rel.is_empty() || p.components().any(|c| !matches!(c, Component::Normal(_))) {
-        return Err(Error::Invalid(format!("{}: lists the path `{rel}`, which is not inside the installation", dir.join(MANIFEST).display())));
+        return Err(Error::Invalid(format!(
+            "{}: lists the path `{rel}`, which is not inside the installation",
+            dir.join(MANIFEST).display()
+        )));
     }
     Ok(dir.join(p))
 }
@@ -239,7 +253,10 @@ fn safe_rel(dir: &Path, rel: &str) -> Result<PathBuf> {
 pub fn reject_symlinks(dir: &Path) -> Result<()> {
     let meta = std::fs::symlink_metadata(dir).map_err(|e| Error::io(dir, e))?;
     if meta.file_type().is_symlink() {
-        return Err(Error::Invalid(format!("{}: is a symbolic link; installations must be plain directories (copy it instead)", dir.display())));
+        return Err(Error::Invalid(format!(
+            "{}: is a symbolic link; installations must be plain directories (copy it instead)",
+            dir.display()
+        )));
     }
     if meta.is_dir() {
         for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
@@ -281,9 +298,13 @@ impl Installation {
         reject_symlinks(dir)?;
         let mpath = dir.join(MANIFEST);
         let text = std::fs::read_to_string(&mpath).map_err(|e| Error::io(&mpath, e))?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::config(&mpath, format!("not valid JSON: {e}")))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::config(&mpath, format!("not valid JSON: {e}")))?;
         if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
-            return Err(Error::config(&mpath, format!("not a Kestrel installation manifest (field `format` is not \"{FORMAT}\")")));
+            return Err(Error::config(
+                &mpath,
+                format!("not a Kestrel installation manifest (field `format` is not \"{FORMAT}\")"),
+            ));
         }
         match v.get("format_version").and_then(|f| f.as_u64()) {
             Some(n) if n == FORMAT_VERSION as u64 => {}
@@ -292,10 +313,16 @@ impl Installation {
             }
             None => return Err(Error::config(&mpath, "has no numeric `format_version`")),
         }
-        let manifest: Manifest = serde_json::from_value(v).map_err(|e| Error::config(&mpath, format!("malformed manifest: {e}")))?;
+        let manifest: Manifest =
+            serde_json::from_value(v).map_err(|e| Error::config(&mpath, format!("malformed manifest: {e}")))?;
         for f in &manifest.files {
             let path = safe_rel(dir, &f.path)?;
-            let meta = std::fs::metadata(&path).map_err(|e| Error::Invalid(format!("{}: listed in the manifest but unreadable ({e}): the installation is incomplete, reinstall it", path.display())))?;
+            let meta = std::fs::metadata(&path).map_err(|e| {
+                Error::Invalid(format!(
+                    "{}: listed in the manifest but unreadable ({e}): the installation is incomplete, reinstall it",
+                    path.display()
+                ))
+            })?;
             if !meta.is_file() {
                 return Err(Error::Invalid(format!("{}: not a regular file", path.display())));
             }
@@ -323,12 +350,21 @@ impl Installation {
         let layout = if manifest.files.iter().any(|f| f.path == LAYOUT) {
             let lpath = dir.join(LAYOUT);
             let text = std::fs::read_to_string(&lpath).map_err(|e| Error::io(&lpath, e))?;
-            let layout: ExpertLayout = serde_json::from_str(&text).map_err(|e| Error::config(&lpath, format!("malformed expert layout: {e}")))?;
+            let layout: ExpertLayout = serde_json::from_str(&text)
+                .map_err(|e| Error::config(&lpath, format!("malformed expert layout: {e}")))?;
             for file in layout.layers.values() {
-                let e = manifest.files.iter().find(|f| &f.path == file).ok_or_else(|| Error::config(&lpath, format!("names `{file}`, which the manifest does not list")))?;
+                let e = manifest.files.iter().find(|f| &f.path == file).ok_or_else(|| {
+                    Error::config(&lpath, format!("names `{file}`, which the manifest does not list"))
+                })?;
                 let want = layout.n_experts as u64 * layout.blob_stride;
                 if e.bytes != want {
-                    return Err(Error::config(&lpath, format!("`{file}` holds {} bytes, {} experts at stride {} need {want}", e.bytes, layout.n_experts, layout.blob_stride)));
+                    return Err(Error::config(
+                        &lpath,
+                        format!(
+                            "`{file}` holds {} bytes, {} experts at stride {} need {want}",
+                            e.bytes, layout.n_experts, layout.blob_stride
+                        ),
+                    ));
                 }
             }
             Some(layout)

@@ -78,7 +78,9 @@ impl Job {
         Ok(match self {
             Job::Copy(p) => fs::metadata(p).map_err(|e| Error::io(p, e))?.len(),
             Job::Bytes(b) => b.len() as u64,
-            Job::Common { header, tensors } => header.len() as u64 + tensors.iter().map(|t| t.bytes().len() as u64).sum::<u64>(),
+            Job::Common { header, tensors } => {
+                header.len() as u64 + tensors.iter().map(|t| t.bytes().len() as u64).sum::<u64>()
+            }
             Job::Experts { n_experts, stride, .. } => *n_experts as u64 * stride,
         })
     }
@@ -92,7 +94,9 @@ fn align(x: u64, a: u64) -> u64 {
 fn matrix_tensors(m: &Matrix) -> (String, usize, Vec<TensorRef>) {
     match m {
         Matrix::Float { t, .. } => (m.format().to_string(), 0, vec![t.clone()]),
-        Matrix::Quant { w, scales, biases, layout } => (m.format().to_string(), layout.group_size, vec![w.clone(), scales.clone(), biases.clone()]),
+        Matrix::Quant { w, scales, biases, layout } => {
+            (m.format().to_string(), layout.group_size, vec![w.clone(), scales.clone(), biases.clone()])
+        }
     }
 }
 
@@ -105,7 +109,12 @@ fn layer_parts(moe: &crate::loader::StackedExperts) -> Vec<(&'static str, &Matri
 }
 
 /// Plans the whole installation: the layout and one job per output file (manifest excluded).
-fn plan(src: &Path, cfg: &Config, store: &TensorStore, w: &ModelWeights) -> Result<(Option<ExpertLayout>, Vec<(String, Job)>, Sizes, String)> {
+fn plan(
+    src: &Path,
+    cfg: &Config,
+    store: &TensorStore,
+    w: &ModelWeights,
+) -> Result<(Option<ExpertLayout>, Vec<(String, Job)>, Sizes, String)> {
     let t = &cfg.text;
     let e = t.num_experts;
     let mut expert_names: Vec<String> = Vec::new();
@@ -122,12 +131,21 @@ fn plan(src: &Path, cfg: &Config, store: &TensorStore, w: &ModelWeights) -> Resu
             for tr in &tensors {
                 let total = tr.bytes().len() as u64;
                 if !total.is_multiple_of(e as u64) {
-                    return Err(Error::Invalid(format!("{}: tensor `{}` ({total} bytes) does not split into {e} experts", tr.path().display(), tr.name)));
+                    return Err(Error::Invalid(format!(
+                        "{}: tensor `{}` ({total} bytes) does not split into {e} experts",
+                        tr.path().display(),
+                        tr.name
+                    )));
                 }
                 let per = total / e as u64;
                 let off = align(cursor, PART_ALIGN);
                 spans.push((off, per));
-                pieces.push(Piece { path: tr.path().to_path_buf(), offset: tr.file_offset(), per_expert: per, blob_off: off });
+                pieces.push(Piece {
+                    path: tr.path().to_path_buf(),
+                    offset: tr.file_offset(),
+                    per_expert: per,
+                    blob_off: off,
+                });
                 expert_names.push(tr.name.clone());
                 cursor = off + per;
             }
@@ -146,7 +164,13 @@ fn plan(src: &Path, cfg: &Config, store: &TensorStore, w: &ModelWeights) -> Resu
         let file = layer_file(li);
         match &mut layout {
             None => {
-                layout = Some(ExpertLayout { n_experts: e, blob_stride: stride, blob_bytes: cursor, parts, layers: BTreeMap::new() });
+                layout = Some(ExpertLayout {
+                    n_experts: e,
+                    blob_stride: stride,
+                    blob_bytes: cursor,
+                    parts,
+                    layers: BTreeMap::new(),
+                });
             }
             Some(l) => {
                 if l.parts != parts || l.blob_stride != stride {
@@ -169,7 +193,10 @@ fn plan(src: &Path, cfg: &Config, store: &TensorStore, w: &ModelWeights) -> Resu
     for n in names {
         let tr = store.get(n).expect("listed by the store");
         let len = tr.bytes().len() as u64;
-        header.insert(n.clone(), serde_json::json!({ "dtype": tr.dtype_name(), "shape": tr.shape(), "data_offsets": [off, off + len] }));
+        header.insert(
+            n.clone(),
+            serde_json::json!({ "dtype": tr.dtype_name(), "shape": tr.shape(), "data_offsets": [off, off + len] }),
+        );
         off += len;
         tensors.push(tr);
     }
@@ -204,7 +231,10 @@ fn plan(src: &Path, cfg: &Config, store: &TensorStore, w: &ModelWeights) -> Resu
         expert_stride: stride,
     };
     let arch = if n_moe > 0 {
-        format!("gemma4 ({} layers, hidden {}, {} experts top-{})", t.num_hidden_layers, t.hidden_size, e, t.top_k_experts)
+        format!(
+            "gemma4 ({} layers, hidden {}, {} experts top-{})",
+            t.num_hidden_layers, t.hidden_size, e, t.top_k_experts
+        )
     } else {
         format!("gemma4 ({} layers, hidden {}, dense)", t.num_hidden_layers, t.hidden_size)
     };
@@ -223,7 +253,8 @@ fn write_job(job: &Job, path: &Path, progress: &dyn Fn(u64)) -> Result<(u64, Str
         progress(bytes.len() as u64);
         Ok(())
     };
-    let read_at = |file: &File, src: &Path, buf: &mut [u8], off: u64| file.read_exact_at(buf, off).map_err(|e| Error::io(src, e));
+    let read_at =
+        |file: &File, src: &Path, buf: &mut [u8], off: u64| file.read_exact_at(buf, off).map_err(|e| Error::io(src, e));
     match job {
         Job::Copy(src) => {
             let bytes = fs::read(src).map_err(|e| Error::io(src, e))?;
@@ -308,12 +339,20 @@ fn read_journal(partial: &Path, fp: &str) -> BTreeMap<String, (u64, String)> {
 /// Installs `src` into `dst`. See the module docs for the guarantees.
 pub fn install(src: &Path, dst: &Path, opts: &InstallOptions) -> Result<InstallReport> {
     if Installation::is_installation(src) {
-        return Err(Error::Invalid(format!("{}: is already an installation (has {MANIFEST}); run it directly or `kestrel verify` it", src.display())));
+        return Err(Error::Invalid(format!(
+            "{}: is already an installation (has {MANIFEST}); run it directly or `kestrel verify` it",
+            src.display()
+        )));
     }
     if fs::symlink_metadata(dst).is_ok() {
-        return Err(Error::Invalid(format!("{}: already exists; choose a new directory (or `kestrel verify` the existing one)", dst.display())));
+        return Err(Error::Invalid(format!(
+            "{}: already exists; choose a new directory (or `kestrel verify` the existing one)",
+            dst.display()
+        )));
     }
-    let name = dst.file_name().ok_or_else(|| Error::Invalid(format!("{}: not a usable destination directory name", dst.display())))?;
+    let name = dst
+        .file_name()
+        .ok_or_else(|| Error::Invalid(format!("{}: not a usable destination directory name", dst.display())))?;
     let partial = dst.with_file_name(format!("{}.partial", name.to_string_lossy()));
     let cfg = Config::from_file(&src.join(CONFIG))?;
     let store = TensorStore::open_dir(src)?;
@@ -351,7 +390,9 @@ pub fn install(src: &Path, dst: &Path, opts: &InstallOptions) -> Result<InstallR
         journal_text.push_str(&format!("{}\t{}\t{}\n", e.path, e.bytes, e.sha256));
     }
     fs::write(partial.join(JOURNAL), &journal_text).map_err(|e| Error::io(partial.join(JOURNAL), e))?;
-    let journal = Mutex::new(OpenOptions::new().append(true).open(partial.join(JOURNAL)).map_err(|e| Error::io(partial.join(JOURNAL), e))?);
+    let journal = Mutex::new(
+        OpenOptions::new().append(true).open(partial.join(JOURNAL)).map_err(|e| Error::io(partial.join(JOURNAL), e))?,
+    );
 
     let workers = match (opts.fail_after, opts.workers) {
         (Some(_), _) => 1,
@@ -373,14 +414,18 @@ pub fn install(src: &Path, dst: &Path, opts: &InstallOptions) -> Result<InstallR
                 if let Some(limit) = opts.fail_after {
                     if written.load(Ordering::Relaxed) >= limit {
                         stop.store(true, Ordering::Relaxed);
-                        results.lock().expect("no panics hold it").push(Err(Error::Invalid(format!("install stopped after {limit} files (--fail-after test hook); rerun to resume"))));
+                        results.lock().expect("no panics hold it").push(Err(Error::Invalid(format!(
+                            "install stopped after {limit} files (--fail-after test hook); rerun to resume"
+                        ))));
                         return;
                     }
                 }
                 let r = write_job(job, &partial.join(path), &|n| bar.inc(n)).and_then(|(bytes, sha)| {
                     let line = format!("{path}\t{bytes}\t{sha}\n");
                     let mut j = journal.lock().expect("no panics hold it");
-                    j.write_all(line.as_bytes()).and_then(|_| j.sync_data()).map_err(|e| Error::io(partial.join(JOURNAL), e))?;
+                    j.write_all(line.as_bytes())
+                        .and_then(|_| j.sync_data())
+                        .map_err(|e| Error::io(partial.join(JOURNAL), e))?;
                     written.fetch_add(1, Ordering::Relaxed);
                     Ok(FileEntry { path: path.clone(), bytes, sha256: sha })
                 });
@@ -416,7 +461,13 @@ pub fn install(src: &Path, dst: &Path, opts: &InstallOptions) -> Result<InstallR
     vbar.finish_and_clear();
     let opened = opened?;
     if let Some(l) = &layout {
-        l.check(&partial.join(LAYOUT), cfg.text.num_experts, cfg.text.hidden_size, cfg.text.moe_intermediate_size, l.layers.len())?;
+        l.check(
+            &partial.join(LAYOUT),
+            cfg.text.num_experts,
+            cfg.text.hidden_size,
+            cfg.text.moe_intermediate_size,
+            l.layers.len(),
+        )?;
     }
     File::open(&partial).and_then(|d| d.sync_all()).map_err(|e| Error::io(&partial, e))?;
     fs::rename(&partial, dst).map_err(|e| Error::io(dst, e))?;
@@ -460,9 +511,11 @@ fn progress_bar(on: bool, total: u64, what: &str) -> indicatif::ProgressBar {
         return indicatif::ProgressBar::hidden();
     }
     let bar = indicatif::ProgressBar::new(total);
-    let style = indicatif::ProgressStyle::with_template("{msg:>10} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}")
-        .expect("static template")
-        .progress_chars("=> ");
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg:>10} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+    )
+    .expect("static template")
+    .progress_chars("=> ");
     bar.set_style(style);
     bar.set_message(what.to_string());
     bar

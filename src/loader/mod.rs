@@ -98,9 +98,9 @@ pub struct PleWeights {
 
 /// A layer's PLE injection weights.
 pub struct LayerPle {
-    pub input_gate: Matrix,      // [ple_dim, hidden]
-    pub projection: Matrix,      // [hidden, ple_dim]
-    pub post_norm: Vec<f32>,     // [hidden]
+    pub input_gate: Matrix,  // [ple_dim, hidden]
+    pub projection: Matrix,  // [hidden, ple_dim]
+    pub post_norm: Vec<f32>, // [hidden]
 }
 
 /// Expert weights of a MoE layer. Gate and up are separate matrices (MLX form) or one fused
@@ -118,9 +118,9 @@ pub struct StackedExperts {
 
 /// The MoE block of a 26B-A4B layer (routed experts plus the norms around them).
 pub struct MoeWeights {
-    pub router_proj: Matrix,          // [n_experts, hidden]
-    pub router_scale: Vec<f32>,       // [hidden]
-    pub per_expert_scale: Vec<f32>,   // [n_experts]
+    pub router_proj: Matrix,        // [n_experts, hidden]
+    pub router_scale: Vec<f32>,     // [hidden]
+    pub per_expert_scale: Vec<f32>, // [n_experts]
     /// `None` in an installation: the experts live in per-layer files and stream through the
     /// expert cache (`crate::streamer`).
     pub experts: Option<StackedExperts>,
@@ -242,33 +242,47 @@ impl Resolver<'_> {
             let (gs, cfg_bits) = q.for_module(&format!("{}{}", self.prefix, module));
             // Bits follow from the packed width; the config decides only when it names the module.
             let wshape = w.shape();
-            let bits = if wshape.len() == logical.len() && inp > 0 {
-                (wshape[wshape.len() - 1] * 32) / inp
-            } else {
-                0
-            };
+            let bits = if wshape.len() == logical.len() && inp > 0 { (wshape[wshape.len() - 1] * 32) / inp } else { 0 };
             let bits = bits as u32;
             let named = q.overrides.contains_key(&format!("{}{}", self.prefix, module));
             let bits_ok = (bits == 4 || bits == 8) && (!named || bits == cfg_bits) && inp.is_multiple_of(gs);
             let mut exp_w = lead.to_vec();
             exp_w.extend([out, inp * cfg_bits as usize / 32]);
-            if !bits_ok || wshape[..wshape.len() - 1] != exp_w[..exp_w.len() - 1] || (wshape[wshape.len() - 1] * 32) % inp != 0 {
+            if !bits_ok
+                || wshape[..wshape.len() - 1] != exp_w[..exp_w.len() - 1]
+                || (wshape[wshape.len() - 1] * 32) % inp != 0
+            {
                 return Err(self.shape_err(&w, exp_w));
             }
             if w.dtype() != DType::U32 {
-                return Err(Error::DType { file: w.path().into(), name: w.name.clone(), expected: "U32".into(), found: w.dtype_name() });
+                return Err(Error::DType {
+                    file: w.path().into(),
+                    name: w.name.clone(),
+                    expected: "U32".into(),
+                    found: w.dtype_name(),
+                });
             }
             let mut exp_s = lead.to_vec();
             exp_s.extend([out, inp / gs]);
             for t in [&scales, &biases] {
                 if t.dtype() != DType::BF16 {
-                    return Err(Error::DType { file: t.path().into(), name: t.name.clone(), expected: "BF16".into(), found: t.dtype_name() });
+                    return Err(Error::DType {
+                        file: t.path().into(),
+                        name: t.name.clone(),
+                        expected: "BF16".into(),
+                        found: t.dtype_name(),
+                    });
                 }
                 if t.shape() != exp_s.as_slice() {
                     return Err(self.shape_err(t, exp_s.clone()));
                 }
             }
-            Ok(Matrix::Quant { w, scales, biases, layout: QuantLayout { rows: stack * out, cols: inp, bits, group_size: gs } })
+            Ok(Matrix::Quant {
+                w,
+                scales,
+                biases,
+                layout: QuantLayout { rows: stack * out, cols: inp, bits, group_size: gs },
+            })
         } else {
             let name = if weight_suffix { format!("{module}.weight") } else { module.to_string() };
             let t = self.get(&name)?;
@@ -399,7 +413,12 @@ impl ModelWeights {
                         return Err(top.shape_err(&o, vec![t.vocab_size]));
                     }
                     if o.dtype() != DType::I64 {
-                        return Err(Error::DType { file: o.path().into(), name: o.name.clone(), expected: "I64".into(), found: o.dtype_name() });
+                        return Err(Error::DType {
+                            file: o.path().into(),
+                            name: o.name.clone(),
+                            expected: "I64".into(),
+                            found: o.dtype_name(),
+                        });
                     }
                     let ids: Vec<u32> = o
                         .bytes()
@@ -407,7 +426,11 @@ impl ModelWeights {
                         .map(|c| i64::from_le_bytes(c.try_into().expect("chunks_exact(8) yields 8 bytes")) as u32)
                         .collect();
                     if let Some(bad) = ids.iter().find(|&&i| i as usize >= t.vocab_size) {
-                        return Err(Error::Invalid(format!("{}: token_ordering holds id {bad} ≥ vocab_size {}", o.path().display(), t.vocab_size)));
+                        return Err(Error::Invalid(format!(
+                            "{}: token_ordering holds id {bad} ≥ vocab_size {}",
+                            o.path().display(),
+                            t.vocab_size
+                        )));
                     }
                     Some(ids)
                 } else {

@@ -96,7 +96,13 @@ impl SafetensorsFile {
             let (start, end) = info.data_offsets;
             tensors.insert(
                 name,
-                TensorEntry { dtype: map_dtype(info.dtype), file_dtype: info.dtype.to_string(), shape: info.shape.clone(), start, end },
+                TensorEntry {
+                    dtype: map_dtype(info.dtype),
+                    file_dtype: info.dtype.to_string(),
+                    shape: info.shape.clone(),
+                    start,
+                    end,
+                },
             );
         }
         Ok(SafetensorsFile { path, bytes, data_start: 8 + header_len, tensors })
@@ -161,10 +167,8 @@ impl TensorStore {
         let mut names: Vec<PathBuf> = Vec::new();
         if index_path.exists() {
             let text = std::fs::read_to_string(&index_path).map_err(|e| Error::io(&index_path, e))?;
-            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Safetensors {
-                file: index_path.clone(),
-                msg: format!("not valid JSON: {e}"),
-            })?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| Error::Safetensors { file: index_path.clone(), msg: format!("not valid JSON: {e}") })?;
             let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::Safetensors {
                 file: index_path.clone(),
                 msg: "has no `weight_map` object".into(),

@@ -112,13 +112,19 @@ impl Drafter {
     /// A drafter from a `gemma4_assistant` config and its weights.
     pub fn new(cfg: Config, w: Arc<ModelWeights>) -> Result<Self> {
         if cfg.kind != ModelKind::Assistant || cfg.assistant.is_none() {
-            return Err(Error::Invalid("not a gemma4_assistant drafter: pass the assistant model as the draft model".into()));
+            return Err(Error::Invalid(
+                "not a gemma4_assistant drafter: pass the assistant model as the draft model".into(),
+            ));
         }
         if w.assistant.is_none() {
-            return Err(Error::Invalid("drafter weights lack pre_projection/post_projection (loaded with a non-assistant config?)".into()));
+            return Err(Error::Invalid(
+                "drafter weights lack pre_projection/post_projection (loaded with a non-assistant config?)".into(),
+            ));
         }
         if cfg.layers.iter().any(|l| l.owns_kv()) {
-            return Err(Error::Invalid("drafter layers must all be KV-shared (num_kv_shared_layers = num_hidden_layers)".into()));
+            return Err(Error::Invalid(
+                "drafter layers must all be KV-shared (num_kv_shared_layers = num_hidden_layers)".into(),
+            ));
         }
         if let Some(a) = cfg.assistant.as_ref().filter(|a| a.use_ordered_embeddings) {
             if a.centroid_intermediate_top_k == 0 || a.centroid_intermediate_top_k > a.num_centroids {
@@ -160,7 +166,11 @@ impl Drafter {
         let (t, d) = (&target.text, &self.cfg.text);
         let mut bad = Vec::new();
         if t.hidden_size != self.backbone_hidden() {
-            bad.push(format!("target hidden {} ≠ drafter backbone_hidden_size {}", t.hidden_size, self.backbone_hidden()));
+            bad.push(format!(
+                "target hidden {} ≠ drafter backbone_hidden_size {}",
+                t.hidden_size,
+                self.backbone_hidden()
+            ));
         }
         if t.vocab_size != d.vocab_size {
             bad.push(format!("target vocab {} ≠ drafter vocab {}", t.vocab_size, d.vocab_size));
@@ -294,7 +304,14 @@ impl Drafter {
     /// A block of `k` greedy drafts at position `p`, the first fed `token` with `hidden`
     /// (spec §3.4): step j > 0 feeds draft j − 1 and the previous step's projected hidden,
     /// at the same position over the same target K/V.
-    pub fn draft_block(&self, ctx: &dyn DraftContext, token: u32, hidden: &[f32], p: usize, k: usize) -> Result<Vec<DraftStep>> {
+    pub fn draft_block(
+        &self,
+        ctx: &dyn DraftContext,
+        token: u32,
+        hidden: &[f32],
+        p: usize,
+        k: usize,
+    ) -> Result<Vec<DraftStep>> {
         if ctx.hidden_size() != self.backbone_hidden() {
             return Err(Error::Invalid(format!(
                 "drafter expects a target of hidden size {}, this target has {}",

@@ -36,7 +36,11 @@ pub struct SpecStats {
 impl SpecStats {
     /// Acceptance rate per draft position.
     pub fn acceptance(&self) -> Vec<f64> {
-        self.proposed.iter().zip(&self.accepted).map(|(&p, &a)| if p == 0 { 0.0 } else { a as f64 / p as f64 }).collect()
+        self.proposed
+            .iter()
+            .zip(&self.accepted)
+            .map(|(&p, &a)| if p == 0 { 0.0 } else { a as f64 / p as f64 })
+            .collect()
     }
     /// Tokens each target verify pass produced on average.
     pub fn tokens_per_pass(&self) -> f64 {
@@ -73,7 +77,10 @@ pub fn generate(
     }
     drafter.check_target(backend.config())?;
     if backend.draft_context().is_none() {
-        return Err(Error::Invalid(format!("the {} backend does not expose its K/V to a drafter yet: use --backend cpu with --draft", backend.name())));
+        return Err(Error::Invalid(format!(
+            "the {} backend does not expose its K/V to a drafter yet: use --backend cpu with --draft",
+            backend.name()
+        )));
     }
     let cfg_max = backend.config().text.max_position_embeddings;
     let max_ctx = backend.max_context();
@@ -89,7 +96,8 @@ pub fn generate(
 
     // ---- prefill, in chunks; the last chunk's last row is the first token
     let t0 = Instant::now();
-    let mut next = *backend.prefill_prompt(prompt, params.chunk, Readback::Argmax)?.argmax.last().expect("one argmax per step");
+    let mut next =
+        *backend.prefill_prompt(prompt, params.chunk, Readback::Argmax)?.argmax.last().expect("one argmax per step");
     let mut pos = prompt.len();
     stats.prompt_time = t0.elapsed();
     // The target hidden that produced `next`: the last row of the last step.

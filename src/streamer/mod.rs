@@ -73,12 +73,18 @@ impl ExpertFiles {
     /// Opens the files `inst`'s layout names. With `trust`, files are never hashed (the manifest
     /// already checked their sizes).
     pub fn open(inst: &Installation, trust: bool) -> Result<Self> {
-        let layout = inst.layout.clone().ok_or_else(|| Error::Invalid(format!("{}: has no expert layout", inst.dir.display())))?;
+        let layout = inst
+            .layout
+            .clone()
+            .ok_or_else(|| Error::Invalid(format!("{}: has no expert layout", inst.dir.display())))?;
         let mut layers = BTreeMap::new();
         for (&l, rel) in &layout.layers {
             let path = inst.dir.join(rel);
             let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
-            let entry = inst.entry(rel).cloned().ok_or_else(|| Error::Invalid(format!("{}: not listed in the manifest", path.display())))?;
+            let entry = inst
+                .entry(rel)
+                .cloned()
+                .ok_or_else(|| Error::Invalid(format!("{}: not listed in the manifest", path.display())))?;
             layers.insert(l, LayerFile { path, file, entry });
         }
         Ok(ExpertFiles { layout, dir: inst.dir.clone(), layers, verified: Mutex::new(Vec::new()), trust })
@@ -104,7 +110,9 @@ impl ExpertFiles {
     }
 
     fn file(&self, layer: usize) -> Result<&LayerFile> {
-        self.layers.get(&layer).ok_or_else(|| Error::Invalid(format!("layer {layer} has no expert file in this installation")))
+        self.layers
+            .get(&layer)
+            .ok_or_else(|| Error::Invalid(format!("layer {layer} has no expert file in this installation")))
     }
 
     /// Verifies `layer`'s file and hands every expert's blob to `f(expert, blob)` in order:
@@ -124,11 +132,17 @@ impl ExpertFiles {
     pub fn read(&self, layer: usize, expert: u32, buf: &mut Vec<u8>) -> Result<()> {
         let lf = self.file(layer)?;
         if expert as usize >= self.layout.n_experts {
-            return Err(Error::Invalid(format!("expert {expert} out of range (the layer has {})", self.layout.n_experts)));
+            return Err(Error::Invalid(format!(
+                "expert {expert} out of range (the layer has {})",
+                self.layout.n_experts
+            )));
         }
         buf.resize(self.layout.blob_bytes as usize, 0);
         lf.file.read_exact_at(buf, expert as u64 * self.layout.blob_stride).map_err(|e| {
-            Error::Invalid(format!("{}: reading expert {expert}: {e} (is the file truncated? `kestrel verify` the installation)", lf.path.display()))
+            Error::Invalid(format!(
+                "{}: reading expert {expert}: {e} (is the file truncated? `kestrel verify` the installation)",
+                lf.path.display()
+            ))
         })
     }
 }
@@ -203,7 +217,8 @@ pub struct Streamer {
 
 impl Streamer {
     pub fn new(files: std::sync::Arc<ExpertFiles>, n_slots: usize) -> Self {
-        let caches = files.layout.layers.keys().map(|&l| (l, LayerCache::new(files.layout.n_experts, n_slots))).collect();
+        let caches =
+            files.layout.layers.keys().map(|&l| (l, LayerCache::new(files.layout.n_experts, n_slots))).collect();
         Streamer { files, caches, fence: 0, bytes_read: 0, io_time: Duration::ZERO, tokens: 0, bufs: Vec::new() }
     }
 
@@ -245,11 +260,21 @@ impl Streamer {
     /// synchronously (CPU), so every earlier use of a slot is complete before its overwrite:
     /// `completed` is always the previous fence here. The policy still pins each round's slots, so
     /// no round evicts an expert it needs itself.
-    pub fn load(&mut self, layer: usize, round: &[u32], pairs: &[u32], write: &mut dyn FnMut(u32, &[u8]) -> Result<()>) -> Result<Vec<u32>> {
+    pub fn load(
+        &mut self,
+        layer: usize,
+        round: &[u32],
+        pairs: &[u32],
+        write: &mut dyn FnMut(u32, &[u8]) -> Result<()>,
+    ) -> Result<Vec<u32>> {
         self.files.ensure_verified(layer)?;
         self.fence += 1;
-        let cache = self.caches.get_mut(&layer).ok_or_else(|| Error::Invalid(format!("layer {layer} is not a MoE layer of this installation")))?;
-        let plan = cache.plan(round, self.fence, self.fence - 1).map_err(|e| Error::Invalid(format!("layer {layer}: {e}")))?;
+        let cache = self
+            .caches
+            .get_mut(&layer)
+            .ok_or_else(|| Error::Invalid(format!("layer {layer} is not a MoE layer of this installation")))?;
+        let plan =
+            cache.plan(round, self.fence, self.fence - 1).map_err(|e| Error::Invalid(format!("layer {layer}: {e}")))?;
         let t0 = Instant::now();
         for batch in plan.fills.chunks(PARALLEL_READS) {
             self.bufs.resize_with(batch.len().max(self.bufs.len()), Vec::new);
@@ -258,7 +283,11 @@ impl Streamer {
                 vec![files.read(layer, batch[0].expert, &mut self.bufs[0])]
             } else {
                 std::thread::scope(|s| {
-                    let handles: Vec<_> = batch.iter().zip(self.bufs.iter_mut()).map(|(f, buf)| s.spawn(move || files.read(layer, f.expert, buf))).collect();
+                    let handles: Vec<_> = batch
+                        .iter()
+                        .zip(self.bufs.iter_mut())
+                        .map(|(f, buf)| s.spawn(move || files.read(layer, f.expert, buf)))
+                        .collect();
                     handles.into_iter().map(|h| h.join().expect("reader threads do not panic")).collect()
                 })
             };
@@ -279,7 +308,12 @@ impl Streamer {
     }
 
     pub fn stats(&self) -> StreamStats {
-        let mut s = StreamStats { bytes_read: self.bytes_read, io_time: self.io_time, tokens: self.tokens, ..Default::default() };
+        let mut s = StreamStats {
+            bytes_read: self.bytes_read,
+            io_time: self.io_time,
+            tokens: self.tokens,
+            ..Default::default()
+        };
         for c in self.caches.values() {
             let cs = c.stats();
             s.hits += cs.hits;

@@ -188,7 +188,10 @@ impl LayerCache {
     ///
     /// On `Err` nothing changed: [`PlanError::AllSlotsInFlight`] means wait for the GPU and retry.
     pub fn plan(&mut self, experts: &[u32], fence: u64, completed: u64) -> Result<SlotPlan, PlanError> {
-        debug_assert!(fence > completed, "fence {fence} of an unsubmitted step must be newer than completed {completed}");
+        debug_assert!(
+            fence > completed,
+            "fence {fence} of an unsubmitted step must be newer than completed {completed}"
+        );
         for &e in experts {
             if e as usize >= self.n_experts {
                 return Err(PlanError::ExpertOutOfRange { expert: e, n_experts: self.n_experts });
@@ -262,7 +265,8 @@ impl LayerCache {
             self.stats.misses += 1;
             fills.push(Fill { expert: e, slot: si, evicted });
         }
-        let slots = experts.iter().map(|&e| self.slot_of[e as usize].expect("every requested expert is resident")).collect();
+        let slots =
+            experts.iter().map(|&e| self.slot_of[e as usize].expect("every requested expert is resident")).collect();
 
         self.plans_since_aging += 1;
         if self.plans_since_aging >= self.age_period {

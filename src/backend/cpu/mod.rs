@@ -83,7 +83,18 @@ impl CpuBackend {
                 Some(HostExperts { files: files.clone(), streamer, mem })
             }
         };
-        Ok(CpuBackend { cfg, w, max_ctx, k_cache: vec![Vec::new(); n_caches], v_cache: vec![Vec::new(); n_caches], inv_freq, experts, last_hidden: Vec::new(), staged: Vec::new(), staged_rows: 0 })
+        Ok(CpuBackend {
+            cfg,
+            w,
+            max_ctx,
+            k_cache: vec![Vec::new(); n_caches],
+            v_cache: vec![Vec::new(); n_caches],
+            inv_freq,
+            experts,
+            last_hidden: Vec::new(),
+            staged: Vec::new(),
+            staged_rows: 0,
+        })
     }
 
     fn cache_of(&self, layer: usize) -> usize {
@@ -245,11 +256,15 @@ impl CpuBackend {
     /// K and V of `layer` (its producer's cache for a KV-shared layer) at `positions`, as cached:
     /// K post-k_norm post-RoPE, V post-v_norm.
     pub fn kv_rows(&self, layer: usize, positions: Range<usize>) -> Result<KvRows> {
-        let l = self.cfg.layers.get(layer).ok_or_else(|| Error::Invalid(format!("layer {layer} out of range (the model has {})", self.cfg.layers.len())))?;
+        let l = self.cfg.layers.get(layer).ok_or_else(|| {
+            Error::Invalid(format!("layer {layer} out of range (the model has {})", self.cfg.layers.len()))
+        })?;
         let (c, kv_dim) = (self.cache_of(layer), l.kv_dim());
         let held = self.k_cache[c].len() / kv_dim;
         if positions.start > positions.end || positions.end > held {
-            return Err(Error::Invalid(format!("K/V of positions {positions:?} requested from layer {layer}, the cache holds 0..{held}")));
+            return Err(Error::Invalid(format!(
+                "K/V of positions {positions:?} requested from layer {layer}, the cache holds 0..{held}"
+            )));
         }
         let span = positions.start * kv_dim..positions.end * kv_dim;
         Ok(KvRows {
@@ -298,7 +313,14 @@ fn geglu(gate: &Matrix, up: &Matrix, down: &Matrix, x: &[f32], n: usize) -> Vec<
 /// f64, top-k, renormalise, `× per_expert_scale`; experts see `pre_norm_2(h)`. The experts come
 /// from the checkpoint's stacked tensors, or from an installation's blobs (all resident, or
 /// streamed through the slot cache in as many rounds as the step needs).
-fn moe_forward(cfg: &Config, moe: &crate::loader::MoeWeights, layer: usize, x: &[f32], n: usize, host: Option<&mut HostExperts>) -> Result<Vec<f32>> {
+fn moe_forward(
+    cfg: &Config,
+    moe: &crate::loader::MoeWeights,
+    layer: usize,
+    x: &[f32],
+    n: usize,
+    host: Option<&mut HostExperts>,
+) -> Result<Vec<f32>> {
     let t = &cfg.text;
     let (h, eps, e, k, iw) = (t.hidden_size, t.rms_norm_eps, t.num_experts, t.top_k_experts, t.moe_intermediate_size);
     let mut rin = x.to_vec();
@@ -330,24 +352,25 @@ fn moe_forward(cfg: &Config, moe: &crate::loader::MoeWeights, layer: usize, x: &
     }
 
     // One expert on one token: W_down (gelu(W_gate x) ⊙ W_up x), rows fetched by `row(part, r)`.
-    let expert = |xi: &[f32], gate_up: &dyn Fn(usize, bool, &mut [f32]), down: &dyn Fn(usize, &mut [f32])| -> Vec<f32> {
-        let mut row = vec![0.0f32; h];
-        let mut col = vec![0.0f32; iw];
-        let (mut g, mut u) = (vec![0.0f32; iw], vec![0.0f32; iw]);
-        for r in 0..iw {
-            gate_up(r, false, &mut row);
-            g[r] = row.iter().zip(xi).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
-            gate_up(r, true, &mut row);
-            u[r] = row.iter().zip(xi).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
-        }
-        let a: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| ops::gelu_tanh(g) * u).collect();
-        (0..h)
-            .map(|r| {
-                down(r, &mut col);
-                col.iter().zip(&a).map(|(&c, &v)| c as f64 * v as f64).sum::<f64>() as f32
-            })
-            .collect()
-    };
+    let expert =
+        |xi: &[f32], gate_up: &dyn Fn(usize, bool, &mut [f32]), down: &dyn Fn(usize, &mut [f32])| -> Vec<f32> {
+            let mut row = vec![0.0f32; h];
+            let mut col = vec![0.0f32; iw];
+            let (mut g, mut u) = (vec![0.0f32; iw], vec![0.0f32; iw]);
+            for r in 0..iw {
+                gate_up(r, false, &mut row);
+                g[r] = row.iter().zip(xi).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
+                gate_up(r, true, &mut row);
+                u[r] = row.iter().zip(xi).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
+            }
+            let a: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| ops::gelu_tanh(g) * u).collect();
+            (0..h)
+                .map(|r| {
+                    down(r, &mut col);
+                    col.iter().zip(&a).map(|(&c, &v)| c as f64 * v as f64).sum::<f64>() as f32
+                })
+                .collect()
+        };
 
     let mut ys: Vec<Vec<f32>> = vec![Vec::new(); n * k];
     match (&moe.experts, host) {
@@ -370,7 +393,10 @@ fn moe_forward(cfg: &Config, moe: &crate::loader::MoeWeights, layer: usize, x: &
                 None => vec![Vec::new()],
             };
             for round in rounds {
-                let mem = host.mem.get_mut(&layer).ok_or_else(|| Error::Invalid(format!("layer {layer} has no expert file")))?;
+                let mem = host
+                    .mem
+                    .get_mut(&layer)
+                    .ok_or_else(|| Error::Invalid(format!("layer {layer} has no expert file")))?;
                 let slots = match &mut host.streamer {
                     Some(s) => s.load(layer, &round, &pairs, &mut |slot, blob| {
                         mem[slot as usize * stride..][..blob.len()].copy_from_slice(blob);
@@ -379,7 +405,8 @@ fn moe_forward(cfg: &Config, moe: &crate::loader::MoeWeights, layer: usize, x: &
                     None => pairs.clone(),
                 };
                 let gate_up = layout.part("gate_up");
-                let (gate, up, down) = (layout.part("gate"), layout.part("up"), layout.part("down").expect("checked layout"));
+                let (gate, up, down) =
+                    (layout.part("gate"), layout.part("up"), layout.part("down").expect("checked layout"));
                 for (pi, &slot) in slots.iter().enumerate() {
                     if slot == SKIP {
                         continue;
@@ -394,7 +421,11 @@ fn moe_forward(cfg: &Config, moe: &crate::loader::MoeWeights, layer: usize, x: &
                 }
             }
         }
-        (None, None) => return Err(Error::Invalid("MoE layer without expert weights (an installation opened without its expert files)".into())),
+        (None, None) => {
+            return Err(Error::Invalid(
+                "MoE layer without expert weights (an installation opened without its expert files)".into(),
+            ))
+        }
     }
     let mut out = vec![0.0f32; n * h];
     for (pi, y) in ys.iter().enumerate() {
@@ -425,7 +456,11 @@ impl Backend for CpuBackend {
             return Err(Error::Invalid("prefill of zero tokens".into()));
         }
         if pos + tokens.len() > self.max_ctx {
-            return Err(Error::Invalid(format!("position {} is past the context of {}", pos + tokens.len(), self.max_ctx)));
+            return Err(Error::Invalid(format!(
+                "position {} is past the context of {}",
+                pos + tokens.len(),
+                self.max_ctx
+            )));
         }
         let vocab = self.cfg.text.vocab_size;
         if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
@@ -510,7 +545,9 @@ impl DraftContext for CpuBackend {
         CpuBackend::token_embedding(self, token)
     }
     fn producer_kv(&self, kind: AttnKind, positions: Range<usize>) -> Result<KvRows> {
-        let layer = self.cfg.producer(kind).ok_or_else(|| Error::Invalid(format!("the target has no cache-owning {kind:?} layer for the drafter to read")))?;
+        let layer = self.cfg.producer(kind).ok_or_else(|| {
+            Error::Invalid(format!("the target has no cache-owning {kind:?} layer for the drafter to read"))
+        })?;
         self.kv_rows(layer, positions)
     }
     fn last_hidden(&self) -> Result<Vec<f32>> {

@@ -87,10 +87,8 @@ pub fn attend<'a>(
     v_at: impl Fn(usize) -> &'a [f32],
     out: &mut [f32],
 ) {
-    let scores: Vec<f64> = positions
-        .clone()
-        .map(|p| q.iter().zip(k_at(p)).map(|(&a, &b)| a as f64 * b as f64).sum())
-        .collect();
+    let scores: Vec<f64> =
+        positions.clone().map(|p| q.iter().zip(k_at(p)).map(|(&a, &b)| a as f64 * b as f64).sum()).collect();
     let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
     let z: f64 = e.iter().sum();

@@ -103,7 +103,15 @@ fn weight_res(part: &GpuPart, bufs: &[&wgpu::Buffer]) -> Vec<Res> {
 
 /// Params of the routed-expert kernels for `rows` rows per expert of `m` (see moe_params.wgsl).
 #[allow(clippy::too_many_arguments)]
-fn moe_params(m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, top_k: usize, x_tok_stride: usize, x_slot_stride: usize) -> MoeMatmulParams {
+fn moe_params(
+    m: &GpuMatrix,
+    expert_stride: usize,
+    row_off: usize,
+    rows: usize,
+    top_k: usize,
+    x_tok_stride: usize,
+    x_slot_stride: usize,
+) -> MoeMatmulParams {
     MoeMatmulParams {
         rows: rows as u32,
         cols: m.cols as u32,
@@ -150,7 +158,16 @@ fn part_params(m: &GpuMatrix, part: &GpuPart, x_stride: usize, y_stride: usize, 
 /// The params of the stacked [G; U] GeGLU over `rows` gate rows of `m` (`matmul_glu`): y holds
 /// `2 · rows` per token, the GeGLU in its first half.
 fn glu_params(m: &GpuMatrix, rows: usize, x_stride: usize) -> MatmulParams {
-    MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: 2 * rows as u32, y_off: 0, count_sel: 0, k_splits: 0 }
+    MatmulParams {
+        rows: rows as u32,
+        cols: m.cols as u32,
+        gs: m.gs as u32,
+        x_stride: x_stride as u32,
+        y_stride: 2 * rows as u32,
+        y_off: 0,
+        count_sel: 0,
+        k_splits: 0,
+    }
 }
 
 /// Where each norm's weights start in the norm-weights buffer, for one layer.
@@ -221,7 +238,17 @@ struct GpuMoe {
 
 /// The MoE blocks' buffers: dense out, router logits, router idx, router weights, router input,
 /// the expert slot table, expert gate, expert up and expert out.
-type MoeBufs = (wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer, wgpu::Buffer);
+type MoeBufs = (
+    wgpu::Buffer,
+    wgpu::Buffer,
+    wgpu::Buffer,
+    wgpu::Buffer,
+    wgpu::Buffer,
+    wgpu::Buffer,
+    wgpu::Buffer,
+    wgpu::Buffer,
+    wgpu::Buffer,
+);
 
 /// The step's activation buffers, sized for the largest chunk, and the KV caches
 /// ([`Builder::alloc_acts`]).
@@ -281,8 +308,18 @@ impl Forward<'_> {
     /// The params of a norm of one segment of `n` values.
     fn plain(&self, n: usize, w_off: u32, mode: u32, post: f32) -> NormParams {
         NormParams {
-            n: n as u32, segs: 1, x_stride: n as u32, x_row_sel: 0, out_stride: n as u32,
-            w_off, mode, count_sel: 0, pre: 1.0, post, eps: self.eps, ..Default::default()
+            n: n as u32,
+            segs: 1,
+            x_stride: n as u32,
+            x_row_sel: 0,
+            out_stride: n as u32,
+            w_off,
+            mode,
+            count_sel: 0,
+            pre: 1.0,
+            post,
+            eps: self.eps,
+            ..Default::default()
         }
     }
 }
@@ -356,7 +393,10 @@ impl<'a> Builder<'a> {
             norm_sums_len: 0,
             producer_sums: switch("KESTREL_NORM_SUMS", true),
             gelu_splits: switch("KESTREL_GELU_SPLITS", true),
-            norm_rows: std::env::var("KESTREL_NORM_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(kernels::RMSNORM_ROWS_WG),
+            norm_rows: std::env::var("KESTREL_NORM_ROWS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(kernels::RMSNORM_ROWS_WG),
             norm_splits,
         };
         b.record(w)
@@ -394,7 +434,8 @@ impl<'a> Builder<'a> {
         let mut gs = 0;
         for m in ms {
             let Matrix::Quant { layout, w, scales, biases, .. } = m else { return Ok(None) };
-            if layout.bits != 4 || m.cols() != cols || !cols.is_multiple_of(64) || (gs != 0 && layout.group_size != gs) {
+            if layout.bits != 4 || m.cols() != cols || !cols.is_multiple_of(64) || (gs != 0 && layout.group_size != gs)
+            {
                 return Ok(None);
             }
             gs = layout.group_size;
@@ -422,11 +463,21 @@ impl<'a> Builder<'a> {
     /// decode runs one GeGLU mat-vec for both; `None` (nothing uploaded) where the formats
     /// differ or the fused stack exceeds one binding.
     fn upload_experts_fused(&mut self, gate: &Matrix, up: &Matrix, experts: usize) -> Result<Option<GpuMatrix>> {
-        let (Matrix::Quant { layout: lg, w: wg, scales: sg, biases: bg, .. }, Matrix::Quant { layout: lu, w: wu, scales: su, biases: bu, .. }) = (gate, up) else {
+        let (
+            Matrix::Quant { layout: lg, w: wg, scales: sg, biases: bg, .. },
+            Matrix::Quant { layout: lu, w: wu, scales: su, biases: bu, .. },
+        ) = (gate, up)
+        else {
             return Ok(None);
         };
         let (rows, cols) = (gate.rows(), gate.cols());
-        if lg.bits != 4 || lu.bits != 4 || lg.group_size != lu.group_size || up.rows() != rows || up.cols() != cols || rows % experts != 0 {
+        if lg.bits != 4
+            || lu.bits != 4
+            || lg.group_size != lu.group_size
+            || up.rows() != rows
+            || up.cols() != cols
+            || rows % experts != 0
+        {
             return Ok(None);
         }
         if (wg.bytes().len() + wu.bytes().len()) as u64 > self.gpu.adapter_max_binding {
@@ -536,7 +587,10 @@ impl<'a> Builder<'a> {
             let mut buf = |what: &str, span: Option<(u64, u64)>| -> Result<wgpu::Buffer> {
                 let Some((_, len)) = span else { return Ok(self.dummy.clone()) };
                 if len % 4 != 0 {
-                    return Err(Error::Gpu(format!("expert part `{}` {what}: {len} bytes per expert is not a multiple of 4 (a GPU copy unit)", pl.role)));
+                    return Err(Error::Gpu(format!(
+                        "expert part `{}` {what}: {len} bytes per expert is not a multiple of 4 (a GPU copy unit)",
+                        pl.role
+                    )));
                 }
                 let bytes = n_slots as u64 * len * widen;
                 self.check_binding(&format!("expert slots `{}` {what}", pl.role), bytes)?;
@@ -547,7 +601,12 @@ impl<'a> Builder<'a> {
             let w = buf("values", Some(pl.w))?;
             let scales = buf("scales", pl.scales)?;
             let biases = buf("biases", pl.biases)?;
-            let gm = GpuMatrix { format, cols: pl.cols, gs: pl.group_size, parts: vec![GpuPart { row0: 0, rows: n_slots * pl.rows, w, scales, biases }] };
+            let gm = GpuMatrix {
+                format,
+                cols: pl.cols,
+                gs: pl.group_size,
+                parts: vec![GpuPart { row0: 0, rows: n_slots * pl.rows, w, scales, biases }],
+            };
             parts.push((pl.clone(), gm));
         }
         Ok(SlotLayer { parts })
@@ -563,7 +622,21 @@ impl<'a> Builder<'a> {
 
     fn spec<T: bytemuck::Pod>(&mut self, kernel: Kernel, res: Vec<Res>, p: &T, x: u32, y: GridY) {
         let (param_off, param_len) = self.push_params(p);
-        self.specs.push(Spec { only: Only::Always, kernel, single: None, verify: None, res, param_off, param_len, x, x_from_out: false, x_from_tokens: false, y, ready: Vec::new(), keys: None });
+        self.specs.push(Spec {
+            only: Only::Always,
+            kernel,
+            single: None,
+            verify: None,
+            res,
+            param_off,
+            param_len,
+            x,
+            x_from_out: false,
+            x_from_tokens: false,
+            y,
+            ready: Vec::new(),
+            keys: None,
+        });
     }
 
     /// The `which` scratch buffer, at least `elems` floats (a larger one replaces it; the
@@ -588,7 +661,16 @@ impl<'a> Builder<'a> {
     /// the bias part (chunk steps only): those x's producer wrote, or has the norm that wrote x
     /// write them where it can, else a group_sum dispatch of their own.
     #[allow(clippy::too_many_arguments)]
-    fn x_sums(&mut self, x: &wgpu::Buffer, cols: usize, gs: usize, stride: usize, mult: usize, on_out: bool, from: XFrom) -> Result<Res> {
+    fn x_sums(
+        &mut self,
+        x: &wgpu::Buffer,
+        cols: usize,
+        gs: usize,
+        stride: usize,
+        mult: usize,
+        on_out: bool,
+        from: XFrom,
+    ) -> Result<Res> {
         let rows_of_x = mult == 1 && !on_out;
         match from {
             XFrom::Sums { sums, cols: c, gs: g } if rows_of_x && (c, g) == (cols, gs) => return Ok(sums),
@@ -663,7 +745,10 @@ impl<'a> Builder<'a> {
             let np = self.norm_params(i);
             let Some(rows) = kernels::rmsnorm_rows(&np, self.norm_rows) else {
                 if np.splits > 1 || np.sums != 0 {
-                    return Err(Error::Gpu(format!("internal: a chunk norm with {} split-k partials and sums {:#x} has no rows form (n {})", np.splits, np.sums, np.n)));
+                    return Err(Error::Gpu(format!(
+                        "internal: a chunk norm with {} split-k partials and sums {:#x} has no rows form (n {})",
+                        np.splits, np.sums, np.n
+                    )));
                 }
                 continue;
             };
@@ -679,10 +764,25 @@ impl<'a> Builder<'a> {
 
     /// Records group_sum over the `count · mult` rows of x (chunk steps only: the tensor-core
     /// mat-mats' bias part) and returns the buffer of the sums, f32[count · mult, cols / gs].
-    fn group_sum(&mut self, x: &wgpu::Buffer, cols: usize, gs: usize, stride: usize, mult: usize, on_out: bool) -> Result<wgpu::Buffer> {
+    fn group_sum(
+        &mut self,
+        x: &wgpu::Buffer,
+        cols: usize,
+        gs: usize,
+        stride: usize,
+        mult: usize,
+        on_out: bool,
+    ) -> Result<wgpu::Buffer> {
         let groups = cols / gs;
         let xsum = self.scratch(Scratch::GroupSums, self.opts.max_chunk * mult * groups)?;
-        let p = GroupSumParams { cols: cols as u32, gs: gs as u32, stride: stride as u32, mult: mult as u32, count_sel: on_out as u32, _pad: [0; 3] };
+        let p = GroupSumParams {
+            cols: cols as u32,
+            gs: gs as u32,
+            stride: stride as u32,
+            mult: mult as u32,
+            count_sel: on_out as u32,
+            _pad: [0; 3],
+        };
         let res = vec![Res::Buf(x.clone()), Res::Buf(xsum.clone()), Res::Params, Res::Step];
         let gy = if on_out { GridY::Out } else { GridY::Tokens };
         self.spec(Kernel::GroupSum, res, &p, group_sum_groups_x(mult * groups), gy);
@@ -700,7 +800,8 @@ impl<'a> Builder<'a> {
         let i = self.specs.iter().rposition(|sp| sp.only != Only::Single)?;
         let sp = &self.specs[i];
         let (Kernel::QmmSum, [Res::Buf(part), Res::Buf(dst), ..]) = (sp.kernel, sp.res.as_slice()) else { return None };
-        let mp: MatmulParams = bytemuck::pod_read_unaligned(&self.params[sp.param_off as usize..(sp.param_off + sp.param_len) as usize]);
+        let mp: MatmulParams =
+            bytemuck::pod_read_unaligned(&self.params[sp.param_off as usize..(sp.param_off + sp.param_len) as usize]);
         if dst != y || (mp.rows as usize, mp.y_stride as usize, mp.y_off, mp.count_sel) != (rows, rows, 0, 0) {
             return None;
         }
@@ -718,19 +819,45 @@ impl<'a> Builder<'a> {
     }
 
     /// `y[t, r] = W x[t]` over all parts of `m`.
-    fn matmul(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, on_out: bool) -> Result<()> {
+    fn matmul(
+        &mut self,
+        m: &GpuMatrix,
+        x: &wgpu::Buffer,
+        x_stride: usize,
+        y: &wgpu::Buffer,
+        y_stride: usize,
+        on_out: bool,
+    ) -> Result<()> {
         self.matmul_steps(m, x, x_stride, y, y_stride, on_out, true, XFrom::Any)
     }
 
     /// `matmul` of an x whose producer is known (`from`: where x's group sums can come from).
-    fn matmul_from(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, from: XFrom) -> Result<()> {
+    fn matmul_from(
+        &mut self,
+        m: &GpuMatrix,
+        x: &wgpu::Buffer,
+        x_stride: usize,
+        y: &wgpu::Buffer,
+        y_stride: usize,
+        from: XFrom,
+    ) -> Result<()> {
         self.matmul_steps(m, x, x_stride, y, y_stride, false, true, from)
     }
 
     /// `matmul`, with its decode and verify forms only when `decode` (else chunks only); x
     /// produced as `from` says.
     #[allow(clippy::too_many_arguments)]
-    fn matmul_steps(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, y_stride: usize, on_out: bool, decode: bool, from: XFrom) -> Result<()> {
+    fn matmul_steps(
+        &mut self,
+        m: &GpuMatrix,
+        x: &wgpu::Buffer,
+        x_stride: usize,
+        y: &wgpu::Buffer,
+        y_stride: usize,
+        on_out: bool,
+        decode: bool,
+        from: XFrom,
+    ) -> Result<()> {
         for part in &m.parts {
             let p = part_params(m, part, x_stride, y_stride, on_out);
             // Chunks: the tiled 4-bit mat-mat where it applies, else the 8-token matmul tile.
@@ -750,9 +877,20 @@ impl<'a> Builder<'a> {
             let gx = (part.rows as u32).div_ceil(rows_per_wg);
             let splits = match kernel {
                 Kernel::Qmm { .. } | Kernel::QmmCoop { .. } if !on_out => {
-                    let rule = qmm_splits(matches!(kernel, Kernel::QmmCoop { .. }), part.rows, m.cols, self.opts.max_chunk, rows_per_wg, tile);
+                    let rule = qmm_splits(
+                        matches!(kernel, Kernel::QmmCoop { .. }),
+                        part.rows,
+                        m.cols,
+                        self.opts.max_chunk,
+                        rows_per_wg,
+                        tile,
+                    );
                     // WgpuOptions::min_k_splits: the most splits up to it whose ranges are whole groups.
-                    let forced = (0..=self.opts.min_k_splits.max(1).ilog2()).rev().map(|e| 1u32 << e).find(|&s| m.cols.is_multiple_of(64 * s as usize)).unwrap_or(1);
+                    let forced = (0..=self.opts.min_k_splits.max(1).ilog2())
+                        .rev()
+                        .map(|e| 1u32 << e)
+                        .find(|&s| m.cols.is_multiple_of(64 * s as usize))
+                        .unwrap_or(1);
                     rule.max(forced)
                 }
                 _ => 1,
@@ -775,7 +913,13 @@ impl<'a> Builder<'a> {
                 self.spec(kernel, chunk_res(&[x, &scratch]), &ps, gx, GridY::SplitTokenTiles(tile, splits));
                 self.specs.last_mut().expect("just pushed").only = Only::Multi;
                 let res = vec![Res::Buf(scratch), Res::Buf(y.clone()), Res::Params, Res::Step];
-                self.spec(Kernel::QmmSum, res, &MatmulParams { k_splits: splits, ..p }, (part.rows as u32).div_ceil(256), GridY::Tokens);
+                self.spec(
+                    Kernel::QmmSum,
+                    res,
+                    &MatmulParams { k_splits: splits, ..p },
+                    (part.rows as u32).div_ceil(256),
+                    GridY::Tokens,
+                );
                 self.specs.last_mut().expect("just pushed").only = Only::Multi;
             } else {
                 let gy = if on_out { GridY::OutTiles(tile) } else { GridY::TokenTiles(tile) };
@@ -820,7 +964,16 @@ impl<'a> Builder<'a> {
     /// stacked mat-mat and gelu_mul over the two halves; decode and verify steps one qmv_glu
     /// (recorded here when `decode`, else by the caller's `glu_single`). Returns where the
     /// output's group sums are (the tensor-core form writes them).
-    fn matmul_glu(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, from: NormOut, decode: bool) -> Result<XFrom> {
+    fn matmul_glu(
+        &mut self,
+        m: &GpuMatrix,
+        rows: usize,
+        x: &wgpu::Buffer,
+        x_stride: usize,
+        y: &wgpu::Buffer,
+        from: NormOut,
+        decode: bool,
+    ) -> Result<XFrom> {
         let part = &m.parts[0];
         debug_assert_eq!((m.parts.len(), part.rows), (1, 2 * rows), "a stacked matrix is one part");
         let p = glu_params(m, rows, x_stride);
@@ -828,7 +981,10 @@ impl<'a> Builder<'a> {
         // the stacked mat-mat and gelu_mul.
         let (glu, per_wg, tok) = qmm_coop_glu_shape();
         // KESTREL_QMM_COOP_GLU=0: the mat-mat and gelu_mul apart (an A/B knob).
-        let glu_coop = self.tensor_cores() && switch("KESTREL_QMM_COOP_GLU", true) && qmm_applies(m.format, m.cols, x_stride) && qmm_splits(true, rows, m.cols, self.opts.max_chunk, per_wg, tok) == 1;
+        let glu_coop = self.tensor_cores()
+            && switch("KESTREL_QMM_COOP_GLU", true)
+            && qmm_applies(m.format, m.cols, x_stride)
+            && qmm_splits(true, rows, m.cols, self.opts.max_chunk, per_wg, tok) == 1;
         let mut sums = XFrom::Any;
         if glu_coop {
             let xsum = self.x_sums(x, m.cols, m.gs, x_stride, 1, false, XFrom::Norm(from))?;
@@ -845,7 +1001,17 @@ impl<'a> Builder<'a> {
         } else {
             self.matmul_steps(m, x, x_stride, y, 2 * rows, false, false, XFrom::Norm(from))?;
             let dummy = self.dummy.clone();
-            self.gelu_mul(y, &dummy, GeluParams { n: rows as u32, a_stride: 2 * rows as u32, b_off: rows as u32, b_in_a: 1, ..Default::default() });
+            self.gelu_mul(
+                y,
+                &dummy,
+                GeluParams {
+                    n: rows as u32,
+                    a_stride: 2 * rows as u32,
+                    b_off: rows as u32,
+                    b_in_a: 1,
+                    ..Default::default()
+                },
+            );
             self.specs.last_mut().expect("just pushed").only = Only::Multi;
         }
         if decode {
@@ -875,9 +1041,32 @@ impl<'a> Builder<'a> {
     /// (the per-layer input gate): chunks run the mat-mat and gelu_mul, decode and verify steps
     /// one gated qmv where it applies. Returns where y's group sums are, if written.
     #[allow(clippy::too_many_arguments)]
-    fn ple_gate(&mut self, m: &GpuMatrix, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer, b: &wgpu::Buffer, rows: usize, b_stride: usize, b_off: usize, from: NormOut) -> Result<XFrom> {
-        let gelu = GeluParams { n: rows as u32, a_stride: rows as u32, b_stride: b_stride as u32, b_off: b_off as u32, ..Default::default() };
-        let shape = |tok| if m.format == Format::Q4 && m.parts.len() == 1 { qmv_gelu_b_shape(rows, m.cols, x_stride, tok) } else { None };
+    fn ple_gate(
+        &mut self,
+        m: &GpuMatrix,
+        x: &wgpu::Buffer,
+        x_stride: usize,
+        y: &wgpu::Buffer,
+        b: &wgpu::Buffer,
+        rows: usize,
+        b_stride: usize,
+        b_off: usize,
+        from: NormOut,
+    ) -> Result<XFrom> {
+        let gelu = GeluParams {
+            n: rows as u32,
+            a_stride: rows as u32,
+            b_stride: b_stride as u32,
+            b_off: b_off as u32,
+            ..Default::default()
+        };
+        let shape = |tok| {
+            if m.format == Format::Q4 && m.parts.len() == 1 {
+                qmv_gelu_b_shape(rows, m.cols, x_stride, tok)
+            } else {
+                None
+            }
+        };
         let fused = shape(MATMUL_VERIFY_TOK).zip(shape(1));
         // Chunks (and every step where the gated qmv does not apply): the mat-mat, then gelu_mul.
         self.matmul_steps(m, x, x_stride, y, rows, false, fused.is_none(), XFrom::Norm(from))?;
@@ -897,7 +1086,14 @@ impl<'a> Builder<'a> {
                 Some((part, splits)) => (part, splits),
                 None => (b.clone(), 0),
             };
-            let res = vec![Res::Buf(y.clone()), Res::Buf(b.clone()), Res::Params, Res::Step, Res::Buf(asum.clone()), Res::Buf(part)];
+            let res = vec![
+                Res::Buf(y.clone()),
+                Res::Buf(b.clone()),
+                Res::Params,
+                Res::Step,
+                Res::Buf(asum.clone()),
+                Res::Buf(part),
+            ];
             self.spec(Kernel::GeluMulSums, res, &GeluParams { splits, ..gelu }, gelu.n.div_ceil(64), GridY::Tokens);
             sums = XFrom::Sums { sums: Res::Buf(asum), cols: rows, gs: 64 };
         } else {
@@ -906,7 +1102,16 @@ impl<'a> Builder<'a> {
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
         let part = &m.parts[0];
         let p = QmvGeluParams {
-            m: MatmulParams { rows: rows as u32, cols: m.cols as u32, gs: m.gs as u32, x_stride: x_stride as u32, y_stride: rows as u32, y_off: 0, count_sel: 0, k_splits: 0 },
+            m: MatmulParams {
+                rows: rows as u32,
+                cols: m.cols as u32,
+                gs: m.gs as u32,
+                x_stride: x_stride as u32,
+                y_stride: rows as u32,
+                y_off: 0,
+                count_sel: 0,
+                k_splits: 0,
+            },
             b_stride: b_stride as u32,
             b_off: b_off as u32,
             _pad: [0; 2],
@@ -928,7 +1133,22 @@ impl<'a> Builder<'a> {
     /// `with_single`: also record the decode/verify form (false where `moe_glu` recorded it);
     /// `from`: the norm output that wrote x, if any.
     #[allow(clippy::too_many_arguments)]
-    fn moe_matmul(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, rows: usize, idx: &wgpu::Buffer, groups: &Groups, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize, with_single: bool, from: XFrom) -> Result<()> {
+    fn moe_matmul(
+        &mut self,
+        m: &GpuMatrix,
+        expert_stride: usize,
+        row_off: usize,
+        rows: usize,
+        idx: &wgpu::Buffer,
+        groups: &Groups,
+        x: &wgpu::Buffer,
+        x_tok_stride: usize,
+        x_slot_stride: usize,
+        y: &wgpu::Buffer,
+        top_k: usize,
+        with_single: bool,
+        from: XFrom,
+    ) -> Result<()> {
         // Expert stacks are indexed across the whole matrix: one part (checked at upload).
         debug_assert_eq!(m.parts.len(), 1, "expert stack split across bindings");
         let part = &m.parts[0];
@@ -937,7 +1157,8 @@ impl<'a> Builder<'a> {
         let res = |sel: &wgpu::Buffer| weight_res(part, &[sel, x, y]);
         let x_groups = (rows as u32).div_ceil(MATMUL_ROWS);
         // Decode/verify: qmv's loop per pair for 4-bit experts, else the one-row-group kernel.
-        let qmv = if m.format == Format::Q4 { qmv_moe_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride) } else { None };
+        let qmv =
+            if m.format == Format::Q4 { qmv_moe_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride) } else { None };
         let (kernel, x_pairs) = match qmv {
             Some((k, per_wg)) => (k, (rows as u32).div_ceil(per_wg)),
             None => (Kernel::MoeMatmul(m.format), x_groups),
@@ -966,7 +1187,13 @@ impl<'a> Builder<'a> {
             let x = groups.n as u32 * (rows as u32).div_ceil(rows_per_wg);
             self.spec(kernel, res, &p, x, GridY::TokenTiles(tok));
         } else {
-            self.spec(Kernel::MoeMatmulGrouped(m.format), res(&groups.buf), &p, x_groups, GridY::Fixed(groups.n as u32));
+            self.spec(
+                Kernel::MoeMatmulGrouped(m.format),
+                res(&groups.buf),
+                &p,
+                x_groups,
+                GridY::Fixed(groups.n as u32),
+            );
         }
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
         Ok(())
@@ -976,13 +1203,31 @@ impl<'a> Builder<'a> {
     /// `y[t, j, r] = gelu_tanh(G_e[r] · x[t, j]) · U_e[r] · x[t, j]` (qmv_moe_glu), in place of
     /// the gate and up mat-vecs and gelu_mul; false (nothing recorded) where it does not apply.
     #[allow(clippy::too_many_arguments)]
-    fn moe_glu(&mut self, m: &GpuMatrix, expert_stride: usize, row_off: usize, up_off: usize, rows: usize, idx: &wgpu::Buffer, x: &wgpu::Buffer, x_tok_stride: usize, x_slot_stride: usize, y: &wgpu::Buffer, top_k: usize) -> bool {
+    fn moe_glu(
+        &mut self,
+        m: &GpuMatrix,
+        expert_stride: usize,
+        row_off: usize,
+        up_off: usize,
+        rows: usize,
+        idx: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+        x_tok_stride: usize,
+        x_slot_stride: usize,
+        y: &wgpu::Buffer,
+        top_k: usize,
+    ) -> bool {
         if m.format != Format::Q4 {
             return false;
         }
-        let Some((kernel, per_wg)) = qmv_moe_glu_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride) else { return false };
+        let Some((kernel, per_wg)) = qmv_moe_glu_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride) else {
+            return false;
+        };
         let part = &m.parts[0];
-        let p = MoeMatmulParams { up_off: up_off as u32, ..moe_params(m, expert_stride, row_off, rows, top_k, x_tok_stride, x_slot_stride) };
+        let p = MoeMatmulParams {
+            up_off: up_off as u32,
+            ..moe_params(m, expert_stride, row_off, rows, top_k, x_tok_stride, x_slot_stride)
+        };
         let res = weight_res(part, &[idx, x, y]);
         self.spec(kernel, res, &p, (rows as u32).div_ceil(per_wg), GridY::Slots(top_k as u32));
         self.specs.last_mut().expect("just pushed").only = Only::Single;
@@ -992,13 +1237,26 @@ impl<'a> Builder<'a> {
     /// Lists each expert's (or slot's) routed pairs of a chunk for the grouped expert kernel.
     fn moe_group(&mut self, idx: &wgpu::Buffer, groups: &Groups, top_k: usize) {
         let res = vec![Res::Buf(idx.clone()), Res::Buf(groups.buf.clone()), Res::Params, Res::Step];
-        self.spec(Kernel::MoeGroup, res, &GroupParams { top_k: top_k as u32, stride: groups.stride as u32, _pad: [0; 2] }, groups.n as u32, GridY::One);
+        self.spec(
+            Kernel::MoeGroup,
+            res,
+            &GroupParams { top_k: top_k as u32, stride: groups.stride as u32, _pad: [0; 2] },
+            groups.n as u32,
+            GridY::One,
+        );
         self.specs.last_mut().expect("just pushed").only = Only::Multi;
     }
 
     fn embed(&mut self, m: &GpuMatrix, ids: &wgpu::Buffer, out: &wgpu::Buffer, scale: f32) {
         for part in &m.parts {
-            let p = EmbedParams { rows: part.rows as u32, cols: m.cols as u32, gs: m.gs as u32, row0: part.row0 as u32, scale, _pad: [0; 3] };
+            let p = EmbedParams {
+                rows: part.rows as u32,
+                cols: m.cols as u32,
+                gs: m.gs as u32,
+                row0: part.row0 as u32,
+                scale,
+                _pad: [0; 3],
+            };
             let res = weight_res(part, &[ids, out]);
             self.spec(Kernel::Embed(m.format), res, &p, (m.cols as u32).div_ceil(8).div_ceil(64), GridY::Tokens);
         }
@@ -1013,7 +1271,19 @@ impl<'a> Builder<'a> {
         // `xsum` (binding 9, the rows form's group sums: Builder::norm_sums): the dummy until
         // asked for.
         // `part` (10, read by the rows form over partials: Builder::residual_norm): the weights.
-        let res = vec![Res::Buf(x.clone()), Res::Buf(wt.clone()), Res::Buf(out.clone()), d(), d(), d(), Res::Params, Res::Step, Res::Buf(wt.clone()), d(), Res::Buf(wt.clone())];
+        let res = vec![
+            Res::Buf(x.clone()),
+            Res::Buf(wt.clone()),
+            Res::Buf(out.clone()),
+            d(),
+            d(),
+            d(),
+            Res::Params,
+            Res::Step,
+            Res::Buf(wt.clone()),
+            d(),
+            Res::Buf(wt.clone()),
+        ];
         self.spec(rmsnorm(p.n as usize, self.gpu.limits.max_compute_invocations_per_workgroup), res, &p, p.segs, y);
         self.specs.len() - 1
     }
@@ -1024,10 +1294,18 @@ impl<'a> Builder<'a> {
     /// In chunks, where a split-k mat-mat wrote `a` through a qmm_sum, the norm's rows form
     /// reads the partials instead and that qmm_sum goes (`Builder::norm_splits`; `a` is read by
     /// this norm alone).
-    fn residual_norm(&mut self, a: &wgpu::Buffer, wt: &wgpu::Buffer, res: &wgpu::Buffer, out: &wgpu::Buffer, p: NormParams) -> usize {
+    fn residual_norm(
+        &mut self,
+        a: &wgpu::Buffer,
+        wt: &wgpu::Buffer,
+        res: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        p: NormParams,
+    ) -> usize {
         let p = NormParams { mode: 2, ..p };
         // Whether the rows form takes this norm over partials (rows_norms gives it that form).
-        let rows_take_parts = self.norm_splits && kernels::rmsnorm_rows(&NormParams { splits: 2, ..p }, self.norm_rows).is_some();
+        let rows_take_parts =
+            self.norm_splits && kernels::rmsnorm_rows(&NormParams { splits: 2, ..p }, self.norm_rows).is_some();
         let parts = if rows_take_parts { self.take_split_sum(a, p.n as usize) } else { None };
         let spec = self.norm(a, wt, out, NormParams { splits: parts.as_ref().map_or(0, |(_, s)| *s), ..p });
         self.specs[spec].res[8] = Res::Buf(res.clone());
@@ -1061,8 +1339,18 @@ impl<'a> Builder<'a> {
     fn fuse_norm(&mut self, norm: usize, first: usize, h: usize) {
         let np = self.norm_params(norm);
         let sp = &self.specs[norm];
-        let plain_rows = np.segs == 1 && np.x_stride == h as u32 && np.out_stride == h as u32 && np.x_row_sel == 0 && np.count_sel == 0;
-        let applies = np.mode == 2 && np.chain <= 1 && np.pre == 1.0 && np.w_off != NO_WEIGHT && np.w_off % 4 == 0 && plain_rows && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT && np.w2_off % 4 == 0));
+        let plain_rows = np.segs == 1
+            && np.x_stride == h as u32
+            && np.out_stride == h as u32
+            && np.x_row_sel == 0
+            && np.count_sel == 0;
+        let applies = np.mode == 2
+            && np.chain <= 1
+            && np.pre == 1.0
+            && np.w_off != NO_WEIGHT
+            && np.w_off % 4 == 0
+            && plain_rows
+            && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT && np.w2_off % 4 == 0));
         // A/B knobs for measurements: KESTREL_FUSE_NORMS=0, every norm its own dispatch; =all,
         // into every kind at every hidden size; =hidden, by the hidden size alone (the rule
         // before session 25); =glu, past it into the gated and the GeGLU mat-vecs.
@@ -1078,7 +1366,8 @@ impl<'a> Builder<'a> {
         }
         let max_wg = self.gpu.limits.max_compute_workgroup_storage_size;
         // One decode dispatch must read the norm's output (a matrix in several parts is not fused).
-        let mut decode_forms = (first..self.specs.len()).filter(|&i| self.specs[i].only != Only::Multi && self.specs[i].single.is_some());
+        let mut decode_forms =
+            (first..self.specs.len()).filter(|&i| self.specs[i].only != Only::Multi && self.specs[i].single.is_some());
         let (Some(ci), None) = (decode_forms.next(), decode_forms.next()) else {
             return;
         };
@@ -1100,7 +1389,15 @@ impl<'a> Builder<'a> {
         let (a, wt, out, res_in) = (buf(&sp.res[0]), buf(&sp.res[1]), buf(&sp.res[2]), buf(&sp.res[8]));
         let mut res = c.res.clone();
         res[3] = Res::Buf(a);
-        let pro = NormPro { w1: np.w_off, post1: np.post, w2: if np.chain == 1 { np.w2_off } else { 0 }, post2: np.post2, eps: np.eps, second: np.chain, _pad: [0; 2] };
+        let pro = NormPro {
+            w1: np.w_off,
+            post1: np.post,
+            w2: if np.chain == 1 { np.w2_off } else { 0 },
+            post2: np.post2,
+            eps: np.eps,
+            second: np.chain,
+            _pad: [0; 2],
+        };
         let (param_off, param_len) = (c.param_off, c.param_len);
         let (pro_off, pro_len) = self.push_params(&pro);
         res.extend([Res::Buf(res_in), Res::Buf(wt), Res::Buf(out), Res::ParamsAt(pro_off, pro_len)]);
@@ -1149,8 +1446,22 @@ impl<'a> Builder<'a> {
         NormOut { spec, slot: chain + 1 }
     }
 
-    fn head_norm_rope(&mut self, src: &wgpu::Buffer, wt: &wgpu::Buffer, rope: &wgpu::Buffer, dst: &wgpu::Buffer, p: HeadParams) {
-        let res = vec![Res::Buf(src.clone()), Res::Buf(wt.clone()), Res::Buf(rope.clone()), Res::Buf(dst.clone()), Res::Params, Res::Step];
+    fn head_norm_rope(
+        &mut self,
+        src: &wgpu::Buffer,
+        wt: &wgpu::Buffer,
+        rope: &wgpu::Buffer,
+        dst: &wgpu::Buffer,
+        p: HeadParams,
+    ) {
+        let res = vec![
+            Res::Buf(src.clone()),
+            Res::Buf(wt.clone()),
+            Res::Buf(rope.clone()),
+            Res::Buf(dst.clone()),
+            Res::Params,
+            Res::Step,
+        ];
         self.spec(Kernel::HeadNormRope { wg: head_norm_wg(p.d as usize) }, res, &p, p.n_heads, GridY::Tokens);
     }
 
@@ -1166,7 +1477,8 @@ impl<'a> Builder<'a> {
         let c = self.opts.max_chunk;
         let kv = KvLayout::new(cfg, self.opts.max_ctx, c);
         let fold_q_norm = switch("KESTREL_ATTN_QNORM", self.opts.fold_q_norm);
-        let attn_short = std::env::var("KESTREL_ATTN_SHORT").ok().and_then(|v| v.parse().ok()).unwrap_or(self.opts.attn_short);
+        let attn_short =
+            std::env::var("KESTREL_ATTN_SHORT").ok().and_then(|v| v.parse().ok()).unwrap_or(self.opts.attn_short);
         let moe_norm = switch("KESTREL_MOE_NORM", self.opts.moe_norm);
         let moe_overlap = switch("KESTREL_MOE_OVERLAP", self.opts.moe_overlap);
         // Chunk attention on tensor cores (where the mat-mats run there): A/B knob
@@ -1206,7 +1518,11 @@ impl<'a> Builder<'a> {
             streaming,
             // A prompt's tail (WgpuOptions::prompt_tail) starts at the attention of the last layer
             // that writes K/V. Not with streamed experts: their steps run in host-driven parts.
-            tail_layer: cfg.layers.iter().rposition(|l| matches!(l.kv, KvSource::Own { .. })).filter(|_| switch("KESTREL_PROMPT_TAIL", self.opts.prompt_tail) && !streaming),
+            tail_layer: cfg
+                .layers
+                .iter()
+                .rposition(|l| matches!(l.kv, KvSource::Own { .. }))
+                .filter(|_| switch("KESTREL_PROMPT_TAIL", self.opts.prompt_tail) && !streaming),
         };
 
         // ---- the program
@@ -1255,7 +1571,12 @@ impl<'a> Builder<'a> {
                 k: lw.k_norm.as_ref().map_or(NO_WEIGHT, |k| add_norm(k)),
                 ple_post: lw.ple.as_ref().map_or(NO_WEIGHT, |p| add_norm(&p.post_norm)),
                 moe: lw.moe.as_ref().map(|m| {
-                    [add_norm(&m.router_scale), add_norm(&m.pre_norm_2), add_norm(&m.post_norm_1), add_norm(&m.post_norm_2)]
+                    [
+                        add_norm(&m.router_scale),
+                        add_norm(&m.pre_norm_2),
+                        add_norm(&m.post_norm_1),
+                        add_norm(&m.post_norm_2),
+                    ]
                 }),
             })
             .collect();
@@ -1284,7 +1605,8 @@ impl<'a> Builder<'a> {
         for (li, lw) in w.layers.iter().enumerate() {
             layers.push(GpuLayer {
                 proj: {
-                    let stack: Vec<&Matrix> = [Some(&lw.q_proj), lw.k_proj.as_ref(), lw.v_proj.as_ref()].into_iter().flatten().collect();
+                    let stack: Vec<&Matrix> =
+                        [Some(&lw.q_proj), lw.k_proj.as_ref(), lw.v_proj.as_ref()].into_iter().flatten().collect();
                     match if stack.len() > 1 { self.upload_stacked(&stack)? } else { None } {
                         Some(m) => Proj::Stacked(m),
                         None => Proj::Separate {
@@ -1297,7 +1619,9 @@ impl<'a> Builder<'a> {
                 o: self.upload_matrix(&lw.o_proj)?,
                 mlp: match self.upload_stacked(&[&lw.gate_proj, &lw.up_proj])? {
                     Some(gu) => Mlp::Stacked(gu),
-                    None => Mlp::Split { gate: self.upload_matrix(&lw.gate_proj)?, up: self.upload_matrix(&lw.up_proj)? },
+                    None => {
+                        Mlp::Split { gate: self.upload_matrix(&lw.gate_proj)?, up: self.upload_matrix(&lw.up_proj)? }
+                    }
                 },
                 down: self.upload_matrix(&lw.down_proj)?,
                 ple: match &lw.ple {
@@ -1315,7 +1639,14 @@ impl<'a> Builder<'a> {
 
     /// A MoE layer's router and routed experts: the checkpoint's stacks, or an installation's
     /// expert slots (filled here unless they stream).
-    fn upload_moe(&mut self, w: &ModelWeights, li: usize, m: &MoeWeights, n_slots: usize, streaming: bool) -> Result<GpuMoe> {
+    fn upload_moe(
+        &mut self,
+        w: &ModelWeights,
+        li: usize,
+        m: &MoeWeights,
+        n_slots: usize,
+        streaming: bool,
+    ) -> Result<GpuMoe> {
         let t = &self.cfg.text;
         let iw = t.moe_intermediate_size;
         let (gate, up, up_off, down) = match (&m.experts, &w.expert_files) {
@@ -1329,19 +1660,26 @@ impl<'a> Builder<'a> {
                     },
                 };
                 let down = self.upload_matrix_whole(&st.down)?;
-                self.routed_decode_bytes += (self.weight_bytes - before) * t.top_k_experts as u64 / t.num_experts as u64;
+                self.routed_decode_bytes +=
+                    (self.weight_bytes - before) * t.top_k_experts as u64 / t.num_experts as u64;
                 (gate, up, up_off, down)
             }
             (None, Some(files)) => {
                 let sl = self.slot_layer(files, n_slots)?;
-                let per_expert: u64 = files.layout.parts.iter().map(|p| p.w.1 + p.scales.map_or(0, |s| s.1) + p.biases.map_or(0, |b| b.1)).sum();
+                let per_expert: u64 = files
+                    .layout
+                    .parts
+                    .iter()
+                    .map(|p| p.w.1 + p.scales.map_or(0, |s| s.1) + p.biases.map_or(0, |b| b.1))
+                    .sum();
                 self.routed_decode_bytes += per_expert * t.top_k_experts as u64;
                 let get = |role: &str| sl.parts.iter().find(|(p, _)| p.role == role).map(|(_, g)| g.clone());
                 let down = get("down").ok_or_else(|| Error::Invalid("expert layout has no `down` part".into()))?;
                 let r = match get("gate_up") {
                     Some(gu) => ((gu, 2 * iw, 0), None, iw, down),
                     None => {
-                        let gate = get("gate").ok_or_else(|| Error::Invalid("expert layout has no `gate` part".into()))?;
+                        let gate =
+                            get("gate").ok_or_else(|| Error::Invalid("expert layout has no `gate` part".into()))?;
                         ((gate, iw, 0), get("up"), 0, down)
                     }
                 };
@@ -1355,7 +1693,10 @@ impl<'a> Builder<'a> {
                     // host-visible staging memory until a submit completes
                     // (without this, 26B-A4B peaked at 37 GB of GPU memory).
                     self.gpu.queue.submit([]);
-                    self.gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+                    self.gpu
+                        .device
+                        .poll(wgpu::PollType::wait_indefinitely())
+                        .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
                 }
                 self.slot_layers.insert(li, sl);
                 r
@@ -1438,7 +1779,11 @@ impl<'a> Builder<'a> {
             None
         };
         let ple_bufs = if weights.ple.is_some() {
-            Some((self.act("ple inputs", c * nl * pd)?, self.act("ple context", c * nl * pd)?, self.act("ple gate", c * pd)?))
+            Some((
+                self.act("ple inputs", c * nl * pd)?,
+                self.act("ple context", c * nl * pd)?,
+                self.act("ple gate", c * pd)?,
+            ))
         } else {
             None
         };
@@ -1491,11 +1836,25 @@ impl<'a> Builder<'a> {
             // ple = (norm(W_plmp · h · H^-½) + E_ple[id] · √P) · 2^-½
             self.embed(ple_e, ids, ple_all, (pd as f64).sqrt() as f32);
             self.matmul(ple_p, &xs[0], h, ple_ctx, nl * pd, false)?;
-            self.norm(ple_ctx, norm_buf, ple_all, NormParams {
-                n: pd as u32, segs: nl as u32, x_stride: (nl * pd) as u32, x_row_sel: 0, out_stride: (nl * pd) as u32,
-                w_off: f.norms.ple, mode: 1, count_sel: 0, pre: (h as f64).powf(-0.5) as f32,
-                post: std::f32::consts::FRAC_1_SQRT_2, eps, ..Default::default()
-            });
+            self.norm(
+                ple_ctx,
+                norm_buf,
+                ple_all,
+                NormParams {
+                    n: pd as u32,
+                    segs: nl as u32,
+                    x_stride: (nl * pd) as u32,
+                    x_row_sel: 0,
+                    out_stride: (nl * pd) as u32,
+                    w_off: f.norms.ple,
+                    mode: 1,
+                    count_sel: 0,
+                    pre: (h as f64).powf(-0.5) as f32,
+                    post: std::f32::consts::FRAC_1_SQRT_2,
+                    eps,
+                    ..Default::default()
+                },
+            );
         }
         Ok(())
     }
@@ -1555,48 +1914,119 @@ impl<'a> Builder<'a> {
             (KvSource::Own { cache }, Proj::Stacked(_)) => {
                 // One dispatch for the q, k and v heads of the stacked row.
                 let p = QkvParams {
-                    d: d as u32, src_stride: qs.2 as u32, rope_off: rope_off as u32, rope_stride: rope_stride as u32,
-                    n_q: l.n_heads as u32, n_kv: l.n_kv_heads as u32, k_off: ks.1 as u32, v_off: vs.1 as u32,
-                    q_w: ln.q, k_w: ln.k, slots: kv.caches[cache].slots as u32, eps,
+                    d: d as u32,
+                    src_stride: qs.2 as u32,
+                    rope_off: rope_off as u32,
+                    rope_stride: rope_stride as u32,
+                    n_q: l.n_heads as u32,
+                    n_kv: l.n_kv_heads as u32,
+                    k_off: ks.1 as u32,
+                    v_off: vs.1 as u32,
+                    q_w: ln.q,
+                    k_w: ln.k,
+                    slots: kv.caches[cache].slots as u32,
+                    eps,
                 };
                 let res = vec![
-                    Res::Buf(qkv.clone()), Res::Buf(norm_buf.clone()), Res::Buf(rope_buf.clone()),
-                    Res::Buf(q.clone()), Res::Buf(kcache[cache].clone()), Res::Buf(vcache[cache].clone()),
-                    Res::Params, Res::Step,
+                    Res::Buf(qkv.clone()),
+                    Res::Buf(norm_buf.clone()),
+                    Res::Buf(rope_buf.clone()),
+                    Res::Buf(q.clone()),
+                    Res::Buf(kcache[cache].clone()),
+                    Res::Buf(vcache[cache].clone()),
+                    Res::Params,
+                    Res::Step,
                 ];
-                self.spec(Kernel::QkvNormRope { wg: head_norm_wg(p.d as usize) }, res, &p, (l.n_heads + 2 * l.n_kv_heads) as u32, GridY::Tokens);
+                self.spec(
+                    Kernel::QkvNormRope { wg: head_norm_wg(p.d as usize) },
+                    res,
+                    &p,
+                    (l.n_heads + 2 * l.n_kv_heads) as u32,
+                    GridY::Tokens,
+                );
             }
             (kv_src, _) => {
                 if let KvSource::Own { cache } = kv_src {
                     let base = HeadParams {
-                        d: d as u32, n_heads: l.n_kv_heads as u32, src_stride: ks.2 as u32, w_off: ln.k,
-                        rope: 1, rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 1,
-                        slots: kv.caches[cache].slots as u32, eps, src_off: ks.1 as u32, _pad: 0,
+                        d: d as u32,
+                        n_heads: l.n_kv_heads as u32,
+                        src_stride: ks.2 as u32,
+                        w_off: ln.k,
+                        rope: 1,
+                        rope_off: rope_off as u32,
+                        rope_stride: rope_stride as u32,
+                        dst_mode: 1,
+                        slots: kv.caches[cache].slots as u32,
+                        eps,
+                        src_off: ks.1 as u32,
+                        _pad: 0,
                     };
                     let (kb, vb) = (ks.0.clone(), vs.0.clone());
                     self.head_norm_rope(&kb, norm_buf, rope_buf, &kcache[cache], base);
-                    self.head_norm_rope(&vb, norm_buf, rope_buf, &vcache[cache], HeadParams { w_off: NO_WEIGHT, rope: 0, src_stride: vs.2 as u32, src_off: vs.1 as u32, ..base });
+                    self.head_norm_rope(
+                        &vb,
+                        norm_buf,
+                        rope_buf,
+                        &vcache[cache],
+                        HeadParams { w_off: NO_WEIGHT, rope: 0, src_stride: vs.2 as u32, src_off: vs.1 as u32, ..base },
+                    );
                 }
                 let qb = qs.0.clone();
-                self.head_norm_rope(&qb, norm_buf, rope_buf, q, HeadParams {
-                    d: d as u32, n_heads: l.n_heads as u32, src_stride: qs.2 as u32, w_off: ln.q, rope: 1,
-                    rope_off: rope_off as u32, rope_stride: rope_stride as u32, dst_mode: 0, slots: 0, eps, src_off: qs.1 as u32, _pad: 0,
-                });
+                self.head_norm_rope(
+                    &qb,
+                    norm_buf,
+                    rope_buf,
+                    q,
+                    HeadParams {
+                        d: d as u32,
+                        n_heads: l.n_heads as u32,
+                        src_stride: qs.2 as u32,
+                        w_off: ln.q,
+                        rope: 1,
+                        rope_off: rope_off as u32,
+                        rope_stride: rope_stride as u32,
+                        dst_mode: 0,
+                        slots: 0,
+                        eps,
+                        src_off: qs.1 as u32,
+                        _pad: 0,
+                    },
+                );
                 if f.fold_q_norm {
                     // Chunks only: decode and verify steps norm q in attention_split.
                     self.specs.last_mut().expect("just pushed").only = Only::Multi;
-                    let qp = QNormParams { src_stride: qs.2 as u32, src_off: qs.1 as u32, w_off: ln.q, rope_off: rope_off as u32, rope_stride: rope_stride as u32, eps, _pad: [0; 2] };
+                    let qp = QNormParams {
+                        src_stride: qs.2 as u32,
+                        src_off: qs.1 as u32,
+                        w_off: ln.q,
+                        rope_off: rope_off as u32,
+                        rope_stride: rope_stride as u32,
+                        eps,
+                        _pad: [0; 2],
+                    };
                     q_raw = Some((qb, qp));
                 }
             }
         }
         let ap = AttnParams {
-            d: d as u32, n_heads: l.n_heads as u32, n_kv_heads: l.n_kv_heads as u32, slots,
+            d: d as u32,
+            n_heads: l.n_heads as u32,
+            n_kv_heads: l.n_kv_heads as u32,
+            slots,
             window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
-            n_splits: attn_splits(), short_max: if d % 8 == 0 && d <= 1024 { f.attn_short } else { 0 }, _pad: 0,
+            n_splits: attn_splits(),
+            short_max: if d % 8 == 0 && d <= 1024 { f.attn_short } else { 0 },
+            _pad: 0,
         };
         // Chunks (prefill): 16 queries per workgroup share each key tile, or 32 on tensor cores.
-        let mut res = vec![Res::Buf(q.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(att.clone()), Res::Params, Res::Step];
+        let mut res = vec![
+            Res::Buf(q.clone()),
+            Res::Buf(kcache[rc].clone()),
+            Res::Buf(vcache[rc].clone()),
+            Res::Buf(att.clone()),
+            Res::Params,
+            Res::Step,
+        ];
         // The tensor-core form also writes its output's sums over each 64-dim value stage,
         // the o projection's group sums of x, instead of a group_sum pass
         // (KESTREL_ATTN_SUMS=0: not).
@@ -1635,7 +2065,20 @@ impl<'a> Builder<'a> {
             }
             None => (q.clone(), Vec::new()),
         };
-        let attn_res = |out: &wgpu::Buffer| [vec![Res::Buf(qb.clone()), Res::Buf(kcache[rc].clone()), Res::Buf(vcache[rc].clone()), Res::Buf(out.clone()), Res::Params, Res::Step], extra.clone()].concat();
+        let attn_res = |out: &wgpu::Buffer| {
+            [
+                vec![
+                    Res::Buf(qb.clone()),
+                    Res::Buf(kcache[rc].clone()),
+                    Res::Buf(vcache[rc].clone()),
+                    Res::Buf(out.clone()),
+                    Res::Params,
+                    Res::Step,
+                ],
+                extra.clone(),
+            ]
+            .concat()
+        };
         let owner = |short| Some(KeysOwner { short, window: ap.window, max: ap.short_max });
         if ap.short_max < u32::MAX {
             self.spec(attention_split(d, qnorm), attn_res(attn_part), &ap, l.n_heads as u32, GridY::Slots(ap.n_splits));
@@ -1684,7 +2127,10 @@ impl<'a> Builder<'a> {
         let overlap = match (&gl.mlp, closing) {
             (Mlp::Stacked(_), Some(_)) if f.moe_overlap && !f.streaming => {
                 let rows = VERIFY_MAX;
-                Some((self.act("ffn gate (dense branch, decode)", rows * 2 * l.mlp_width)?, self.act("moe dense out (decode)", rows * h)?))
+                Some((
+                    self.act("ffn gate (dense branch, decode)", rows * 2 * l.mlp_width)?,
+                    self.act("moe dense out (decode)", rows * h)?,
+                ))
             }
             _ => None,
         };
@@ -1694,7 +2140,13 @@ impl<'a> Builder<'a> {
         let down_x_stride = self.record_mlp(f, layer, post_attn, ff_from, overlap.is_none())?;
         let ff_out = self.record_moe(f, layer, MoePlan { closing, overlap, route_end, xn2_from, down_x_stride })?;
         let post_ff_scale = if gl.ple.is_some() { 1.0 } else { lw.layer_scalar };
-        let post_ff = self.residual_norm(ff_out, norm_buf, &xs[st.cur], &xs[st.cur ^ 1], f.plain(h, ln.post_ff, 2, post_ff_scale));
+        let post_ff = self.residual_norm(
+            ff_out,
+            norm_buf,
+            &xs[st.cur],
+            &xs[st.cur ^ 1],
+            f.plain(h, ln.post_ff, 2, post_ff_scale),
+        );
         st.cur ^= 1;
         st.residual = Some(post_ff);
         Ok(post_ff)
@@ -1703,7 +2155,12 @@ impl<'a> Builder<'a> {
     /// A MoE layer's router: its input norm and the experts' (both chained onto the
     /// post-attention norm), the router projection and its top-k. Returns where its dispatches
     /// end and the experts' input norm (none on dense layers).
-    fn record_router(&mut self, f: &Forward, layer: Layer, post_attn: usize) -> Result<(Option<usize>, Option<NormOut>)> {
+    fn record_router(
+        &mut self,
+        f: &Forward,
+        layer: Layer,
+        post_attn: usize,
+    ) -> Result<(Option<usize>, Option<NormOut>)> {
         let Layer { gl, ln, .. } = layer;
         let Acts { xn2, moe_bufs, .. } = f.acts;
         let t = &self.cfg.text;
@@ -1717,8 +2174,21 @@ impl<'a> Builder<'a> {
             let pre2 = ln.moe.expect("MoE layers have their norms")[1];
             xn2_from = Some(self.chain_norm(post_attn, pre2, 1.0, xn2, h));
             self.matmul_from(&moe.router, xr, h, logits_r, ne, XFrom::Norm(xr_from))?;
-            let res = vec![Res::Buf(logits_r.clone()), Res::Buf(moe.per_expert_scale.clone()), Res::Buf(idx.clone()), Res::Buf(wts.clone()), Res::Params, Res::Step];
-            self.spec(Kernel::RouterTopk { staged: router_staged() }, res, &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] }, 1, GridY::Tokens);
+            let res = vec![
+                Res::Buf(logits_r.clone()),
+                Res::Buf(moe.per_expert_scale.clone()),
+                Res::Buf(idx.clone()),
+                Res::Buf(wts.clone()),
+                Res::Params,
+                Res::Step,
+            ];
+            self.spec(
+                Kernel::RouterTopk { staged: router_staged() },
+                res,
+                &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] },
+                1,
+                GridY::Tokens,
+            );
             self.specs.last_mut().expect("just pushed").one_workgroup_per_token();
             route_end = Some(self.specs.len());
         }
@@ -1728,7 +2198,14 @@ impl<'a> Builder<'a> {
     /// A layer's dense MLP: gate and up (stacked: one GeGLU mat-mat) and the down projection
     /// into `o`. `decode`: with their decode and verify forms (not when the dense branch runs
     /// beside the experts). Returns the down projection's x stride.
-    fn record_mlp(&mut self, f: &Forward, layer: Layer, post_attn: usize, ff_from: NormOut, decode: bool) -> Result<usize> {
+    fn record_mlp(
+        &mut self,
+        f: &Forward,
+        layer: Layer,
+        post_attn: usize,
+        ff_from: NormOut,
+        decode: bool,
+    ) -> Result<usize> {
         let Layer { l, gl, .. } = layer;
         let Acts { xn, g, u, o, .. } = f.acts;
         let h = self.cfg.text.hidden_size;
@@ -1736,7 +2213,17 @@ impl<'a> Builder<'a> {
             Mlp::Split { gate, up } => {
                 self.matmul_from(gate, xn, h, g, l.mlp_width, XFrom::Norm(ff_from))?;
                 self.matmul_from(up, xn, h, u, l.mlp_width, XFrom::Norm(ff_from))?;
-                self.gelu_mul(g, u, GeluParams { n: l.mlp_width as u32, a_stride: l.mlp_width as u32, b_stride: l.mlp_width as u32, b_off: 0, ..Default::default() });
+                self.gelu_mul(
+                    g,
+                    u,
+                    GeluParams {
+                        n: l.mlp_width as u32,
+                        a_stride: l.mlp_width as u32,
+                        b_stride: l.mlp_width as u32,
+                        b_off: 0,
+                        ..Default::default()
+                    },
+                );
                 (l.mlp_width, XFrom::Any)
             }
             Mlp::Stacked(gu) => {
@@ -1764,7 +2251,9 @@ impl<'a> Builder<'a> {
         let (h, eps) = (t.hidden_size, t.rms_norm_eps);
         let (tk, iw) = (t.top_k_experts, t.moe_intermediate_size);
         let mut ff_out = o;
-        if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, _, post1, post2])) = (&gl.moe, moe_bufs, ln.moe) {
+        if let (Some(moe), Some((m1, _, idx, wts, _, slot_idx, eg, eu, eo)), Some([_, _, post1, post2])) =
+            (&gl.moe, moe_bufs, ln.moe)
+        {
             // m = post_norm_1(dense) + post_norm_2(Σ_j w_j · expert_j(pre_norm_2(h))), the
             // experts reading pre_norm_2(h) from xn2 (chained above)
             let dense_norm = self.norm(o, norm_buf, m1, f.plain(h, post1, 0, 1.0));
@@ -1785,13 +2274,51 @@ impl<'a> Builder<'a> {
                 }
                 self.glu_single(gu, l.mlp_width, xn, h, g1);
             }
-            self.moe_matmul(gm, *gstride, *goff, iw, sel, groups, xn2, h, 0, eg, tk, !glu, xn2_from.map_or(XFrom::Any, XFrom::Norm))?;
+            self.moe_matmul(
+                gm,
+                *gstride,
+                *goff,
+                iw,
+                sel,
+                groups,
+                xn2,
+                h,
+                0,
+                eg,
+                tk,
+                !glu,
+                xn2_from.map_or(XFrom::Any, XFrom::Norm),
+            )?;
             let (um, ustride, uoff) = match &moe.up {
                 Some(u) => (u, iw, 0),
                 None => (gm, *gstride, moe.up_off),
             };
-            self.moe_matmul(um, ustride, uoff, iw, sel, groups, xn2, h, 0, eu, tk, !glu, xn2_from.map_or(XFrom::Any, XFrom::Norm))?;
-            self.gelu_mul(eg, eu, GeluParams { n: (tk * iw) as u32, a_stride: (tk * iw) as u32, b_stride: (tk * iw) as u32, b_off: 0, ..Default::default() });
+            self.moe_matmul(
+                um,
+                ustride,
+                uoff,
+                iw,
+                sel,
+                groups,
+                xn2,
+                h,
+                0,
+                eu,
+                tk,
+                !glu,
+                xn2_from.map_or(XFrom::Any, XFrom::Norm),
+            )?;
+            self.gelu_mul(
+                eg,
+                eu,
+                GeluParams {
+                    n: (tk * iw) as u32,
+                    a_stride: (tk * iw) as u32,
+                    b_stride: (tk * iw) as u32,
+                    b_off: 0,
+                    ..Default::default()
+                },
+            );
             if glu {
                 self.specs.last_mut().expect("just pushed").only = Only::Multi;
             }
@@ -1808,15 +2335,37 @@ impl<'a> Builder<'a> {
                 self.marks.push(Mark { layer: li, route_end, experts_begin, experts_end: self.specs.len() });
             }
             let res = vec![Res::Buf(wts.clone()), Res::Buf(eo.clone()), Res::Buf(o.clone()), Res::Params, Res::Step];
-            self.spec(Kernel::MoeCombine, res, &CombineParams { n: h as u32, top_k: tk as u32, _pad: [0; 2] }, (h as u32).div_ceil(64), GridY::Tokens);
+            self.spec(
+                Kernel::MoeCombine,
+                res,
+                &CombineParams { n: h as u32, top_k: tk as u32, _pad: [0; 2] },
+                (h as u32).div_ceil(64),
+                GridY::Tokens,
+            );
             let combine = self.specs.len() - 1;
             let routed_norm = self.norm(o, norm_buf, m1, f.plain(h, post2, 1, 1.0));
             if let Some(kernel) = closing {
                 self.specs[combine].only = Only::Multi;
                 self.specs[routed_norm].only = Only::Multi;
                 let dense = overlap.as_ref().map_or(o, |(_, d1)| d1);
-                let res = vec![Res::Buf(dense.clone()), Res::Buf(eo.clone()), Res::Buf(wts.clone()), Res::Buf(norm_buf.clone()), Res::Buf(m1.clone()), Res::Params, Res::Step];
-                let p = MoeNormParams { n: h as u32, w1_off: post1, w2_off: post2, eps, post1: 1.0, post2: 1.0, _pad: [0; 2] };
+                let res = vec![
+                    Res::Buf(dense.clone()),
+                    Res::Buf(eo.clone()),
+                    Res::Buf(wts.clone()),
+                    Res::Buf(norm_buf.clone()),
+                    Res::Buf(m1.clone()),
+                    Res::Params,
+                    Res::Step,
+                ];
+                let p = MoeNormParams {
+                    n: h as u32,
+                    w1_off: post1,
+                    w2_off: post2,
+                    eps,
+                    post1: 1.0,
+                    post2: 1.0,
+                    _pad: [0; 2],
+                };
                 self.spec(kernel, res, &p, 1, GridY::Tokens);
                 self.specs.last_mut().expect("just pushed").only = Only::Single;
             }
@@ -1838,10 +2387,26 @@ impl<'a> Builder<'a> {
         // per-layer input, then the layer scalar
         if let (Some((gate, proj)), Some((ple_all, _, ple_g))) = (&gl.ple, ple_bufs) {
             let first = self.specs.len();
-            let sums = self.ple_gate(gate, &xs[st.cur], h, ple_g, ple_all, pd, nl * pd, li * pd, NormOut { spec: post_ff, slot: 0 })?;
+            let sums = self.ple_gate(
+                gate,
+                &xs[st.cur],
+                h,
+                ple_g,
+                ple_all,
+                pd,
+                nl * pd,
+                li * pd,
+                NormOut { spec: post_ff, slot: 0 },
+            )?;
             self.fuse_norm(post_ff, first, h);
             self.matmul_from(proj, ple_g, pd, o, h, sums)?;
-            st.residual = Some(self.residual_norm(o, norm_buf, &xs[st.cur], &xs[st.cur ^ 1], f.plain(h, ln.ple_post, 2, lw.layer_scalar)));
+            st.residual = Some(self.residual_norm(
+                o,
+                norm_buf,
+                &xs[st.cur],
+                &xs[st.cur ^ 1],
+                f.plain(h, ln.ple_post, 2, lw.layer_scalar),
+            ));
             st.cur ^= 1;
         }
         Ok(())
@@ -1852,12 +2417,23 @@ impl<'a> Builder<'a> {
         let Acts { xs, xf, logits, best, argmax_part, .. } = f.acts;
         let t = &self.cfg.text;
         let (h, vocab) = (t.hidden_size, t.vocab_size);
-        self.norm(&xs[cur], &f.norms.buf, xf, NormParams { x_row_sel: 1, count_sel: 1, ..f.plain(h, f.norms.final_norm, 0, 1.0) });
+        self.norm(
+            &xs[cur],
+            &f.norms.buf,
+            xf,
+            NormParams { x_row_sel: 1, count_sel: 1, ..f.plain(h, f.norms.final_norm, 0, 1.0) },
+        );
         self.matmul(&f.weights.embed, xf, h, logits, vocab, true)?;
         let cap = t.final_logit_softcapping.unwrap_or(0.0);
         let chunks = argmax_chunks(vocab);
         let (param_off, param_len) = self.push_params(&ArgmaxParams { vocab: vocab as u32, cap, chunks, _pad: 0 });
-        let res = vec![Res::Buf(logits.clone()), Res::Buf(argmax_part.clone()), Res::Buf(best.clone()), Res::Params, Res::Step];
+        let res = vec![
+            Res::Buf(logits.clone()),
+            Res::Buf(argmax_part.clone()),
+            Res::Buf(best.clone()),
+            Res::Params,
+            Res::Step,
+        ];
         let pass = |kernel, x, x_from_out, y| Spec {
             only: Only::Always,
             kernel,
@@ -1885,13 +2461,22 @@ impl<'a> Builder<'a> {
         let (pd, nl) = (t.hidden_size_per_layer_input, t.num_hidden_layers);
         match st.tail_cut {
             Some((start, layer, mut rows)) => {
-                debug_assert!(matches!(self.specs[start].kernel, Kernel::Attention { .. } | Kernel::AttentionCoop { .. }), "the tail starts at a chunk attention");
+                debug_assert!(
+                    matches!(self.specs[start].kernel, Kernel::Attention { .. } | Kernel::AttentionCoop { .. }),
+                    "the tail starts at a chunk attention"
+                );
                 rows.push((rope_buf.clone(), 4 * f.acts.rope_stride as u64));
                 if let Some((ple_all, ..)) = ple_bufs {
                     rows.push((ple_all.clone(), 4 * (nl * pd) as u64));
                 }
                 let bytes = rows.iter().map(|r| r.1).sum();
-                Some(PromptTail { start, layer, rows, scratch: self.gpu.storage("prompt tail rows", bytes), step: self.gpu.storage("prompt tail step", std::mem::size_of::<Step>() as u64) })
+                Some(PromptTail {
+                    start,
+                    layer,
+                    rows,
+                    scratch: self.gpu.storage("prompt tail rows", bytes),
+                    step: self.gpu.storage("prompt tail step", std::mem::size_of::<Step>() as u64),
+                })
             }
             None => None,
         }
@@ -1925,7 +2510,13 @@ impl<'a> Builder<'a> {
                         smaller.push(self.pipelines.get(&self.gpu.device, kt)?.0.clone());
                     }
                 }
-                Ok(Some(Variant { pipeline: self.pipelines.get(&self.gpu.device, k)?.0.clone(), x, tok, label: k.label(), smaller }))
+                Ok(Some(Variant {
+                    pipeline: self.pipelines.get(&self.gpu.device, k)?.0.clone(),
+                    x,
+                    tok,
+                    label: k.label(),
+                    smaller,
+                }))
             };
             let single = variant(s.single, false)?;
             let verify = variant(s.verify, true)?;
@@ -1954,7 +2545,11 @@ impl<'a> Builder<'a> {
                                 None => buffer.as_entire_binding(),
                                 Some(i) => {
                                     let r = &self.sum_regions[*i];
-                                    wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset: 4 * r.off, size: std::num::NonZeroU64::new(4 * r.len) })
+                                    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                        buffer,
+                                        offset: 4 * r.off,
+                                        size: std::num::NonZeroU64::new(4 * r.len),
+                                    })
                                 }
                             }
                         }
@@ -1963,11 +2558,28 @@ impl<'a> Builder<'a> {
                 .collect();
             let label = s.kernel.label();
             let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-            let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(&label), layout: &layout, entries: &entries });
+            let bind_group = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(&label),
+                layout: &layout,
+                entries: &entries,
+            });
             if let Some(e) = pollster::block_on(scope.pop()) {
                 return Err(Error::Gpu(format!("binding {label}: {e}")));
             }
-            program.push(Dispatch { label: s.kernel.label(), only: s.only, pipeline, single, verify, bind_group, x: s.x, x_from_out: s.x_from_out, x_from_tokens: s.x_from_tokens, y: s.y, ready: s.ready, keys: s.keys });
+            program.push(Dispatch {
+                label: s.kernel.label(),
+                only: s.only,
+                pipeline,
+                single,
+                verify,
+                bind_group,
+                x: s.x,
+                x_from_out: s.x_from_out,
+                x_from_tokens: s.x_from_tokens,
+                y: s.y,
+                ready: s.ready,
+                keys: s.keys,
+            });
         }
         Ok(program)
     }
@@ -1991,12 +2603,23 @@ impl<'a> Builder<'a> {
     }
 
     /// The backend that runs the recorded program.
-    fn into_backend(self, w: &Arc<ModelWeights>, kv: KvLayout, acts: Acts, program: Vec<Dispatch>, tail: Option<PromptTail>, streaming: Option<Streaming>) -> WgpuBackend {
+    fn into_backend(
+        self,
+        w: &Arc<ModelWeights>,
+        kv: KvLayout,
+        acts: Acts,
+        program: Vec<Dispatch>,
+        tail: Option<PromptTail>,
+        streaming: Option<Streaming>,
+    ) -> WgpuBackend {
         let cfg = self.cfg;
         let t = &cfg.text;
         let vocab = t.vocab_size;
         let Acts { ids, rope_buf, rope_stride, best, logits, xf, kcache, vcache, logit_rows, .. } = acts;
-        let commit_scratch = self.gpu.storage("commit scratch", (VERIFY_MAX * kv.caches.iter().map(|c| c.slot_elems()).max().unwrap_or(1) * 4) as u64);
+        let commit_scratch = self.gpu.storage(
+            "commit scratch",
+            (VERIFY_MAX * kv.caches.iter().map(|c| c.slot_elems()).max().unwrap_or(1) * 4) as u64,
+        );
         let best_read = self.gpu.staging("argmax readback", (4 * logit_rows) as u64);
         let chain_read = [self.gpu.staging("run-ahead argmax 0", 4), self.gpu.staging("run-ahead argmax 1", 4)];
         let logits_read = self.gpu.staging("logits readback", (4 * logit_rows * vocab) as u64);

@@ -42,7 +42,8 @@ impl Gpu {
         let mut features = adapter.features() & (profiling | wgpu::Features::SUBGROUP);
         // Tensor cores for the prefill mat-mat (qmm_coop.wgsl): f16 × f16 → f32 16×16×16
         // cooperative matrices in subgroups of exactly 32 (the kernel's fragment layout).
-        let coop = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        let coop =
+            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
         let coop_f16 = adapter.features().contains(coop)
             && (info.subgroup_min_size, info.subgroup_max_size) == (32, 32)
             && adapter.cooperative_matrix_properties().iter().any(|c| {
@@ -61,7 +62,11 @@ impl Gpu {
             // the one requested (cooperative matrices, only where the adapter lists the f16 → f32
             // configuration qmm_coop uses) is used by one kernel, checked against the CPU
             // reference by tests/kernels.rs on such a device.
-            experimental_features: if coop_f16 { unsafe { wgpu::ExperimentalFeatures::enabled() } } else { wgpu::ExperimentalFeatures::disabled() },
+            experimental_features: if coop_f16 {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         }))
         .map_err(|e| Error::Gpu(format!("could not open device on {}: {e}", info.name)))?;
@@ -84,12 +89,15 @@ impl Gpu {
         let b = self.storage("bandwidth dst", bytes);
         let run = |n: u32| -> Result<std::time::Duration> {
             let t0 = std::time::Instant::now();
-            let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bandwidth") });
+            let mut enc =
+                self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bandwidth") });
             for _ in 0..n {
                 enc.copy_buffer_to_buffer(&a, 0, &b, 0, Some(bytes));
             }
             self.queue.submit([enc.finish()]);
-            self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+            self.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
             Ok(t0.elapsed())
         };
         run(1)?;
@@ -98,7 +106,8 @@ impl Gpu {
     }
 
     pub fn describe(&self) -> String {
-        let sg = if self.subgroups() { format!(", subgroups of {}", self.info.subgroup_min_size) } else { String::new() };
+        let sg =
+            if self.subgroups() { format!(", subgroups of {}", self.info.subgroup_min_size) } else { String::new() };
         format!("{} ({:?}, {}{sg})", self.info.name, self.info.backend, self.info.driver)
     }
 
@@ -152,7 +161,10 @@ impl Gpu {
             mapped_at_creation: true,
         });
         {
-            let mut view = buf.slice(..).get_mapped_range_mut().map_err(|e| Error::Gpu(format!("{label}: mapping for upload: {e}")))?;
+            let mut view = buf
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| Error::Gpu(format!("{label}: mapping for upload: {e}")))?;
             let mut off = 0;
             for p in pieces {
                 view.slice(off..off + p.len()).copy_from_slice(p);
@@ -180,7 +192,13 @@ impl Gpu {
 
     /// Like [`read`](Self::read), waiting only for submission `after` (work submitted later
     /// keeps running while the caller uses the bytes).
-    pub fn read_after(&self, buf: &wgpu::Buffer, len: u64, after: Option<wgpu::SubmissionIndex>, out: &mut Vec<u8>) -> Result<()> {
+    pub fn read_after(
+        &self,
+        buf: &wgpu::Buffer,
+        len: u64,
+        after: Option<wgpu::SubmissionIndex>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         out.clear();
         if len == 0 {
             return Ok(());

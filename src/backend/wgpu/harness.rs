@@ -74,14 +74,29 @@ impl KernelHarness {
     /// count or size, a grid over the device limit) come back as `Error::Gpu` naming the kernel.
     /// `params` of a kernel with two params blocks: the first padded to [`PARAMS2_AT`] bytes,
     /// then the second.
-    pub fn run(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32)) -> Result<Vec<Vec<u8>>> {
+    pub fn run(
+        &mut self,
+        kernel: Kernel,
+        buffers: &[Vec<u8>],
+        params: &[u8],
+        step: Step,
+        grid: (u32, u32, u32),
+    ) -> Result<Vec<Vec<u8>>> {
         self.run_n(kernel, buffers, params, step, grid, 1)
     }
 
     /// [`run`](Self::run) with `reps` dispatches back to back in one pass before the readback:
     /// each finds what the previous one left (for kernels that carry state across dispatches,
     /// such as the last-workgroup probe's generation).
-    pub fn run_n(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32) -> Result<Vec<Vec<u8>>> {
+    pub fn run_n(
+        &mut self,
+        kernel: Kernel,
+        buffers: &[Vec<u8>],
+        params: &[u8],
+        step: Step,
+        grid: (u32, u32, u32),
+        reps: u32,
+    ) -> Result<Vec<Vec<u8>>> {
         let label = kernel.label();
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let bound = self.bind(kernel, buffers, params, step)?;
@@ -117,11 +132,16 @@ impl KernelHarness {
         submitted: impl FnOnce() -> Result<()>,
     ) -> Result<Vec<Option<Vec<u8>>>> {
         let gpu = &self.gpu;
-        let staging: Vec<Option<wgpu::Buffer>> =
-            storage.iter().zip(readback).enumerate().map(|(i, (b, &r))| r.then(|| gpu.staging(&format!("{label} readback {i}"), b.size()))).collect();
+        let staging: Vec<Option<wgpu::Buffer>> = storage
+            .iter()
+            .zip(readback)
+            .enumerate()
+            .map(|(i, (b, &r))| r.then(|| gpu.staging(&format!("{label} readback {i}"), b.size())))
+            .collect();
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
         {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None });
+            let mut pass =
+                enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None });
             record(&mut pass);
         }
         for (src, dst) in storage.iter().zip(&staging) {
@@ -151,7 +171,15 @@ impl KernelHarness {
     /// by timestamps at the pass's ends, after `reps` untimed ones (caches as in a steady
     /// state); the best of three such passes, each right after a clock burst (`CLOCK_BURST`). Arguments as for [`run`](Self::run);
     /// nothing is read back.
-    pub fn time(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32) -> Result<f64> {
+    pub fn time(
+        &mut self,
+        kernel: Kernel,
+        buffers: &[Vec<u8>],
+        params: &[u8],
+        step: Step,
+        grid: (u32, u32, u32),
+        reps: u32,
+    ) -> Result<f64> {
         self.time_after(kernel, buffers, params, step, grid, reps, WARM_UP, 1)
     }
 
@@ -162,7 +190,16 @@ impl KernelHarness {
     /// L2 when it fits: on matrices of a few MB that understated a decode step's mat-vec times
     /// and misled the session-5 rule (PERF_NOTES.md, session 6).
     #[allow(clippy::too_many_arguments)]
-    pub fn time_cold(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32, copies: usize) -> Result<f64> {
+    pub fn time_cold(
+        &mut self,
+        kernel: Kernel,
+        buffers: &[Vec<u8>],
+        params: &[u8],
+        step: Step,
+        grid: (u32, u32, u32),
+        reps: u32,
+        copies: usize,
+    ) -> Result<f64> {
         self.time_after(kernel, buffers, params, step, grid, reps, WARM_UP, copies)
     }
 
@@ -174,18 +211,30 @@ impl KernelHarness {
     /// allocator, it says whether where the bytes live changes what one dispatch can read.
     /// `copies` is cut to what fits one buffer of the device's limit.
     #[allow(clippy::too_many_arguments)]
-    pub fn time_packed(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32, copies: usize) -> Result<f64> {
+    pub fn time_packed(
+        &mut self,
+        kernel: Kernel,
+        buffers: &[Vec<u8>],
+        params: &[u8],
+        step: Step,
+        grid: (u32, u32, u32),
+        reps: u32,
+        copies: usize,
+    ) -> Result<f64> {
         let label = kernel.label();
         self.timeable()?;
         check_bindings(kernel, buffers)?;
-        let writable: Vec<bool> = kernel.bindings().iter().filter(|b| **b != Bind::Uniform).map(|b| *b == Bind::ReadWrite).collect();
+        let writable: Vec<bool> =
+            kernel.bindings().iter().filter(|b| **b != Bind::Uniform).map(|b| *b == Bind::ReadWrite).collect();
         let align = u64::from(self.gpu.limits.min_storage_buffer_offset_alignment).max(4);
         let padded = |b: &Vec<u8>| (b.len().max(4) as u64).next_multiple_of(align);
         let per_copy: u64 = buffers.iter().zip(&writable).filter(|(_, w)| !**w).map(|(b, _)| padded(b)).sum();
         let limit = self.gpu.limits.max_buffer_size;
         let copies = (copies.max(1) as u64).min(limit / per_copy.max(1)).max(1) as usize;
         if per_copy * copies as u64 > limit {
-            return Err(Error::Invalid(format!("{label}: one copy of its read-only buffers ({per_copy} bytes) exceeds the buffer limit")));
+            return Err(Error::Invalid(format!(
+                "{label}: one copy of its read-only buffers ({per_copy} bytes) exceeds the buffer limit"
+            )));
         }
         let dev = &self.gpu.device;
         let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -199,7 +248,10 @@ impl KernelHarness {
         // which pops it (wgpu's ErrorScopeGuard).
         let mut ranges: Vec<Vec<(u64, u64)>> = Vec::with_capacity(copies);
         {
-            let mut view = arena.slice(..).get_mapped_range_mut().map_err(|e| Error::Gpu(format!("{label}: mapping the arena: {e}")))?;
+            let mut view = arena
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| Error::Gpu(format!("{label}: mapping the arena: {e}")))?;
             let mut off = 0u64;
             for _ in 0..copies {
                 let mut r = Vec::new();
@@ -212,7 +264,12 @@ impl KernelHarness {
             }
         }
         arena.unmap();
-        let shared: Vec<Option<wgpu::Buffer>> = buffers.iter().zip(&writable).enumerate().map(|(i, (b, w))| w.then(|| self.gpu.upload(&format!("{label} binding {i}"), b))).collect();
+        let shared: Vec<Option<wgpu::Buffer>> = buffers
+            .iter()
+            .zip(&writable)
+            .enumerate()
+            .map(|(i, (b, w))| w.then(|| self.gpu.upload(&format!("{label} binding {i}"), b)))
+            .collect();
         let groups: Vec<(wgpu::ComputePipeline, wgpu::BindGroup)> = ranges
             .iter()
             .map(|r| {
@@ -255,12 +312,23 @@ impl KernelHarness {
 
     /// `time` after `warm` of untimed passes, cycling through `copies` uploads of the buffers.
     #[allow(clippy::too_many_arguments)]
-    fn time_after(&mut self, kernel: Kernel, buffers: &[Vec<u8>], params: &[u8], step: Step, grid: (u32, u32, u32), reps: u32, warm: std::time::Duration, copies: usize) -> Result<f64> {
+    fn time_after(
+        &mut self,
+        kernel: Kernel,
+        buffers: &[Vec<u8>],
+        params: &[u8],
+        step: Step,
+        grid: (u32, u32, u32),
+        reps: u32,
+        warm: std::time::Duration,
+        copies: usize,
+    ) -> Result<f64> {
         let label = kernel.label();
         self.timeable()?;
         let reps = reps.max(1);
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let bound: Vec<Bound> = (0..copies.max(1)).map(|_| self.bind(kernel, buffers, params, step)).collect::<Result<_>>()?;
+        let bound: Vec<Bound> =
+            (0..copies.max(1)).map(|_| self.bind(kernel, buffers, params, step)).collect::<Result<_>>()?;
         let best = self.time_passes(&label, reps, warm, |pass, i| {
             if i == 0 {
                 pass.set_pipeline(&bound[0].pipeline);
@@ -278,12 +346,22 @@ impl KernelHarness {
     /// untimed repetitions (`record(pass, i)` the i-th), then, when timed, `reps` more between
     /// two timestamps (the untimed ones fill the GPU first). Untimed passes for `warm` first,
     /// then the best of three timed ones.
-    fn time_passes(&mut self, label: &str, reps: u32, warm: std::time::Duration, record: impl Fn(&mut wgpu::ComputePass, usize)) -> Result<f64> {
+    fn time_passes(
+        &mut self,
+        label: &str,
+        reps: u32,
+        warm: std::time::Duration,
+        record: impl Fn(&mut wgpu::ComputePass, usize),
+    ) -> Result<f64> {
         // A handle of its own (the device is shared): the passes below borrow it while
         // clock_up borrows the harness.
         let gpu = &self.gpu.clone();
         let dev = &gpu.device;
-        let queries = dev.create_query_set(&wgpu::QuerySetDescriptor { label: Some("kernel timing"), ty: wgpu::QueryType::Timestamp, count: 2 });
+        let queries = dev.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("kernel timing"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        });
         let resolve = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("kernel timing resolve"),
             size: 16,
@@ -294,7 +372,8 @@ impl KernelHarness {
         let pass = |timed: bool| -> Result<f64> {
             let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
             {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None });
+                let mut pass =
+                    enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None });
                 for i in 0..reps as usize {
                     record(&mut pass, i);
                 }
@@ -308,7 +387,8 @@ impl KernelHarness {
             }
             if !timed {
                 gpu.queue.submit([enc.finish()]);
-                dev.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+                dev.poll(wgpu::PollType::wait_indefinitely())
+                    .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
                 return Ok(0.0);
             }
             enc.resolve_query_set(&queries, 0..2, &resolve, 0);
@@ -351,9 +431,13 @@ impl KernelHarness {
         let b = self.burst.as_ref().expect("made above");
         let t0 = std::time::Instant::now();
         while t0.elapsed() < CLOCK_BURST {
-            let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("clock burst") });
+            let mut enc =
+                self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("clock burst") });
             {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("clock burst"), timestamp_writes: None });
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("clock burst"),
+                    timestamp_writes: None,
+                });
                 pass.set_pipeline(&b.pipeline);
                 pass.set_bind_group(0, &b.group, &[]);
                 for _ in 0..4 {
@@ -361,7 +445,10 @@ impl KernelHarness {
                 }
             }
             self.gpu.queue.submit([enc.finish()]);
-            self.gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+            self.gpu
+                .device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
         }
         Ok(())
     }
@@ -384,10 +471,20 @@ impl KernelHarness {
     /// The `copy` kernel's bandwidth on `bytes`-sized buffers, `reps` copies per timed pass,
     /// after `warm` of untimed copies.
     fn copy_bandwidth_kernel(&mut self, bytes: u64, reps: u32, warm: std::time::Duration) -> Result<f64> {
-        let bytes = bytes.min(self.gpu.limits.max_storage_buffer_binding_size.min(self.gpu.limits.max_buffer_size)) / 16 * 16;
+        let bytes =
+            bytes.min(self.gpu.limits.max_storage_buffer_binding_size.min(self.gpu.limits.max_buffer_size)) / 16 * 16;
         let buf = vec![0u8; bytes as usize];
         let p = CopyParams { n: (bytes / 16) as u32, _pad: [0; 3] };
-        let us = self.time_after(Kernel::Copy, &[buf.clone(), buf], bytemuck::bytes_of(&p), Step::default(), (8192, 1, 1), reps, warm, 1)?;
+        let us = self.time_after(
+            Kernel::Copy,
+            &[buf.clone(), buf],
+            bytemuck::bytes_of(&p),
+            Step::default(),
+            (8192, 1, 1),
+            reps,
+            warm,
+            1,
+        )?;
         Ok(2.0 * bytes as f64 / us / 1e3)
     }
 
@@ -407,7 +504,13 @@ impl KernelHarness {
 
     /// `kernel`'s pipeline and a bind group of `storage` (whole buffers or ranges of one) with
     /// fresh uniforms of `params` and `step`.
-    fn group(&mut self, kernel: Kernel, storage: &[wgpu::BufferBinding], params: &[u8], step: Step) -> Result<(wgpu::ComputePipeline, wgpu::BindGroup)> {
+    fn group(
+        &mut self,
+        kernel: Kernel,
+        storage: &[wgpu::BufferBinding],
+        params: &[u8],
+        step: Step,
+    ) -> Result<(wgpu::ComputePipeline, wgpu::BindGroup)> {
         let label = kernel.label();
         let (pipeline, layout) = self.pipelines.get(&self.gpu.device, kernel)?.clone();
         let dev = &self.gpu.device;
@@ -441,11 +544,17 @@ impl KernelHarness {
                 };
                 wgpu::BindGroupEntry {
                     binding: i as u32,
-                    resource: wgpu::BindingResource::Buffer(buf.expect("bindings() lists storage first, then params and step")),
+                    resource: wgpu::BindingResource::Buffer(
+                        buf.expect("bindings() lists storage first, then params and step"),
+                    ),
                 }
             })
             .collect();
-        let group = dev.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(&label), layout: &layout, entries: &entries });
+        let group = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(&label),
+            layout: &layout,
+            entries: &entries,
+        });
         Ok((pipeline, group))
     }
 
@@ -467,30 +576,51 @@ impl KernelHarness {
     /// as between a decode step's dependent dispatches). Returns the read-write bindings'
     /// contents after the chain, in binding order, with an empty vector for each read-only one
     /// (the kernel cannot write those). The buffers keep what the chain left.
-    pub fn run_chain(&mut self, up: &Uploaded, links: &[(Vec<u8>, (u32, u32, u32))], step: Step) -> Result<Vec<Vec<u8>>> {
+    pub fn run_chain(
+        &mut self,
+        up: &Uploaded,
+        links: &[(Vec<u8>, (u32, u32, u32))],
+        step: Step,
+    ) -> Result<Vec<Vec<u8>>> {
         let kernel = up.kernel;
         let label = kernel.label();
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let groups: Vec<_> = links.iter().map(|(p, _)| self.group(kernel, &whole(&up.storage), p, step)).collect::<Result<_>>()?;
-        let writable: Vec<bool> = kernel.bindings().iter().filter(|b| **b != Bind::Uniform).map(|b| *b == Bind::ReadWrite).collect();
+        let groups: Vec<_> =
+            links.iter().map(|(p, _)| self.group(kernel, &whole(&up.storage), p, step)).collect::<Result<_>>()?;
+        let writable: Vec<bool> =
+            kernel.bindings().iter().filter(|b| **b != Bind::Uniform).map(|b| *b == Bind::ReadWrite).collect();
         let submitted = || match pollster::block_on(scope.pop()) {
             Some(e) => Err(Error::Gpu(format!("{label} chain of {} dispatches: {e}", links.len()))),
             None => Ok(()),
         };
-        let out = self.record_and_read(&label, &up.storage, &up.lens, &writable, |pass| record_chain(pass, &groups, links), submitted)?;
+        let out = self.record_and_read(
+            &label,
+            &up.storage,
+            &up.lens,
+            &writable,
+            |pass| record_chain(pass, &groups, links),
+            submitted,
+        )?;
         Ok(out.into_iter().map(|v| v.unwrap_or_default()).collect())
     }
 
     /// GPU time of [`run_chain`](Self::run_chain)'s chain, in µs for the whole chain: `reps`
     /// chains between two timestamps after `reps` untimed ones in the same pass, after untimed
     /// passes for [`WARM_UP`]; the best of three (as [`time`](Self::time)). Nothing is read back.
-    pub fn time_chain(&mut self, up: &Uploaded, links: &[(Vec<u8>, (u32, u32, u32))], step: Step, reps: u32) -> Result<f64> {
+    pub fn time_chain(
+        &mut self,
+        up: &Uploaded,
+        links: &[(Vec<u8>, (u32, u32, u32))],
+        step: Step,
+        reps: u32,
+    ) -> Result<f64> {
         let kernel = up.kernel;
         let label = kernel.label();
         self.timeable()?;
         let reps = reps.max(1);
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let groups: Vec<_> = links.iter().map(|(p, _)| self.group(kernel, &whole(&up.storage), p, step)).collect::<Result<_>>()?;
+        let groups: Vec<_> =
+            links.iter().map(|(p, _)| self.group(kernel, &whole(&up.storage), p, step)).collect::<Result<_>>()?;
         let best = self.time_passes(&label, reps, WARM_UP, |pass, _| record_chain(pass, &groups, links));
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("{label} chain of {} dispatches: {e}", links.len())));
@@ -522,7 +652,11 @@ fn whole(storage: &[wgpu::Buffer]) -> Vec<wgpu::BufferBinding<'_>> {
 }
 
 /// Records `groups` (pipeline and bind group of each link) as dispatches of `links`' grids.
-fn record_chain(pass: &mut wgpu::ComputePass, groups: &[(wgpu::ComputePipeline, wgpu::BindGroup)], links: &[(Vec<u8>, (u32, u32, u32))]) {
+fn record_chain(
+    pass: &mut wgpu::ComputePass,
+    groups: &[(wgpu::ComputePipeline, wgpu::BindGroup)],
+    links: &[(Vec<u8>, (u32, u32, u32))],
+) {
     for ((pipeline, group), (_, grid)) in groups.iter().zip(links) {
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, group, &[]);

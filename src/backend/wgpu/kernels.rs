@@ -35,8 +35,14 @@ impl Format {
     }
     fn source(self) -> &'static str {
         match self {
-            Format::Q4 => concat!(include_str!("../../../wgsl/formats/groups.wgsl"), include_str!("../../../wgsl/formats/q4.wgsl")),
-            Format::Q8 => concat!(include_str!("../../../wgsl/formats/groups.wgsl"), include_str!("../../../wgsl/formats/q8.wgsl")),
+            Format::Q4 => concat!(
+                include_str!("../../../wgsl/formats/groups.wgsl"),
+                include_str!("../../../wgsl/formats/q4.wgsl")
+            ),
+            Format::Q8 => concat!(
+                include_str!("../../../wgsl/formats/groups.wgsl"),
+                include_str!("../../../wgsl/formats/q8.wgsl")
+            ),
             Format::Bf16 => include_str!("../../../wgsl/formats/bf16.wgsl"),
             Format::F32 => include_str!("../../../wgsl/formats/f32.wgsl"),
         }
@@ -51,23 +57,48 @@ pub enum Kernel {
     /// The 4-bit mat-vec of decode (`tok` 1) and verify steps: `lanes` per row, `rpt` rows per
     /// team of lanes (see qmv.wgsl and [`qmv_shape`]).
     /// `pro` > 0: the fused-norm form (qmv_norm.wgsl) over rows of 4 · `pro` values.
-    Qmv { tok: u32, lanes: u32, rpt: u32, pro: u32 },
+    Qmv {
+        tok: u32,
+        lanes: u32,
+        rpt: u32,
+        pro: u32,
+    },
     /// `Qmv` over a stacked [gate; up] matrix with the GeGLU as epilogue (qmv.wgsl's GeGLU
     /// form): `pairs` output rows per team.
-    QmvGlu { tok: u32, lanes: u32, pairs: u32, pro: u32 },
+    QmvGlu {
+        tok: u32,
+        lanes: u32,
+        pairs: u32,
+        pro: u32,
+    },
     /// `Qmv` with the gated epilogue `gelu_tanh(y) · gb[..]` (qmv.wgsl's gated form).
-    QmvGeluB { tok: u32, lanes: u32, rpt: u32, pro: u32 },
+    QmvGeluB {
+        tok: u32,
+        lanes: u32,
+        rpt: u32,
+        pro: u32,
+    },
     /// The 4-bit mat-mat of prefill chunks: 16 · `tm` rows × [`QMM_TOK`] tokens per workgroup.
-    Qmm { tm: u32 },
+    Qmm {
+        tm: u32,
+    },
     /// `Qmm` on tensor cores (f16 cooperative matrices: x split into two f16 halves, W exact in
     /// f16): 32 · `rb` rows × 64 · `tb` tokens per workgroup, qmm's bindings and split k, and x's
     /// group sums (`GroupSum`).
-    QmmCoop { tb: u32, rb: u32 },
+    QmmCoop {
+        tb: u32,
+        rb: u32,
+    },
     /// `QmmMoe` on tensor cores (qmm_coop's tile per expert): 32 · `rb` rows × 64 · `tb` pairs.
-    QmmCoopMoe { tb: u32, rb: u32 },
+    QmmCoopMoe {
+        tb: u32,
+        rb: u32,
+    },
     /// `QmmCoop` over a stacked [gate; up] matrix with the GeGLU as epilogue (gelu_mul's work):
     /// 64 gate rows and their up rows × 64 · `tb` tokens per workgroup, no split k.
-    QmmCoopGlu { tb: u32 },
+    QmmCoopGlu {
+        tb: u32,
+    },
     /// The in-order sum of a split-k `Qmm`'s partials.
     QmmSum,
     /// The sums of x over each quantisation group of its rows, for the tensor-core mat-mats
@@ -75,42 +106,75 @@ pub enum Kernel {
     GroupSum,
     /// The 4-bit routed-expert mat-vec of decode and verify steps (qmv's loop per pair; `n4` > 0:
     /// x rows of 4 · n4 values staged as integer digits, qmv_digits.wgsl).
-    QmvMoe { lanes: u32, rpt: u32, n4: u32 },
+    QmvMoe {
+        lanes: u32,
+        rpt: u32,
+        n4: u32,
+    },
     /// `QmvMoe` over a fused gate_up stack with the GeGLU as epilogue (qmv_moe.wgsl's GeGLU form).
-    QmvMoeGlu { lanes: u32, pairs: u32, n4: u32 },
+    QmvMoeGlu {
+        lanes: u32,
+        pairs: u32,
+        n4: u32,
+    },
     Embed(Format),
     /// `v`: values of a row each thread holds in registers (`V` in rmsnorm.wgsl), `wg` threads
     /// per workgroup (256, 512 or 1024), [`rmsnorm`]: decode and verify steps' form (and
     /// chunks' with `KESTREL_NORM_ROWS=0`).
-    RmsNorm { v: u32, wg: u32 },
+    RmsNorm {
+        v: u32,
+        wg: u32,
+    },
     /// The chunk form of rmsnorm shaped for many rows (rmsnorm_rows.wgsl): `wg` threads per
     /// row (64, 128 or 256), each holding `v4` vec4s per array. The same bindings and params;
     /// see [`rmsnorm_rows`]. `sums`: also its outputs' group sums (binding 9, the tensor-core
     /// mat-mats' bias part: `NormParams::sums`). `parts`: x read as the sum of a split-k
     /// mat-mat's partials (binding 10, `NormParams::splits` of them) instead of qmm_sum's output.
-    RmsNormRows { v4: u32, wg: u32, sums: bool, parts: bool },
+    RmsNormRows {
+        v4: u32,
+        wg: u32,
+        sums: bool,
+        parts: bool,
+    },
     /// One head of a projection normed and rotated per workgroup of `wg` threads (64, 128 or
     /// 256; d ≤ 4 · wg): [`head_norm_wg`].
-    HeadNormRope { wg: u32 },
+    HeadNormRope {
+        wg: u32,
+    },
     /// head_norm_rope for q, k and v of a stacked projection in one dispatch.
-    QkvNormRope { wg: u32 },
+    QkvNormRope {
+        wg: u32,
+    },
     /// Chunk attention (prefill; verify steps run the split form): 16 queries per workgroup share
     /// each 64-key tile; `dv` = ceil(head_dim / 64) 64-dim slices of a row (head_dim ≤ 512), in
     /// register tiles.
-    Attention { dv: u32 },
+    Attention {
+        dv: u32,
+    },
     /// Chunk attention on tensor cores (attention_coop.wgsl): 32 queries per workgroup of 256
     /// threads, head dim `d` (a multiple of 64, ≤ 512); see [`attention_chunk_coop`].
     /// `sums`: the form that also writes its output's sums over each 64-dim value stage.
-    AttentionCoop { d: u32, sums: bool },
+    AttentionCoop {
+        d: u32,
+        sums: bool,
+    },
     /// Decode attention over key splits (`dk` = ceil(head_dim / 64) dims per lane, kept in
     /// registers), then the merge of the splits. `qnorm`: q read before its norm and rope,
     /// which the kernel applies (attention_qnorm.wgsl).
-    AttentionSplit { dk: u32, qnorm: bool },
+    AttentionSplit {
+        dk: u32,
+        qnorm: bool,
+    },
     AttentionCombine,
     /// Decode and verify attention in one dispatch for rows of at most `AttnParams::short_max`
     /// keys (attention_short.wgsl): `d4` = head_dim / 4, `wg` threads per (head, token); see
     /// [`attention_short`].
-    AttentionShort { d4: u32, wg: u32, qnorm: bool, sum_group0: bool },
+    AttentionShort {
+        d4: u32,
+        wg: u32,
+        qnorm: bool,
+        sum_group0: bool,
+    },
     GeluMul,
     /// gelu_mul that also writes each token's sums of its output over groups of 64 (chunks).
     GeluMulSums,
@@ -120,7 +184,9 @@ pub enum Kernel {
     ArgmaxMerge,
     /// MoE: softmax, top-k and weights of the router logits; `staged`: the chosen experts'
     /// logits and scales from workgroup memory ([`router_staged`]).
-    RouterTopk { staged: bool },
+    RouterTopk {
+        staged: bool,
+    },
     /// MoE: gathered mat-vec of each token's routed experts (decode).
     MoeMatmul(Format),
     /// MoE: each expert's routed pairs, listed (prefill).
@@ -134,26 +200,40 @@ pub enum Kernel {
     /// MoE, decode and verify: the block's close in one workgroup per token (the dense
     /// branch's post-norm, moe_combine, the routed branch's post-norm onto it); `v`, `wg` as
     /// [`rmsnorm`] picks them for the row, `k` the router's top k.
-    MoeNorm { v: u32, wg: u32, k: u32 },
+    MoeNorm {
+        v: u32,
+        wg: u32,
+        k: u32,
+    },
     /// vec4 buffer copy: the bandwidth roofline of benchmarks (not part of the forward pass).
     Copy,
     /// Read-only vec4 stream (stream_read.wgsl), `vpt` vec4s per thread: the read bandwidth of
     /// one dispatch at a size, for benchmarks (not part of the forward pass).
-    StreamRead { vpt: u32 },
+    StreamRead {
+        vpt: u32,
+    },
     /// Grid-wide barriers among the workgroups of one dispatch: what one costs, for benchmarks
     /// (not part of the forward pass). `atomic`: the slots the workgroups hand each other across
     /// a barrier are atomics (atomicStore / atomicLoad), not plain stores and loads.
-    GridBarrier { atomic: bool },
+    GridBarrier {
+        atomic: bool,
+    },
     /// A producer's workgroups hand their shares of an output to the workgroup that arrives
     /// last (an atomic arrival count, no spinning): whether it sees them, and what the hand-off
     /// costs, for benchmarks (not part of the forward pass). `atomic`: the shares are atomics.
-    LastWorkgroup { atomic: bool },
+    LastWorkgroup {
+        atomic: bool,
+    },
     /// A chain of 4-bit mat-vecs run as one dispatch per stage or as one persistent dispatch
     /// with grid barriers between stages (persistent_chain.wgsl), for benchmarks (not part of
     /// the forward pass). `xcap`: the widest stage input it holds, in values (a multiple of 512);
     /// `pf`: vec4s of weights a lane loads at once, and ahead of a grid barrier; `wg`: threads
     /// per workgroup (16 per row of a block; stages' rows a multiple of wg / 16).
-    PersistentChain { xcap: u32, pf: u32, wg: u32 },
+    PersistentChain {
+        xcap: u32,
+        pf: u32,
+        wg: u32,
+    },
 }
 
 impl Kernel {
@@ -161,31 +241,54 @@ impl Kernel {
         match self {
             Kernel::Matmul(f, tok) => format!("matmul_{}_t{tok}", f.name()),
             Kernel::Qmv { tok, lanes, rpt, pro } => format!("qmv_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
-            Kernel::QmvGlu { tok, lanes, pairs, pro } => format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}{}", pro_label(pro)),
-            Kernel::QmvGeluB { tok, lanes, rpt, pro } => format!("qmv_gelu_b_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro)),
+            Kernel::QmvGlu { tok, lanes, pairs, pro } => {
+                format!("qmv_glu_q4_t{tok}_l{lanes}_p{pairs}{}", pro_label(pro))
+            }
+            Kernel::QmvGeluB { tok, lanes, rpt, pro } => {
+                format!("qmv_gelu_b_q4_t{tok}_l{lanes}_r{rpt}{}", pro_label(pro))
+            }
             Kernel::Qmm { tm } => format!("qmm_q4_m{tm}"),
             Kernel::QmmCoop { tb, rb } => format!("qmm_coop_q4_{}x{}", 32 * rb, 64 * tb),
             Kernel::QmmCoopMoe { tb, rb } => format!("qmm_coop_moe_q4_{}x{}", 32 * rb, 64 * tb),
             Kernel::QmmCoopGlu { tb } => format!("qmm_coop_glu_q4_64x{}", 64 * tb),
             Kernel::QmmSum => "qmm_sum".into(),
             Kernel::GroupSum => "group_sum".into(),
-            Kernel::QmvMoe { lanes, rpt, n4 } => format!("qmv_moe_q4_l{lanes}_r{rpt}{}", if n4 > 0 { "_i" } else { "" }),
-            Kernel::QmvMoeGlu { lanes, pairs, n4 } => format!("qmv_moe_glu_q4_l{lanes}_p{pairs}{}", if n4 > 0 { "_i" } else { "" }),
+            Kernel::QmvMoe { lanes, rpt, n4 } => {
+                format!("qmv_moe_q4_l{lanes}_r{rpt}{}", if n4 > 0 { "_i" } else { "" })
+            }
+            Kernel::QmvMoeGlu { lanes, pairs, n4 } => {
+                format!("qmv_moe_glu_q4_l{lanes}_p{pairs}{}", if n4 > 0 { "_i" } else { "" })
+            }
             Kernel::Embed(f) => format!("embed_{}", f.name()),
             Kernel::RmsNorm { .. } => "rmsnorm".into(),
-            Kernel::RmsNormRows { wg, sums, parts, .. } => format!("rmsnorm_rows{wg}{}{}", if sums { "_sums" } else { "" }, if parts { "_parts" } else { "" }),
+            Kernel::RmsNormRows { wg, sums, parts, .. } => {
+                format!("rmsnorm_rows{wg}{}{}", if sums { "_sums" } else { "" }, if parts { "_parts" } else { "" })
+            }
             Kernel::HeadNormRope { wg } => format!("head_norm_rope{}", wg_label(wg)),
             Kernel::QkvNormRope { wg } => format!("qkv_norm_rope{}", wg_label(wg)),
             Kernel::Attention { dv } => format!("attention_d{dv}"),
             Kernel::AttentionCoop { d, sums } => format!("attention_coop_d{d}{}", if sums { "_sums" } else { "" }),
-            Kernel::AttentionSplit { dk, qnorm } => format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" }),
+            Kernel::AttentionSplit { dk, qnorm } => {
+                format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" })
+            }
             Kernel::AttentionCombine => "attention_combine".into(),
-            Kernel::AttentionShort { d4, qnorm, sum_group0, .. } => format!("attention_short_d{}{}{}", 4 * d4, if qnorm { "_qnorm" } else { "" }, if sum_group0 { "_g0" } else { "" }),
+            Kernel::AttentionShort { d4, qnorm, sum_group0, .. } => format!(
+                "attention_short_d{}{}{}",
+                4 * d4,
+                if qnorm { "_qnorm" } else { "" },
+                if sum_group0 { "_g0" } else { "" }
+            ),
             Kernel::GeluMul => "gelu_mul".into(),
             Kernel::GeluMulSums => "gelu_mul_sums".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
             Kernel::ArgmaxMerge => "argmax_merge".into(),
-            Kernel::RouterTopk { staged } => if staged { "router_topk_staged".into() } else { "router_topk".into() },
+            Kernel::RouterTopk { staged } => {
+                if staged {
+                    "router_topk_staged".into()
+                } else {
+                    "router_topk".into()
+                }
+            }
             Kernel::MoeMatmul(f) => format!("moe_matmul_{}", f.name()),
             Kernel::MoeGroup => "moe_group".into(),
             Kernel::MoeMatmulGrouped(f) => format!("moe_matmul_grouped_{}", f.name()),
@@ -194,8 +297,20 @@ impl Kernel {
             Kernel::MoeNorm { .. } => "moe_norm".into(),
             Kernel::Copy => "copy".into(),
             Kernel::StreamRead { vpt } => format!("stream_read_v{vpt}"),
-            Kernel::GridBarrier { atomic } => if atomic { "grid_barrier_atomic".into() } else { "grid_barrier".into() },
-            Kernel::LastWorkgroup { atomic } => if atomic { "last_workgroup_atomic".into() } else { "last_workgroup".into() },
+            Kernel::GridBarrier { atomic } => {
+                if atomic {
+                    "grid_barrier_atomic".into()
+                } else {
+                    "grid_barrier".into()
+                }
+            }
+            Kernel::LastWorkgroup { atomic } => {
+                if atomic {
+                    "last_workgroup_atomic".into()
+                } else {
+                    "last_workgroup".into()
+                }
+            }
             Kernel::PersistentChain { xcap, pf, wg } => format!("persistent_chain_x{xcap}_pf{pf}_wg{wg}"),
         }
     }
@@ -206,9 +321,19 @@ impl Kernel {
     /// `sg`: the subgroup size reductions may use (0: none; workgroup-memory trees instead).
     fn source(self, sg: u32) -> String {
         // Enable directives must open the module.
-        let coop = matches!(self, Kernel::QmmCoop { .. } | Kernel::QmmCoopMoe { .. } | Kernel::QmmCoopGlu { .. } | Kernel::AttentionCoop { .. });
+        let coop = matches!(
+            self,
+            Kernel::QmmCoop { .. }
+                | Kernel::QmmCoopMoe { .. }
+                | Kernel::QmmCoopGlu { .. }
+                | Kernel::AttentionCoop { .. }
+        );
         // Tensor-core kernels also share their operands' f16 split (halves.wgsl).
-        let enables = if coop { concat!("enable f16;\nenable wgpu_cooperative_matrix;\n", include_str!("../../../wgsl/halves.wgsl")) } else { "" };
+        let enables = if coop {
+            concat!("enable f16;\nenable wgpu_cooperative_matrix;\n", include_str!("../../../wgsl/halves.wgsl"))
+        } else {
+            ""
+        };
         format!("{enables}{}\n{}", include_str!("../../../wgsl/common.wgsl"), self.body(sg))
     }
 
@@ -227,58 +352,134 @@ impl Kernel {
                 let src = src.replace("{{TOK}}", &tok.to_string()).replace("{{ROWS}}", &matmul_rows(tok).to_string());
                 format!("{}\n{matmul_params}\n{src}", f.source())
             }
-            Kernel::Qmv { tok, lanes, rpt, pro } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, rpt, 0, sg, pro == 0)),
-            Kernel::QmvGeluB { tok, lanes, rpt, pro } => {
-                let kernel = qmv_kernel(pro, 8, sg).replace("// {{GB_BINDING}}", "@group(0) @binding(7) var<storage, read> gb: array<f32>;");
-                format!("{}\n{}", include_str!("../../../wgsl/matmul_gb_params.wgsl"), qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg, pro == 0))
+            Kernel::Qmv { tok, lanes, rpt, pro } => {
+                format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, rpt, 0, sg, pro == 0))
             }
-            Kernel::QmvGlu { tok, lanes, pairs, pro } => format!("{matmul_params}\n{}", qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, 2 * pairs, pairs, sg, pro == 0)),
-            Kernel::QmvMoe { lanes, rpt, n4 } => format!("{moe_params}\n{}", qmv_source(&qmv_moe_kernel(n4), 1, lanes, rpt, 0, sg, false)),
-            Kernel::QmvMoeGlu { lanes, pairs, n4 } => format!("{moe_params}\n{}", qmv_source(&qmv_moe_kernel(n4), 1, lanes, 2 * pairs, pairs, sg, false)),
-            Kernel::Qmm { tm } => format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm)),
-            Kernel::QmmMoe => format!("{moe_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)),
-            Kernel::QmmCoop { tb, rb } => format!("{matmul_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb, false, qmm_bias_prefetch(true))),
-            Kernel::QmmCoopMoe { tb, rb } => format!("{moe_params}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_moe.wgsl"), tb, rb, false, qmm_bias_prefetch(false))),
+            Kernel::QmvGeluB { tok, lanes, rpt, pro } => {
+                let kernel = qmv_kernel(pro, 8, sg)
+                    .replace("// {{GB_BINDING}}", "@group(0) @binding(7) var<storage, read> gb: array<f32>;");
+                format!(
+                    "{}\n{}",
+                    include_str!("../../../wgsl/matmul_gb_params.wgsl"),
+                    qmv_source(&kernel, tok, lanes, rpt, QMV_GELU_B, sg, pro == 0)
+                )
+            }
+            Kernel::QmvGlu { tok, lanes, pairs, pro } => format!(
+                "{matmul_params}\n{}",
+                qmv_source(&qmv_kernel(pro, 7, sg), tok, lanes, 2 * pairs, pairs, sg, pro == 0)
+            ),
+            Kernel::QmvMoe { lanes, rpt, n4 } => {
+                format!("{moe_params}\n{}", qmv_source(&qmv_moe_kernel(n4), 1, lanes, rpt, 0, sg, false))
+            }
+            Kernel::QmvMoeGlu { lanes, pairs, n4 } => {
+                format!("{moe_params}\n{}", qmv_source(&qmv_moe_kernel(n4), 1, lanes, 2 * pairs, pairs, sg, false))
+            }
+            Kernel::Qmm { tm } => {
+                format!("{matmul_params}\n{groups}\n{}", qmm_source(include_str!("../../../wgsl/qmm.wgsl"), tm))
+            }
+            Kernel::QmmMoe => format!(
+                "{moe_params}\n{groups}\n{}",
+                qmm_source(include_str!("../../../wgsl/qmm_moe.wgsl"), QMM_MOE_TM)
+            ),
+            Kernel::QmmCoop { tb, rb } => format!(
+                "{matmul_params}\n{groups}\n{}",
+                qmm_coop_source(include_str!("../../../wgsl/qmm_coop.wgsl"), tb, rb, false, qmm_bias_prefetch(true))
+            ),
+            Kernel::QmmCoopMoe { tb, rb } => format!(
+                "{moe_params}\n{groups}\n{}",
+                qmm_coop_source(
+                    include_str!("../../../wgsl/qmm_coop_moe.wgsl"),
+                    tb,
+                    rb,
+                    false,
+                    qmm_bias_prefetch(false)
+                )
+            ),
             Kernel::QmmCoopGlu { tb } => {
                 let gelu = include_str!("../../../wgsl/gelu.wgsl");
-                format!("{matmul_params}\n{gelu}\n{groups}\n{}", qmm_coop_source(include_str!("../../../wgsl/qmm_coop_glu.wgsl"), tb, 4, true, qmm_bias_prefetch(false)))
+                format!(
+                    "{matmul_params}\n{gelu}\n{groups}\n{}",
+                    qmm_coop_source(
+                        include_str!("../../../wgsl/qmm_coop_glu.wgsl"),
+                        tb,
+                        4,
+                        true,
+                        qmm_bias_prefetch(false)
+                    )
+                )
             }
             Kernel::QmmSum => format!("{matmul_params}\n{}", include_str!("../../../wgsl/qmm_sum.wgsl")),
             Kernel::GroupSum => include_str!("../../../wgsl/group_sum.wgsl").to_string(),
             Kernel::Embed(f) => format!("{}\n{}", f.source(), include_str!("../../../wgsl/embed.wgsl")),
             Kernel::RmsNorm { v, wg } => {
-                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string());
+                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm.wgsl"), sg)
+                    .replace("{{V}}", &v.to_string())
+                    .replace("{{WG}}", &wg.to_string());
                 format!("{norm_params}\n{}", unroll(&src, &[("V", v)]))
             }
             Kernel::RmsNormRows { v4, wg, sums, parts } => {
                 // Subgroup sums need subgroups no wider than the workgroup.
                 let sg = if sg > wg { 0 } else { sg };
-                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm_rows.wgsl"), sg).replace("{{V4}}", &v4.to_string()).replace("{{WG}}", &wg.to_string());
-                format!("{norm_params}\n{}", unroll(&src, &[("V4", v4), ("SUMS", u32::from(sums)), ("PARTS", u32::from(parts)), ("NOPARTS", u32::from(!parts))]))
+                let src = subgroup_text(include_str!("../../../wgsl/rmsnorm_rows.wgsl"), sg)
+                    .replace("{{V4}}", &v4.to_string())
+                    .replace("{{WG}}", &wg.to_string());
+                format!(
+                    "{norm_params}\n{}",
+                    unroll(
+                        &src,
+                        &[
+                            ("V4", v4),
+                            ("SUMS", u32::from(sums)),
+                            ("PARTS", u32::from(parts)),
+                            ("NOPARTS", u32::from(!parts))
+                        ]
+                    )
+                )
             }
             Kernel::HeadNormRope { wg } | Kernel::QkvNormRope { wg } => {
-                let kernel = if matches!(self, Kernel::HeadNormRope { .. }) { include_str!("../../../wgsl/head_norm_rope.wgsl") } else { include_str!("../../../wgsl/qkv_norm_rope.wgsl") };
-                unroll(&format!("{kernel}\n{}", include_str!("../../../wgsl/head_norm_core.wgsl")).replace("{{WG}}", &wg.to_string()), &[])
+                let kernel = if matches!(self, Kernel::HeadNormRope { .. }) {
+                    include_str!("../../../wgsl/head_norm_rope.wgsl")
+                } else {
+                    include_str!("../../../wgsl/qkv_norm_rope.wgsl")
+                };
+                unroll(
+                    &format!("{kernel}\n{}", include_str!("../../../wgsl/head_norm_core.wgsl"))
+                        .replace("{{WG}}", &wg.to_string()),
+                    &[],
+                )
             }
             Kernel::Attention { dv } => {
                 let dw = dv.div_ceil(4);
-                let src = include_str!("../../../wgsl/attention.wgsl").replace("{{DV}}", &dv.to_string()).replace("{{DW}}", &dw.to_string());
+                let src = include_str!("../../../wgsl/attention.wgsl")
+                    .replace("{{DV}}", &dv.to_string())
+                    .replace("{{DW}}", &dw.to_string());
                 format!("{params}\n{}", unroll(&src, &[("DV", dv), ("DW", dw)]))
             }
             Kernel::AttentionCoop { d, sums } => {
                 let src = include_str!("../../../wgsl/attention_coop.wgsl").replace("{{D}}", &d.to_string());
-                format!("{params}\n{}", unroll(&src, &[("NC", d / 64), ("PLAIN", u32::from(!sums)), ("SUMS", u32::from(sums))]))
+                format!(
+                    "{params}\n{}",
+                    unroll(&src, &[("NC", d / 64), ("PLAIN", u32::from(!sums)), ("SUMS", u32::from(sums))])
+                )
             }
             Kernel::AttentionSplit { dk, qnorm } => {
                 // A/B knobs for measurements: KESTREL_ATTN_G (keys in flight), KESTREL_ATTN_TREE=1
                 // (the workgroup-memory tree where the device has subgroups). Subgroup sums need
                 // subgroups no wider than the kernel's 64 threads.
-                let g = std::env::var("KESTREL_ATTN_G").ok().and_then(|v| v.parse().ok()).unwrap_or(ATTN_KEYS_IN_FLIGHT);
-                let sg = if std::env::var("KESTREL_ATTN_TREE").as_deref() == Ok("1") || sg > ATTN_SPLIT_WG { 0 } else { sg };
+                let g =
+                    std::env::var("KESTREL_ATTN_G").ok().and_then(|v| v.parse().ok()).unwrap_or(ATTN_KEYS_IN_FLIGHT);
+                let sg =
+                    if std::env::var("KESTREL_ATTN_TREE").as_deref() == Ok("1") || sg > ATTN_SPLIT_WG { 0 } else { sg };
                 let (partial, sum) = if sg > 0 {
-                    (include_str!("../../../wgsl/attention_key_subgroup.wgsl"), include_str!("../../../wgsl/attention_key_subgroup_sum.wgsl"))
+                    (
+                        include_str!("../../../wgsl/attention_key_subgroup.wgsl"),
+                        include_str!("../../../wgsl/attention_key_subgroup_sum.wgsl"),
+                    )
                 } else {
-                    (include_str!("../../../wgsl/attention_key_tree.wgsl"), include_str!("../../../wgsl/attention_key_tree_sum.wgsl"))
+                    (
+                        include_str!("../../../wgsl/attention_key_tree.wgsl"),
+                        include_str!("../../../wgsl/attention_key_tree_sum.wgsl"),
+                    )
                 };
                 let src = include_str!("../../../wgsl/attention_split.wgsl")
                     .replace("// {{KEY_PARTIAL}}", partial)
@@ -286,16 +487,31 @@ impl Kernel {
                     .replace("{{SG}}", &sg.max(1).to_string())
                     .replace("{{DK}}", &dk.to_string())
                     .replace("{{G}}", &g.to_string());
-                let (load, qnorm_src) = if qnorm { ("load_query_normed", include_str!("../../../wgsl/attention_qnorm.wgsl")) } else { ("load_query", "") };
+                let (load, qnorm_src) = if qnorm {
+                    ("load_query_normed", include_str!("../../../wgsl/attention_qnorm.wgsl"))
+                } else {
+                    ("load_query", "")
+                };
                 let src = format!("{}\n{qnorm_src}", src.replace("{{LOAD_QUERY}}", load));
                 format!("{params}\n{}\n{tile}", unroll(&src, &[("DK", dk), ("G", g)]))
             }
             Kernel::AttentionShort { d4, wg, qnorm, sum_group0 } => {
                 let s = short_shape(d4, wg);
-                let team = if sg >= s.tpk { include_str!("../../../wgsl/attention_team_subgroup.wgsl") } else { include_str!("../../../wgsl/attention_team_tree.wgsl") };
+                let team = if sg >= s.tpk {
+                    include_str!("../../../wgsl/attention_team_subgroup.wgsl")
+                } else {
+                    include_str!("../../../wgsl/attention_team_tree.wgsl")
+                };
                 // workgroup_sum / workgroup_max over subgroups need subgroups no wider than WG.
-                let src = subgroup_text(&include_str!("../../../wgsl/attention_short.wgsl").replace("// {{TEAM_SUM}}", team), if sg > wg { 0 } else { sg });
-                let (load, qnorm_src) = if qnorm { ("load_query_normed", include_str!("../../../wgsl/attention_qnorm.wgsl")) } else { ("load_query", "") };
+                let src = subgroup_text(
+                    &include_str!("../../../wgsl/attention_short.wgsl").replace("// {{TEAM_SUM}}", team),
+                    if sg > wg { 0 } else { sg },
+                );
+                let (load, qnorm_src) = if qnorm {
+                    ("load_query_normed", include_str!("../../../wgsl/attention_qnorm.wgsl"))
+                } else {
+                    ("load_query", "")
+                };
                 let dk = (4 * d4).div_ceil(wg);
                 let src = format!("{}\n{qnorm_src}", src.replace("{{LOAD_QUERY}}", load))
                     .replace("{{WG}}", &wg.to_string())
@@ -316,25 +532,42 @@ impl Kernel {
             Kernel::GeluMul | Kernel::GeluMulSums => {
                 let sums = self == Kernel::GeluMulSums;
                 let src = subgroup_text(include_str!("../../../wgsl/gelu_mul.wgsl"), sg);
-                format!("{}\n{}", include_str!("../../../wgsl/gelu.wgsl"), unroll(&src, &[("PLAIN", u32::from(!sums)), ("SUMS", u32::from(sums))]))
+                format!(
+                    "{}\n{}",
+                    include_str!("../../../wgsl/gelu.wgsl"),
+                    unroll(&src, &[("PLAIN", u32::from(!sums)), ("SUMS", u32::from(sums))])
+                )
             }
             Kernel::SoftcapArgmax => {
                 let src = include_str!("../../../wgsl/softcap_argmax.wgsl").replace("{{U}}", &ARGMAX_U.to_string());
                 format!("{argmax_params}\n{argmax_tree}\n{}", unroll(&src, &[("U", ARGMAX_U)]))
             }
-            Kernel::ArgmaxMerge => format!("{argmax_params}\n{argmax_tree}\n{}", include_str!("../../../wgsl/argmax_merge.wgsl")),
+            Kernel::ArgmaxMerge => {
+                format!("{argmax_params}\n{argmax_tree}\n{}", include_str!("../../../wgsl/argmax_merge.wgsl"))
+            }
             Kernel::RouterTopk { staged } => include_str!("../../../wgsl/router_topk.wgsl")
                 .replace("{{WG}}", &ROUTER_TOPK_WG.to_string())
                 .replace("{{STAGED}}", if staged { "true" } else { "false" }),
-            Kernel::MoeMatmul(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl")),
+            Kernel::MoeMatmul(f) => {
+                format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul.wgsl"))
+            }
             Kernel::MoeGroup => include_str!("../../../wgsl/moe_group.wgsl").into(),
-            Kernel::MoeMatmulGrouped(f) => format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl")),
+            Kernel::MoeMatmulGrouped(f) => {
+                format!("{}\n{moe_params}\n{}", f.source(), include_str!("../../../wgsl/moe_matmul_grouped.wgsl"))
+            }
             Kernel::MoeCombine => include_str!("../../../wgsl/moe_combine.wgsl").into(),
             Kernel::MoeNorm { v, wg, k } => {
-                let src = subgroup_text(include_str!("../../../wgsl/moe_norm.wgsl"), sg).replace("{{V}}", &v.to_string()).replace("{{WG}}", &wg.to_string()).replace("{{K}}", &k.to_string());
+                let src = subgroup_text(include_str!("../../../wgsl/moe_norm.wgsl"), sg)
+                    .replace("{{V}}", &v.to_string())
+                    .replace("{{WG}}", &wg.to_string())
+                    .replace("{{K}}", &k.to_string());
                 unroll(&src, &[("V", v), ("K", k)])
             }
-            Kernel::Copy => format!("{}\n{}", include_str!("../../../wgsl/copy_bindings.wgsl"), include_str!("../../../wgsl/copy.wgsl")),
+            Kernel::Copy => format!(
+                "{}\n{}",
+                include_str!("../../../wgsl/copy_bindings.wgsl"),
+                include_str!("../../../wgsl/copy.wgsl")
+            ),
             Kernel::StreamRead { vpt } => {
                 let src = include_str!("../../../wgsl/stream_read.wgsl").replace("{{VPT}}", &vpt.to_string());
                 format!("{}\n{}", include_str!("../../../wgsl/copy_bindings.wgsl"), unroll(&src, &[("VPT", vpt)]))
@@ -373,7 +606,9 @@ fn subgroup_text(src: &str, sg: u32) -> String {
     } else {
         (include_str!("../../../wgsl/reduce_tree.wgsl"), "")
     };
-    src.replace("// {{WORKGROUP_SUM}}", reduce).replace("// {{BUTTERFLY}}", butterfly).replace("{{SG}}", &sg.max(1).to_string())
+    src.replace("// {{WORKGROUP_SUM}}", reduce)
+        .replace("// {{BUTTERFLY}}", butterfly)
+        .replace("{{SG}}", &sg.max(1).to_string())
 }
 
 /// A qmm kernel (`qmm.wgsl`, `qmm_moe.wgsl`) followed by the shared tile loop (`qmm_core.wgsl`),
@@ -391,7 +626,17 @@ fn qmm_coop_source(kernel: &str, tb: u32, rb: u32, glu: bool, bias_pf: bool) -> 
         .replace("{{TB}}", &tb.to_string())
         .replace("{{RB}}", &rb.to_string())
         .replace("{{BIAS_PF}}", if bias_pf { "true" } else { "false" });
-    unroll(&src, &[("TB", tb), ("RB", rb), ("WPT", rb / 2), ("XPT", 2 * tb), ("PLAIN", u32::from(!glu)), ("GLU", u32::from(glu))])
+    unroll(
+        &src,
+        &[
+            ("TB", tb),
+            ("RB", rb),
+            ("WPT", rb / 2),
+            ("XPT", 2 * tb),
+            ("PLAIN", u32::from(!glu)),
+            ("GLU", u32::from(glu)),
+        ],
+    )
 }
 
 /// Whether a tensor-core mat-mat loads its bias steps' operands a step ahead, the first step's
@@ -414,7 +659,11 @@ fn qmm_bias_prefetch(dense: bool) -> bool {
 /// the 26B's 128 experts 32 pairs each on average: a 128-pair tile would be three quarters
 /// duplicates).
 pub fn qmm_moe_shape(coop: bool) -> (Kernel, u32, u32) {
-    if coop { (Kernel::QmmCoopMoe { tb: 1, rb: 4 }, 128, 64) } else { (Kernel::QmmMoe, 16 * QMM_MOE_TM, QMM_TOK) }
+    if coop {
+        (Kernel::QmmCoopMoe { tb: 1, rb: 4 }, 128, 64)
+    } else {
+        (Kernel::QmmMoe, 16 * QMM_MOE_TM, QMM_TOK)
+    }
 }
 
 /// Rows per thread of `qmm_moe` (TM of qmm_core.wgsl): qmm's rule.
@@ -460,12 +709,16 @@ fn qmv_kernel(pro: u32, first: u32, sg: u32) -> String {
         .replace("{{KV}}", &pro.div_ceil(QMV_WG).to_string())
         .replace("// @unroll k KV", &format!("// @unroll k {}", pro.div_ceil(QMV_WG)));
     let pro_src = format!("{}\n{}", subgroup_text(&pro_src, sg), digits_source(pro, digits));
-    src.replace("// {{XLOAD}}", &pro_src).replace("{{XROW}}", "{t}u * N4").replace("// {{PROLOGUE}}", "qmv_prologue(lid, wid.x + wid.z == 0u, t0, count);")
+    src.replace("// {{XLOAD}}", &pro_src)
+        .replace("{{XROW}}", "{t}u * N4")
+        .replace("// {{PROLOGUE}}", "qmv_prologue(lid, wid.x + wid.z == 0u, t0, count);")
 }
 
 /// qmv_digits.wgsl for x rows of 4 · `n4` values, its loop on (`on`) or not.
 fn digits_source(n4: u32, on: bool) -> String {
-    include_str!("../../../wgsl/qmv_digits.wgsl").replace("{{N4}}", &n4.to_string()).replace("{{DIGITS}}", if on { "true" } else { "false" })
+    include_str!("../../../wgsl/qmv_digits.wgsl")
+        .replace("{{N4}}", &n4.to_string())
+        .replace("{{DIGITS}}", if on { "true" } else { "false" })
 }
 
 /// Whether the fused-norm and routed-expert mat-vecs multiply integer digits of their input
@@ -484,7 +737,11 @@ fn qmv_digits() -> bool {
 fn qmv_moe_n4(cols: usize, rpt: u32, glu: bool) -> u32 {
     let on = qmv_digits() && (glu || std::env::var("KESTREL_QMV_DIGITS").as_deref() != Ok("gate"));
     let bytes = 4 * cols + 4 * (rpt * QMV_WG) as usize;
-    if on && bytes <= WG_MEMORY_MIN { (cols / 4) as u32 } else { 0 }
+    if on && bytes <= WG_MEMORY_MIN {
+        (cols / 4) as u32
+    } else {
+        0
+    }
 }
 
 /// Workgroup memory every WebGPU device offers (maxComputeWorkgroupStorageSize's minimum).
@@ -512,7 +769,11 @@ fn pro_label(pro: u32) -> String {
 /// [`QMV_GELU_B`] the gated form.
 fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32, sg: u32, stageable: bool) -> String {
     let gelu = include_str!("../../../wgsl/gelu.wgsl");
-    let src = format!("{kernel}\n{gelu}\n{}\n{}", include_str!("../../../wgsl/formats/groups.wgsl"), subgroup_text(include_str!("../../../wgsl/qmv_core.wgsl"), sg));
+    let src = format!(
+        "{kernel}\n{gelu}\n{}\n{}",
+        include_str!("../../../wgsl/formats/groups.wgsl"),
+        subgroup_text(include_str!("../../../wgsl/qmv_core.wgsl"), sg)
+    );
     // Output rows per team; the plain epilogue's count (0 in the other forms), the GeGLU's and
     // the gated one's.
     let (own, plain, glu, gb) = match pairs {
@@ -529,9 +790,22 @@ fn qmv_source(kernel: &str, tok: u32, lanes: u32, rpt: u32, pairs: u32, sg: u32,
     // KESTREL_QMV_CU overrides it for the kbench sweep (an experiment knob, not a setting).
     let cu = std::env::var("KESTREL_QMV_CU").ok().and_then(|v| v.parse().ok()).unwrap_or(if tok == 1 { 2 } else { 1 });
     // KESTREL_QMV_STAGE=0 turns staging off (an A/B knob for measurements).
-    let stage = stageable && qmv_staged(tok, lanes, cu) && std::env::var("KESTREL_QMV_STAGE").map_or(true, |v| v != "0");
+    let stage =
+        stageable && qmv_staged(tok, lanes, cu) && std::env::var("KESTREL_QMV_STAGE").map_or(true, |v| v != "0");
     let src = src.replace("{{CU}}", &cu.to_string()).replace("{{STAGE}}", if stage { "true" } else { "false" });
-    unroll(&src, &[("RPT", rpt), ("TOK", tok), ("RPT_TOK", rpt * tok), ("OWN", own), ("PLAIN", plain), ("GLU", glu), ("GB", gb), ("CU", cu)])
+    unroll(
+        &src,
+        &[
+            ("RPT", rpt),
+            ("TOK", tok),
+            ("RPT_TOK", rpt * tok),
+            ("OWN", own),
+            ("PLAIN", plain),
+            ("GLU", glu),
+            ("GB", gb),
+            ("CU", cu),
+        ],
+    )
 }
 
 /// Expands `// @unroll NAME COUNT` … `// @end NAME` blocks: the lines between are repeated for
@@ -552,9 +826,16 @@ pub fn unroll(src: &str, counts: &[(&str, u32)]) -> String {
         };
         let mut words = rest.split_whitespace();
         let (Some(name), Some(count)) = (words.next(), words.next()) else { panic!("malformed unroll line: {line}") };
-        let n = counts.iter().find(|(k, _)| *k == count).map(|&(_, v)| v).or_else(|| count.parse().ok()).unwrap_or_else(|| panic!("unknown unroll count {count}"));
+        let n = counts
+            .iter()
+            .find(|(k, _)| *k == count)
+            .map(|&(_, v)| v)
+            .or_else(|| count.parse().ok())
+            .unwrap_or_else(|| panic!("unknown unroll count {count}"));
         let end = format!("// @end {name}");
-        let close = (i + 1..lines.len()).find(|&j| lines[j].trim() == end).unwrap_or_else(|| panic!("unroll {name} without {end}"));
+        let close = (i + 1..lines.len())
+            .find(|&j| lines[j].trim() == end)
+            .unwrap_or_else(|| panic!("unroll {name} without {end}"));
         let body = lines[i + 1..close].join("\n");
         let body = unroll(&body, counts);
         for k in 0..n {
@@ -591,32 +872,51 @@ impl Kernel {
     pub fn bindings(self) -> &'static [Bind] {
         use Bind::*;
         match self {
-            Kernel::Qmv { pro: 1.., .. } | Kernel::QmvGlu { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, ReadWrite, Uniform],
-            Kernel::QmvGeluB { pro: 1.., .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Read, ReadWrite, Uniform],
-            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::Embed(_) => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::Qmv { pro: 1.., .. } | Kernel::QmvGlu { pro: 1.., .. } => {
+                &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, ReadWrite, Uniform]
+            }
+            Kernel::QmvGeluB { pro: 1.., .. } => {
+                &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Read, ReadWrite, Uniform]
+            }
+            Kernel::Matmul(..) | Kernel::Qmv { .. } | Kernel::QmvGlu { .. } | Kernel::Qmm { .. } | Kernel::Embed(_) => {
+                &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform]
+            }
             Kernel::QmmCoop { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             // ysum (8): the GeGLU's sums over 64-row groups, the down projection's x sums.
             Kernel::QmmCoopGlu { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read, ReadWrite],
             // xsum (9): the chunk forms'; part (10): the split-k partials the rows form over
             // partials reads. The decode form declares neither: one layout serves every form
             // (decode and verify steps bind the chunk form's bind group).
-            Kernel::RmsNorm { .. } | Kernel::RmsNormRows { .. } => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite, Read],
+            Kernel::RmsNorm { .. } | Kernel::RmsNormRows { .. } => {
+                &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform, Read, ReadWrite, Read]
+            }
             Kernel::QmvGeluB { .. } => &[Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::QmmSum | Kernel::GroupSum => &[Read, ReadWrite, Uniform, Uniform],
-            Kernel::AttentionSplit { qnorm: true, .. } | Kernel::AttentionShort { qnorm: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform],
-            Kernel::HeadNormRope { .. } | Kernel::Attention { .. } | Kernel::AttentionSplit { .. } | Kernel::AttentionShort { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::AttentionSplit { qnorm: true, .. } | Kernel::AttentionShort { qnorm: true, .. } => {
+                &[Read, Read, Read, ReadWrite, Uniform, Uniform, Read, Read, Uniform]
+            }
+            Kernel::HeadNormRope { .. }
+            | Kernel::Attention { .. }
+            | Kernel::AttentionSplit { .. }
+            | Kernel::AttentionShort { .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCoop { sums: false, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform],
             // osum (6): the output's sums over each 64-dim value stage, the o projection's x sums.
             Kernel::AttentionCoop { sums: true, .. } => &[Read, Read, Read, ReadWrite, Uniform, Uniform, ReadWrite],
             Kernel::QkvNormRope { .. } => &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::AttentionCombine | Kernel::Copy | Kernel::StreamRead { .. } => &[Read, ReadWrite, Uniform, Uniform],
-            Kernel::GridBarrier { .. } | Kernel::LastWorkgroup { .. } => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::GridBarrier { .. } | Kernel::LastWorkgroup { .. } => {
+                &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform]
+            }
             Kernel::PersistentChain { .. } => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::GeluMulSums => &[ReadWrite, Read, Uniform, Uniform, ReadWrite, Read],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk { .. } => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::MoeMatmul(_) | Kernel::MoeMatmulGrouped(_) | Kernel::QmmMoe | Kernel::QmvMoe { .. } | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::MoeMatmul(_)
+            | Kernel::MoeMatmulGrouped(_)
+            | Kernel::QmmMoe
+            | Kernel::QmvMoe { .. }
+            | Kernel::QmvMoeGlu { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::QmmCoopMoe { .. } => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform, Read],
             Kernel::MoeGroup => &[Read, ReadWrite, Uniform, Uniform],
             Kernel::MoeCombine => &[Read, Read, ReadWrite, Uniform, Uniform],
@@ -658,7 +958,13 @@ pub const fn matmul_rows(tok: u32) -> u32 {
 /// `top_k` per token, and its rows per workgroup; `None` where it does not apply (as
 /// [`qmv_shape`], with both x strides in whole vec4s). Shaped by the general qmv rule for the
 /// `rows · top_k` rows one token's pairs cover (never the LM-head rule: experts are narrow).
-pub fn qmv_moe_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize, x_slot_stride: usize) -> Option<(Kernel, u32)> {
+pub fn qmv_moe_shape(
+    rows: usize,
+    cols: usize,
+    top_k: usize,
+    x_tok_stride: usize,
+    x_slot_stride: usize,
+) -> Option<(Kernel, u32)> {
     if !cols.is_multiple_of(64) || !x_tok_stride.is_multiple_of(4) || !x_slot_stride.is_multiple_of(4) {
         return None;
     }
@@ -669,7 +975,13 @@ pub fn qmv_moe_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize
 /// The `qmv_moe_glu` variant for fused gate_up experts of `rows` gate (and `rows` up) rows ×
 /// `cols`, and its output rows per workgroup; `None` where qmv_moe does not apply. Shaped by the
 /// qmv rule for the `2 · rows · top_k` rows one token's pairs cover, at least one pair per team.
-pub fn qmv_moe_glu_shape(rows: usize, cols: usize, top_k: usize, x_tok_stride: usize, x_slot_stride: usize) -> Option<(Kernel, u32)> {
+pub fn qmv_moe_glu_shape(
+    rows: usize,
+    cols: usize,
+    top_k: usize,
+    x_tok_stride: usize,
+    x_slot_stride: usize,
+) -> Option<(Kernel, u32)> {
     if !cols.is_multiple_of(64) || !x_tok_stride.is_multiple_of(4) || !x_slot_stride.is_multiple_of(4) {
         return None;
     }
@@ -698,7 +1010,8 @@ pub fn qmm_shape(_rows: usize, coop: bool) -> (Kernel, u32, u32) {
     // KESTREL_QMM_COOP_TILE=TBxRB picks another tile (an experiment knob for the sweep; TB 1 or
     // 2, RB 2 or 4: what qmm_coop_core.wgsl's staging divides evenly).
     let knob = std::env::var("KESTREL_QMM_COOP_TILE").ok();
-    let parsed = knob.as_deref().and_then(|v| v.split_once('x')).and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+    let parsed =
+        knob.as_deref().and_then(|v| v.split_once('x')).and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
     let (tb, rb) = parsed.filter(|&(tb, rb)| matches!(tb, 1 | 2) && matches!(rb, 2 | 4)).unwrap_or((2, 4));
     (Kernel::QmmCoop { tb, rb }, 32 * rb, 64 * tb)
 }
@@ -737,7 +1050,8 @@ pub fn qmm_splits(coop: bool, rows: usize, cols: usize, tokens: usize, rows_per_
             let sum = if s > 1 { (s + 1) as f64 * (rows * tokens) as f64 * 3.3e-6 } else { 0.0 };
             waves * (cols / s) as f64 * 0.056 + sum
         };
-        let best = [1usize, 2, 4, 8].into_iter().filter(|&s| valid(s)).fold(1, |b, s| if time(s) < time(b) { s } else { b });
+        let best =
+            [1usize, 2, 4, 8].into_iter().filter(|&s| valid(s)).fold(1, |b, s| if time(s) < time(b) { s } else { b });
         return best as u32;
     }
     let mut s = 1;
@@ -856,7 +1170,11 @@ pub fn head_norm_wg(d: usize) -> u32 {
 /// A label's suffix for the head norms on fewer threads than [`HEAD_NORM_WG`] (the default for
 /// heads up to 512 wide is 128: `_wg128`).
 fn wg_label(wg: u32) -> String {
-    if wg == HEAD_NORM_WG { String::new() } else { format!("_wg{wg}") }
+    if wg == HEAD_NORM_WG {
+        String::new()
+    } else {
+        format!("_wg{wg}")
+    }
 }
 
 /// The MoE block's close (moe_norm.wgsl) for rows of `n` values and the router's top `k`, on
@@ -888,7 +1206,8 @@ pub const ATTN_BQ: u32 = 16;
 /// value stage in registers, 8 at most); the device must have f16 cooperative matrices in
 /// subgroups of 32 (`Gpu::coop_f16`).
 pub fn attention_chunk_coop(head_dim: usize) -> Option<Kernel> {
-    (head_dim % 64 == 0 && (64..=512).contains(&head_dim)).then_some(Kernel::AttentionCoop { d: head_dim as u32, sums: false })
+    (head_dim % 64 == 0 && (64..=512).contains(&head_dim))
+        .then_some(Kernel::AttentionCoop { d: head_dim as u32, sums: false })
 }
 
 /// Tokens (queries) per workgroup of attention_coop (`BQ` in attention_coop.wgsl). A 16-query,
@@ -923,12 +1242,22 @@ pub const SHORT_WG_MAX: u32 = 512;
 /// attention_short with the value groups' sums added by group 0 after one barrier
 /// (`sum_group0`) or by a halving tree, at most `max_wg` threads per (head, token) (1024, 512
 /// or 256: the largest of them the device's limits allow).
-pub fn attention_short_form(head_dim: usize, qnorm: bool, sum_group0: bool, max_wg: u32, limits: &wgpu::Limits) -> Kernel {
+pub fn attention_short_form(
+    head_dim: usize,
+    qnorm: bool,
+    sum_group0: bool,
+    max_wg: u32,
+    limits: &wgpu::Limits,
+) -> Kernel {
     let d4 = head_dim as u32 / 4;
     let wg = [1024u32, 512, 256]
         .into_iter()
         .filter(|&wg| wg <= max_wg)
-        .find(|&wg| wg <= limits.max_compute_invocations_per_workgroup && wg <= limits.max_compute_workgroup_size_x && short_shared_bytes(d4, wg, qnorm, sum_group0) <= limits.max_compute_workgroup_storage_size)
+        .find(|&wg| {
+            wg <= limits.max_compute_invocations_per_workgroup
+                && wg <= limits.max_compute_workgroup_size_x
+                && short_shared_bytes(d4, wg, qnorm, sum_group0) <= limits.max_compute_workgroup_storage_size
+        })
         .unwrap_or(256);
     Kernel::AttentionShort { d4, wg, qnorm, sum_group0 }
 }
@@ -942,7 +1271,11 @@ fn short_shared_bytes(d4: u32, wg: u32, qnorm: bool, sum_group0: bool) -> u32 {
 /// attention_short's vh in vec4s: the halving tree's upper half, or (group 0's sum) every value
 /// group after the first.
 fn short_vh_vec4s(wg: u32, tv: u32, sum_group0: bool) -> u32 {
-    if sum_group0 { (wg - tv).max(1) } else { wg / 2 }
+    if sum_group0 {
+        (wg - tv).max(1)
+    } else {
+        wg / 2
+    }
 }
 
 /// attention_short's thread shapes for a head dim of `d4` vec4s (the constants of
@@ -1085,7 +1418,11 @@ fn qmv_tile(rows: usize, cols: usize) -> (u32, u32) {
 /// The general rule's widest team: [`QMV_MAX_LANES`], or `KESTREL_QMV_MAX_LANES` (a power of two,
 /// 8 to 128; 128 is the rule before session 24) as an A/B knob.
 fn qmv_max_lanes() -> u32 {
-    std::env::var("KESTREL_QMV_MAX_LANES").ok().and_then(|v| v.parse().ok()).filter(|l: &u32| l.is_power_of_two() && (8..=QMV_WG).contains(l)).unwrap_or(QMV_MAX_LANES)
+    std::env::var("KESTREL_QMV_MAX_LANES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|l: &u32| l.is_power_of_two() && (8..=QMV_WG).contains(l))
+        .unwrap_or(QMV_MAX_LANES)
 }
 
 /// The general rule's lanes per row at most one subgroup of 32 (on NVIDIA: a row's sum without a
@@ -1110,7 +1447,8 @@ pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Opt
     // the float loop it gained nothing (26.7 µs), so `KESTREL_QMV_DIGITS=0` keeps the old tile
     // (that knob then gives session 33's kernels whole). The rule assumes these widths are fused,
     // as they are by default (`PRO_MAX_HIDDEN`); `KESTREL_FUSE_NORMS=0` leaves them unfused on it.
-    let wide_fused = qmv_digits() && qmv_tile_override(2 * rows, cols).is_none() && 2 * rows >= 12288 && cols <= PRO_MAX_HIDDEN;
+    let wide_fused =
+        qmv_digits() && qmv_tile_override(2 * rows, cols).is_none() && 2 * rows >= 12288 && cols <= PRO_MAX_HIDDEN;
     let (lanes, rpt) = if wide_fused { (16, 4) } else { qmv_dense_tile(2 * rows, cols) };
     let pairs = (rpt / 2).max(1);
     Some((Kernel::QmvGlu { tok, lanes, pairs, pro: 0 }, QMV_WG / lanes * pairs))
@@ -1375,7 +1713,11 @@ pub const ATTN_SHORT_MAX: u32 = 256;
 /// The decode attention's key splits: [`ATTN_SPLITS`], or `KESTREL_ATTN_SPLITS` (1 to
 /// ATTN_SPLITS: buffers are sized for ATTN_SPLITS) as an A/B knob.
 pub fn attn_splits() -> u32 {
-    std::env::var("KESTREL_ATTN_SPLITS").ok().and_then(|v| v.parse().ok()).filter(|s| (1..=ATTN_SPLITS).contains(s)).unwrap_or(ATTN_SPLITS)
+    std::env::var("KESTREL_ATTN_SPLITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|s| (1..=ATTN_SPLITS).contains(s))
+        .unwrap_or(ATTN_SPLITS)
 }
 
 #[repr(C)]
@@ -1602,7 +1944,8 @@ impl Pipelines {
 
     pub fn new(gpu: &super::context::Gpu) -> Self {
         let checks = std::env::var("KESTREL_SHADER_CHECKS").is_ok_and(|v| v == "1");
-        let fixed = gpu.info.subgroup_min_size == gpu.info.subgroup_max_size && gpu.info.subgroup_min_size.is_power_of_two();
+        let fixed =
+            gpu.info.subgroup_min_size == gpu.info.subgroup_max_size && gpu.info.subgroup_min_size.is_power_of_two();
         let allowed = std::env::var("KESTREL_SUBGROUPS").map_or(true, |v| v != "0");
         let subgroup = if gpu.subgroups() && fixed && allowed { gpu.info.subgroup_min_size } else { 0 };
         Pipelines { cache: HashMap::new(), layouts: HashMap::new(), checks, subgroup }
@@ -1635,14 +1978,22 @@ impl Pipelines {
             let bgl = self
                 .layouts
                 .entry(k.bindings())
-                .or_insert_with(|| device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&label), entries: &entries }))
+                .or_insert_with(|| {
+                    device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                        label: Some(&label),
+                        entries: &entries,
+                    })
+                })
                 .clone();
             let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
                 label: Some(&label),
                 bind_group_layouts: &[Some(&bgl)],
                 immediate_size: 0,
             });
-            let desc = wgpu::ShaderModuleDescriptor { label: Some(&label), source: wgpu::ShaderSource::Wgsl(k.source(self.subgroup).into()) };
+            let desc = wgpu::ShaderModuleDescriptor {
+                label: Some(&label),
+                source: wgpu::ShaderSource::Wgsl(k.source(self.subgroup).into()),
+            };
             let module = if self.checks {
                 device.create_shader_module(desc)
             } else {
@@ -1717,8 +2068,14 @@ mod tests {
             assert!(fuse_norm_into(k, 2560, usize::MAX, WideFuse::None), "{k:?} at 2560, everything fused");
             assert!(!fuse_norm_into(k, 2560, PRO_MAX_HIDDEN, WideFuse::None), "{k:?} at 2560, the width rule");
         }
-        assert!(fuse_norm_into(gated, 2560, PRO_MAX_HIDDEN, WideFuse::Gated) && !fuse_norm_into(glu, 2560, PRO_MAX_HIDDEN, WideFuse::Gated));
-        assert!(fuse_norm_into(glu, 2816, PRO_MAX_HIDDEN, WideFuse::GatedGlu) && !fuse_norm_into(plain, 2816, PRO_MAX_HIDDEN, WideFuse::GatedGlu));
+        assert!(
+            fuse_norm_into(gated, 2560, PRO_MAX_HIDDEN, WideFuse::Gated)
+                && !fuse_norm_into(glu, 2560, PRO_MAX_HIDDEN, WideFuse::Gated)
+        );
+        assert!(
+            fuse_norm_into(glu, 2816, PRO_MAX_HIDDEN, WideFuse::GatedGlu)
+                && !fuse_norm_into(plain, 2816, PRO_MAX_HIDDEN, WideFuse::GatedGlu)
+        );
     }
 
     #[test]
@@ -1735,14 +2092,22 @@ mod tests {
     fn coop_kernels_validate_with_cooperative_matrices() {
         use naga::valid::{Capabilities, ValidationFlags, Validator};
         let tiles = [(1, 2), (2, 2), (1, 4), (2, 4)];
-        let kernels = tiles.iter().flat_map(|&(tb, rb)| [super::Kernel::QmmCoop { tb, rb }, super::Kernel::QmmCoopMoe { tb, rb }]);
+        let kernels = tiles
+            .iter()
+            .flat_map(|&(tb, rb)| [super::Kernel::QmmCoop { tb, rb }, super::Kernel::QmmCoopMoe { tb, rb }]);
         let kernels = kernels.chain([1, 2].map(|tb| super::Kernel::QmmCoopGlu { tb }));
-        let kernels = kernels.chain([64, 128, 256, 512].into_iter().flat_map(|d| [false, true].map(|sums| super::Kernel::AttentionCoop { d, sums })));
+        let kernels = kernels.chain(
+            [64, 128, 256, 512]
+                .into_iter()
+                .flat_map(|d| [false, true].map(|sums| super::Kernel::AttentionCoop { d, sums })),
+        );
         for k in kernels {
             let src = k.source(32);
             let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&src)));
             let caps = Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP;
-            let info = Validator::new(ValidationFlags::all(), caps).validate(&module).unwrap_or_else(|e| panic!("{}: {}", k.label(), e.emit_to_string(&src)));
+            let info = Validator::new(ValidationFlags::all(), caps)
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{}: {}", k.label(), e.emit_to_string(&src)));
             // Every workgroup variable a multiple of 16 bytes (attention_coop.wgsl, `need`: a
             // 4-byte one broke the tensor-core loads on the H200).
             let mut layouter = naga::proc::Layouter::default();
@@ -1750,7 +2115,12 @@ mod tests {
             for (_, var) in module.global_variables.iter() {
                 if var.space == naga::AddressSpace::WorkGroup {
                     let size = layouter[var.ty].size;
-                    assert!(size % 16 == 0, "{}: workgroup variable {:?} is {size} bytes, not a multiple of 16", k.label(), var.name);
+                    assert!(
+                        size % 16 == 0,
+                        "{}: workgroup variable {:?} is {size} bytes, not a multiple of 16",
+                        k.label(),
+                        var.name
+                    );
                 }
             }
             // And through naga's SPIR-V writer, as wgpu's Vulkan backend will.

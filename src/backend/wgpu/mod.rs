@@ -49,21 +49,30 @@ use crate::backend::cpu::{embed_scale, ops};
 use crate::backend::{Backend, MemoryUse, Readback, StepOutput};
 use crate::config::{AttnKind, Config, KvSource};
 use crate::error::{Error, Result};
+use crate::install::format::PartLayout;
 use crate::kv::KvLayout;
 use crate::loader::{ExpertGateUp, Matrix, ModelWeights};
-use crate::install::format::PartLayout;
 use crate::quant::DType;
 use crate::streamer::{ExpertFiles, ExpertSlots, StreamStats, Streamer};
+use builder::Builder;
 pub use context::Gpu;
 use kernels::*;
-use builder::Builder;
 
 /// `KESTREL_SKIP`'s label prefixes (see `WgpuBackend::skip`), with a warning, since every
 /// output is wrong while it is set.
 fn skip_list() -> Vec<String> {
-    let list: Vec<String> = std::env::var("KESTREL_SKIP").unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+    let list: Vec<String> = std::env::var("KESTREL_SKIP")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
     if !list.is_empty() {
-        eprintln!("warning: KESTREL_SKIP={} leaves those kernels out of every step: timings only, the output is wrong", list.join(","));
+        eprintln!(
+            "warning: KESTREL_SKIP={} leaves those kernels out of every step: timings only, the output is wrong",
+            list.join(",")
+        );
     }
     list
 }
@@ -542,7 +551,10 @@ impl WgpuBackend {
 
     pub fn with_gpu(gpu: Gpu, cfg: Config, w: Arc<ModelWeights>, opts: WgpuOptions) -> Result<Self> {
         if cfg.text.enable_moe_block && cfg.text.num_experts > ROUTER_TOPK_WG as usize {
-            return Err(Error::Invalid(format!("{} experts: the router kernel handles at most {ROUTER_TOPK_WG} (use --backend cpu for this model)", cfg.text.num_experts)));
+            return Err(Error::Invalid(format!(
+                "{} experts: the router kernel handles at most {ROUTER_TOPK_WG} (use --backend cpu for this model)",
+                cfg.text.num_experts
+            )));
         }
         if cfg.assistant.is_some() {
             return Err(Error::Invalid("this is a gemma4_assistant drafter: pass it as --draft, not --model".into()));
@@ -550,7 +562,10 @@ impl WgpuBackend {
         for l in &cfg.layers {
             // Gemma 4 uses 256 and 512; the chunk attention's value slices need d ≤ 512.
             if l.head_dim > 512 || l.head_dim % 8 != 0 {
-                return Err(Error::Invalid(format!("layer {}: head_dim {} is not a multiple of 8 up to 512, as the attention kernels need", l.index, l.head_dim)));
+                return Err(Error::Invalid(format!(
+                    "layer {}: head_dim {} is not a multiple of 8 up to 512, as the attention kernels need",
+                    l.index, l.head_dim
+                )));
             }
         }
         Builder::new(gpu, &cfg, &w, opts)
@@ -612,17 +627,28 @@ impl WgpuBackend {
             return Ok(());
         }
         if self.streaming.is_some() {
-            return Err(Error::Gpu("per-kernel times need one pass per step: run with every expert resident (--expert-slots all)".into()));
+            return Err(Error::Gpu(
+                "per-kernel times need one pass per step: run with every expert resident (--expert-slots all)".into(),
+            ));
         }
         if !self.gpu.can_profile() {
-            return Err(Error::Gpu("this adapter has no timestamp queries inside passes: per-kernel times are unavailable".into()));
+            return Err(Error::Gpu(
+                "this adapter has no timestamp queries inside passes: per-kernel times are unavailable".into(),
+            ));
         }
         let capacity = (self.program.len() as u32 + 1).min(wgpu::QUERY_SET_MAX_QUERIES);
         if (self.program.len() as u32 + 1) > capacity {
-            return Err(Error::Gpu(format!("{} dispatches per step exceed the {capacity} timestamps of a query set", self.program.len())));
+            return Err(Error::Gpu(format!(
+                "{} dispatches per step exceed the {capacity} timestamps of a query set",
+                self.program.len()
+            )));
         }
         let dev = &self.gpu.device;
-        let queries = dev.create_query_set(&wgpu::QuerySetDescriptor { label: Some("kernel timestamps"), ty: wgpu::QueryType::Timestamp, count: capacity });
+        let queries = dev.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("kernel timestamps"),
+            ty: wgpu::QueryType::Timestamp,
+            count: capacity,
+        });
         let size = 8 * capacity as u64;
         let resolve = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("timestamp resolve"),
@@ -693,7 +719,11 @@ impl WgpuBackend {
             return Err(Error::Invalid(format!("a step takes 1..={} tokens, got {n}", self.opts.max_chunk)));
         }
         if pos0 + n > self.kv.max_ctx {
-            return Err(Error::Invalid(format!("position {} is past the context of {} (raise --ctx)", pos0 + n, self.kv.max_ctx)));
+            return Err(Error::Invalid(format!(
+                "position {} is past the context of {} (raise --ctx)",
+                pos0 + n,
+                self.kv.max_ctx
+            )));
         }
         if n_out > self.logit_rows {
             return Err(Error::Invalid(format!("{n_out} logit rows requested, the buffers hold {}", self.logit_rows)));
@@ -702,7 +732,14 @@ impl WgpuBackend {
         if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
             return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary (size {vocab})")));
         }
-        let step = Step { n_tokens: n as u32, pos0: pos0 as u32, n_out: n_out as u32, out_row0: (n - n_out) as u32, staged: self.verifying as u32, ..Default::default() };
+        let step = Step {
+            n_tokens: n as u32,
+            pos0: pos0 as u32,
+            n_out: n_out as u32,
+            out_row0: (n - n_out) as u32,
+            staged: self.verifying as u32,
+            ..Default::default()
+        };
         self.gpu.queue.write_buffer(&self.step_buf, 0, bytemuck::bytes_of(&step));
         self.gpu.queue.write_buffer(&self.ids_buf, 0, bytemuck::cast_slice(tokens));
         self.write_rope(pos0, n);
@@ -744,7 +781,8 @@ impl WgpuBackend {
         }
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step") });
         {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
+            let mut pass =
+                enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
             if let Some(p) = &self.profiler {
                 pass.write_timestamp(&p.queries, 0);
             }
@@ -767,7 +805,10 @@ impl WgpuBackend {
                 off += row;
             }
             enc.copy_buffer_to_buffer(&t.step, 0, &self.step_buf, 0, Some(std::mem::size_of::<Step>() as u64));
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("prompt tail"), timestamp_writes: None });
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("prompt tail"),
+                timestamp_writes: None,
+            });
             self.encode(&mut pass, head_end..self.program.len(), 1, pos0 + n - 1, 1, &mut executed);
             if let Some(p) = self.profiler.as_ref().filter(|p| !p.per_dispatch) {
                 pass.write_timestamp(&p.queries, 1);
@@ -797,7 +838,10 @@ impl WgpuBackend {
         let mut out = StepOutput::default();
         if n_out == 0 {
             // Wait so errors surface in this step, not the next.
-            self.gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
+            self.gpu
+                .device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| Error::Gpu(format!("device poll failed: {e}")))?;
             return Ok(out);
         }
         let mut scratch = std::mem::take(&mut self.read_scratch);
@@ -815,7 +859,11 @@ impl WgpuBackend {
     /// step's argmax goes to `read` and to the ids buffer for the step after it.
     fn submit_decode(&mut self, token: Option<u32>, pos: usize, read: usize) -> Result<wgpu::SubmissionIndex> {
         if pos + 1 > self.kv.max_ctx {
-            return Err(Error::Invalid(format!("position {} is past the context of {} (raise --ctx)", pos + 1, self.kv.max_ctx)));
+            return Err(Error::Invalid(format!(
+                "position {} is past the context of {} (raise --ctx)",
+                pos + 1,
+                self.kv.max_ctx
+            )));
         }
         let step = Step { n_tokens: 1, pos0: pos as u32, n_out: 1, out_row0: 0, staged: 0, ..Default::default() };
         self.gpu.queue.write_buffer(&self.step_buf, 0, bytemuck::bytes_of(&step));
@@ -825,9 +873,11 @@ impl WgpuBackend {
         self.write_rope(pos, 1);
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let t_enc = std::time::Instant::now();
-        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("decode step") });
+        let mut enc =
+            self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("decode step") });
         {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
+            let mut pass =
+                enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), timestamp_writes: None });
             self.encode(&mut pass, 0..self.program.len(), 1, pos, 1, &mut Vec::new());
         }
         enc.copy_buffer_to_buffer(&self.best_buf, 0, &self.chain_read[read], 0, Some(4));
@@ -843,7 +893,15 @@ impl WgpuBackend {
 
     /// Records dispatches `range` of the program for a step of `n` tokens from position `pos0`
     /// and `n_out` output rows.
-    fn encode(&self, pass: &mut wgpu::ComputePass, range: std::ops::Range<usize>, n: usize, pos0: usize, n_out: usize, executed: &mut Vec<(usize, u8)>) {
+    fn encode(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        range: std::ops::Range<usize>,
+        n: usize,
+        pos0: usize,
+        n_out: usize,
+        executed: &mut Vec<(usize, u8)>,
+    ) {
         // Verify steps run the decode form of every kernel (split attention, per-pair experts) for
         // all their tokens: that is what makes each row's logits bitwise a decode's.
         let single_form = n == 1 || self.verifying;
@@ -908,7 +966,10 @@ impl WgpuBackend {
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &d.bind_group, &[]);
             if !d.ready.is_empty() {
-                let ready = d.ready.iter().map(|buffer| wgpu::BufferTransition { buffer, state: wgpu::BufferUses::STORAGE_READ_ONLY });
+                let ready = d
+                    .ready
+                    .iter()
+                    .map(|buffer| wgpu::BufferTransition { buffer, state: wgpu::BufferUses::STORAGE_READ_ONLY });
                 pass.transition_resources(ready, std::iter::empty());
             }
             pass.dispatch_workgroups(x, y, z);
@@ -922,10 +983,19 @@ impl WgpuBackend {
     }
 
     /// Submits `range` as its own command buffer.
-    fn submit_range(&self, range: std::ops::Range<usize>, n: usize, pos0: usize, n_out: usize, copy: Option<(&wgpu::Buffer, &wgpu::Buffer, u64)>) -> wgpu::SubmissionIndex {
-        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step segment") });
+    fn submit_range(
+        &self,
+        range: std::ops::Range<usize>,
+        n: usize,
+        pos0: usize,
+        n_out: usize,
+        copy: Option<(&wgpu::Buffer, &wgpu::Buffer, u64)>,
+    ) -> wgpu::SubmissionIndex {
+        let mut enc =
+            self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("step segment") });
         {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("segment"), timestamp_writes: None });
+            let mut pass =
+                enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("segment"), timestamp_writes: None });
             self.encode(&mut pass, range, n, pos0, n_out, &mut Vec::new());
         }
         if let Some((src, dst, len)) = copy {
@@ -936,12 +1006,20 @@ impl WgpuBackend {
 
     /// Runs the program up to the last MoE layer's routed kernels, streaming each layer's
     /// experts in between; leaves `start` at the first dispatch still to run.
-    fn run_streamed_layers(&mut self, st: &mut Streaming, n: usize, pos0: usize, n_out: usize, start: &mut usize) -> Result<()> {
+    fn run_streamed_layers(
+        &mut self,
+        st: &mut Streaming,
+        n: usize,
+        pos0: usize,
+        n_out: usize,
+        start: &mut usize,
+    ) -> Result<()> {
         let idx_bytes = (4 * n * st.top_k) as u64;
         let mut scratch = std::mem::take(&mut self.read_scratch);
         for mi in 0..st.marks.len() {
             let mk = st.marks[mi];
-            let routed = self.submit_range(*start..mk.route_end, n, pos0, n_out, Some((&st.route_idx, &st.idx_read, idx_bytes)));
+            let routed =
+                self.submit_range(*start..mk.route_end, n, pos0, n_out, Some((&st.route_idx, &st.idx_read, idx_bytes)));
             // The dense branch does not read the experts: it runs while the host reads misses.
             self.submit_range(mk.route_end..mk.experts_begin, n, pos0, n_out, None);
             self.gpu.read_after(&st.idx_read, idx_bytes, Some(routed), &mut scratch)?;
@@ -963,7 +1041,6 @@ impl WgpuBackend {
         Ok(())
     }
 }
-
 
 impl Backend for WgpuBackend {
     fn name(&self) -> &str {
@@ -999,7 +1076,10 @@ impl Backend for WgpuBackend {
             return Err(Error::Invalid(format!("a verify scores 1..={} tokens, got {n}", self.max_verify())));
         }
         if pos != self.cached {
-            return Err(Error::Invalid(format!("verify at position {pos}, but the cache holds {} positions", self.cached)));
+            return Err(Error::Invalid(format!(
+                "verify at position {pos}, but the cache holds {} positions",
+                self.cached
+            )));
         }
         self.verifying = true;
         let out = self.run(tokens, pos, n, if with_logits { Readback::AllLogits } else { Readback::Argmax });
@@ -1017,7 +1097,13 @@ impl Backend for WgpuBackend {
     /// of a step overlaps the GPU's work on the previous one. Streamed experts need the host
     /// between the router and the experts, and profiles one step alone: both take the plain
     /// loop.
-    fn decode_greedy(&mut self, token: u32, pos: usize, max: usize, on_token: &mut dyn FnMut(u32) -> Result<bool>) -> Result<usize> {
+    fn decode_greedy(
+        &mut self,
+        token: u32,
+        pos: usize,
+        max: usize,
+        on_token: &mut dyn FnMut(u32) -> Result<bool>,
+    ) -> Result<usize> {
         if self.streaming.is_some() || self.profiler.is_some() {
             return crate::backend::greedy_steps(self, token, pos, max, on_token);
         }
@@ -1032,7 +1118,11 @@ impl Backend for WgpuBackend {
         let mut ran_past = false;
         let result = loop {
             // Step `produced` is in flight; queue the one after it unless it is the last.
-            let next = if produced + 1 < max { Some(self.submit_decode(None, pos + produced + 1, (produced + 1) % 2)) } else { None };
+            let next = if produced + 1 < max {
+                Some(self.submit_decode(None, pos + produced + 1, (produced + 1) % 2))
+            } else {
+                None
+            };
             let next = match next.transpose() {
                 Ok(n) => n,
                 Err(e) => break Err(e),
@@ -1124,11 +1214,16 @@ impl crate::spec::DraftContext for WgpuBackend {
         self.weights.scaled_embedding(&self.cfg, token)
     }
     fn producer_kv(&self, kind: AttnKind, positions: std::ops::Range<usize>) -> Result<crate::spec::KvRows> {
-        let layer = self.cfg.producer(kind).ok_or_else(|| Error::Invalid(format!("the target has no cache-owning {kind:?} layer for the drafter to read")))?;
+        let layer = self.cfg.producer(kind).ok_or_else(|| {
+            Error::Invalid(format!("the target has no cache-owning {kind:?} layer for the drafter to read"))
+        })?;
         let c = self.kv.read_cache[layer];
         let cs = &self.kv.caches[c];
         if positions.end > self.cached || (kind == AttnKind::Sliding && positions.len() > cs.slots) {
-            return Err(Error::Invalid(format!("K/V of positions {positions:?} requested, the cache holds 0..{} (ring of {})", self.cached, cs.slots)));
+            return Err(Error::Invalid(format!(
+                "K/V of positions {positions:?} requested, the cache holds 0..{} (ring of {})",
+                self.cached, cs.slots
+            )));
         }
         let row = (cs.slot_elems() * 4) as u64;
         let n = positions.len() as u64;
@@ -1137,7 +1232,8 @@ impl crate::spec::DraftContext for WgpuBackend {
                 return Ok(Vec::new());
             }
             let staging = self.gpu.staging("drafter kv readback", n * row);
-            let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("drafter kv") });
+            let mut enc =
+                self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("drafter kv") });
             for (i, p) in positions.clone().enumerate() {
                 enc.copy_buffer_to_buffer(buf, (p % cs.slots) as u64 * row, &staging, i as u64 * row, Some(row));
             }
@@ -1146,7 +1242,13 @@ impl crate::spec::DraftContext for WgpuBackend {
             self.gpu.read(&staging, n * row, &mut bytes)?;
             Ok(bytemuck::pod_collect_to_vec(&bytes))
         };
-        Ok(crate::spec::KvRows { start: positions.start, k: read(&self.kcache[c])?, v: read(&self.vcache[c])?, n_kv_heads: cs.n_kv_heads, head_dim: cs.head_dim })
+        Ok(crate::spec::KvRows {
+            start: positions.start,
+            k: read(&self.kcache[c])?,
+            v: read(&self.vcache[c])?,
+            n_kv_heads: cs.n_kv_heads,
+            head_dim: cs.head_dim,
+        })
     }
     fn last_hidden(&self) -> Result<Vec<f32>> {
         let bytes_len = (4 * self.last_rows * self.cfg.text.hidden_size) as u64;
