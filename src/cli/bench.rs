@@ -53,6 +53,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     let mut b =
         WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?;
+    if args.list_program {
+        print!("{}", b.program_listing());
+        return Ok(ExitCode::SUCCESS);
+    }
     let vocab = model.cfg.text.vocab_size;
 
     // Warm-up: compile pipelines, touch every buffer once, and run the whole prompt until the

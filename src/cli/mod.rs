@@ -92,6 +92,10 @@ pub struct BenchArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Print the recorded program (one line per dispatch: kernels, grids, bindings, params) and
+    /// exit without measuring: two builds that print the same lines run the same GPU work.
+    #[arg(long)]
+    pub list_program: bool,
 }
 
 #[derive(Args, Debug)]

@@ -50,6 +50,8 @@ pub(super) struct Builder<'a> {
     /// and the qmm_sum that would write their input goes. `KESTREL_NORM_SPLITS=0|1` (A/B knob,
     /// read once here).
     norm_splits: bool,
+    /// [`Builder::list_program`]'s lines, made when the program is bound.
+    listing: Vec<String>,
 }
 
 /// One output of a recorded rmsnorm: `slot` 0 is `out`, 1..=3 the chained outputs.
@@ -398,6 +400,7 @@ impl<'a> Builder<'a> {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(kernels::RMSNORM_ROWS_WG),
             norm_splits,
+            listing: Vec::new(),
         };
         b.record(w)
     }
@@ -2499,6 +2502,7 @@ impl<'a> Builder<'a> {
         };
         let mut program = Vec::with_capacity(self.specs.len());
         let specs = std::mem::take(&mut self.specs);
+        self.listing = self.list_program(&specs);
         for s in specs {
             let (pipeline, layout) = self.pipelines.get(&self.gpu.device, s.kernel)?.clone();
             let mut variant = |v: Option<(Kernel, u32, u32)>, retile: bool| -> Result<Option<Variant>> {
@@ -2584,6 +2588,89 @@ impl<'a> Builder<'a> {
         Ok(program)
     }
 
+    /// One line per recorded dispatch: its step forms, kernels (label and a hash of the WGSL each
+    /// compiles), grid rules, bindings (buffers numbered in order of first use, with their sizes;
+    /// params as bytes) and readiness marks: what [`WgpuBackend::program_listing`] returns, so two
+    /// builds can be compared dispatch by dispatch.
+    fn list_program(&self, specs: &[Spec]) -> Vec<String> {
+        use std::fmt::Write;
+        let mut ids: std::collections::HashMap<wgpu::Buffer, usize> = std::collections::HashMap::new();
+        let mut buf = |b: &wgpu::Buffer| {
+            let n = ids.len();
+            format!("b{}:{}", *ids.entry(b.clone()).or_insert(n), b.size())
+        };
+        let kernel = |k: Kernel| format!("{}#{:016x}", k.label(), self.pipelines.source_hash(k));
+        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let form = |v: &Option<(Kernel, u32, u32)>, retile: bool| match v {
+            None => "-".to_string(),
+            Some((k, x, tok)) => {
+                let smaller: Vec<String> =
+                    if retile { (2..*tok).filter_map(|t| k.with_tok(t)).map(kernel).collect() } else { Vec::new() };
+                format!("{} x={x} tok={tok} smaller=[{}]", kernel(*k), smaller.join(","))
+            }
+        };
+        let only = |o: Only| match o {
+            Only::Always => "always",
+            Only::Single => "single",
+            Only::Multi => "multi",
+        };
+        let mut lines = Vec::with_capacity(specs.len());
+        for (i, s) in specs.iter().enumerate() {
+            let mut line = format!(
+                "{i} {} {} | single {} | verify {}",
+                only(s.only),
+                kernel(s.kernel),
+                form(&s.single, false),
+                form(&s.verify, true)
+            );
+            let x = if s.x_from_out {
+                "out".to_string()
+            } else if s.x_from_tokens {
+                "tokens".to_string()
+            } else {
+                s.x.to_string()
+            };
+            let y = match s.y {
+                GridY::One => "one".to_string(),
+                GridY::Tokens => "tokens".to_string(),
+                GridY::TokenTiles(k) => format!("tokens/{k}"),
+                GridY::SplitTokenTiles(k, sp) => format!("tokens/{k}*{sp}"),
+                GridY::Out => "out".to_string(),
+                GridY::OutTiles(k) => format!("out/{k}"),
+                GridY::Slots(k) => format!("slots{k}"),
+                GridY::Fixed(k) => format!("fixed{k}"),
+            };
+            let _ = write!(line, " | grid {x} {y} |");
+            for r in &s.res {
+                let _ = match r {
+                    Res::Buf(b) => write!(line, " {}", buf(b)),
+                    Res::Params => {
+                        write!(
+                            line,
+                            " p:{}",
+                            hex(&self.params[s.param_off as usize..(s.param_off + s.param_len) as usize])
+                        )
+                    }
+                    Res::ParamsAt(off, len) => {
+                        write!(line, " p:{}", hex(&self.params[*off as usize..(off + len) as usize]))
+                    }
+                    Res::Step => write!(line, " step"),
+                    Res::NormSums(None) => write!(line, " sums"),
+                    Res::NormSums(Some(r)) => {
+                        let r = &self.sum_regions[*r];
+                        write!(line, " sums[{}+{}]", r.off, r.len)
+                    }
+                };
+            }
+            let ready: Vec<String> = s.ready.iter().map(&mut buf).collect();
+            let keys =
+                s.keys.map_or("-".to_string(), |k| format!("short={} window={} max={}", k.short, k.window, k.max));
+            let _ = write!(line, " | ready [{}] | keys {keys}", ready.join(","));
+            lines.push(line);
+        }
+        lines
+    }
+
     /// The host side of a streamed installation's expert cache (none unless `streaming`).
     fn streaming_state(&mut self, w: &ModelWeights, acts: &Acts, n_slots: usize, streaming: bool) -> Option<Streaming> {
         let c = self.opts.max_chunk;
@@ -2662,6 +2749,7 @@ impl<'a> Builder<'a> {
             staged: None,
             commit_scratch,
             tail,
+            listing: self.listing,
             gpu: self.gpu,
         }
     }

@@ -1951,6 +1951,14 @@ impl Pipelines {
         Pipelines { cache: HashMap::new(), layouts: HashMap::new(), checks, subgroup }
     }
 
+    /// A hash of the WGSL `k` compiles from on this device (for [`super::WgpuBackend::program_listing`]).
+    pub fn source_hash(&self, k: Kernel) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        k.source(self.subgroup).hash(&mut h);
+        h.finish()
+    }
+
     /// The pipeline of `k` and the layout its bind groups must use.
     pub fn get(&mut self, device: &wgpu::Device, k: Kernel) -> Result<&(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
         if !self.cache.contains_key(&k) {

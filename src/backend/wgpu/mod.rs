@@ -523,6 +523,8 @@ pub struct WgpuBackend {
     /// Where a prompt step's part past its last K/V write starts, when it runs for the last
     /// token alone ([`WgpuOptions::prompt_tail`]).
     tail: Option<PromptTail>,
+    /// The recorded program, a line per dispatch ([`WgpuBackend::program_listing`]).
+    listing: Vec<String>,
 }
 
 /// The part of a prompt step past its last K/V write, run as a decode step of its last token:
@@ -608,6 +610,13 @@ impl WgpuBackend {
     /// ([`WgpuOptions::prompt_tail`]); None where every layer runs for every token.
     pub fn prompt_tail_layer(&self) -> Option<usize> {
         self.tail.as_ref().map(|t| t.layer)
+    }
+
+    /// The recorded program, one line per dispatch: step forms, kernels (label and a hash of their
+    /// WGSL), grid rules, bindings and params bytes. Two builds that list the same lines record
+    /// the same program: how a refactor shows it changed nothing the GPU runs.
+    pub fn program_listing(&self) -> String {
+        self.listing.iter().map(|l| format!("{l}\n")).collect()
     }
 
     /// Dispatches of a decode step at `pos` (which decode attention kernels run depends on it).
