@@ -26,12 +26,12 @@
 //! are checked in tests/kernels.rs.
 
 use kestrel::backend::wgpu::harness::KernelHarness;
-use kestrel::backend::wgpu::kernels::{
+use kestrel::kernels::{
     attention_chunk, attention_chunk_coop, attention_short, attention_split, chain_layout, chain_params, fold_grid,
     group_sum_groups_x, matmul_rows, qmm_shape, qmm_splits, qmv_moe_shape, qmv_shape, rmsnorm, rmsnorm_rows,
     AttnParams, BarrierParams, ChainPrefetch, CopyParams, Format, GroupSumParams, Kernel, MatmulParams,
-    MoeMatmulParams, NormParams, QkvParams, RouterParams, Step, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS, HEAD_NORM_WG,
-    MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK,
+    MoeMatmulParams, NormParams, QkvParams, RouterParams, Step, Tuning, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS,
+    HEAD_NORM_WG, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK,
 };
 
 struct Shape {
@@ -91,7 +91,16 @@ fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
 
 fn main() {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-')).unwrap_or_default();
-    let mut h = match KernelHarness::new() {
+    // The kernels as the backend compiles them, or with KESTREL_TUNING's settings (subgroups,
+    // shader checks, the digit loop).
+    let mut tuning = Tuning::default();
+    if let Ok(list) = std::env::var("KESTREL_TUNING") {
+        if let Err(e) = tuning.apply(&list) {
+            eprintln!("KESTREL_TUNING: {e}");
+            return;
+        }
+    }
+    let mut h = match KernelHarness::new(&tuning) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("no GPU: {e}");
@@ -147,7 +156,11 @@ fn main() {
             for lanes in [8u32, 16, 32, 64, 128] {
                 for rpt in [1u32, 2, 4, 8] {
                     if (lanes as usize) <= cols / 32 * 2 {
-                        variants.push((Kernel::Qmv { tok: 1, lanes, rpt, pro: 0 }, 128 / lanes * rpt, 1));
+                        variants.push((
+                            Kernel::Qmv { tok: 1, lanes, rpt, pro: 0, digits: false },
+                            128 / lanes * rpt,
+                            1,
+                        ));
                     }
                 }
             }
@@ -375,7 +388,9 @@ fn main() {
         ];
         let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let moved = (4 * tokens * n * (3 + chain as usize)) as f64;
-        let Kernel::RmsNorm { v, wg, .. } = rmsnorm(n, h.gpu().limits.max_compute_invocations_per_workgroup) else {
+        let Kernel::RmsNorm { v, wg, .. } =
+            rmsnorm(n, h.gpu().limits.max_compute_invocations_per_workgroup, &Tuning::default())
+        else {
             unreachable!("rmsnorm() is a norm")
         };
         let rows = |wg| rmsnorm_rows(&p, wg).expect("the chunk's norms have vec4 rows");
@@ -437,7 +452,7 @@ fn main() {
         // Bytes one token reads: its 8 experts' rows, scales and biases.
         let bytes = (top_k * rows * (cols / 2 + 2 * 2 * cols / 64)) as f64;
         let mut variants = vec![(Kernel::MoeMatmul(Format::Q4), MATMUL_ROWS)];
-        if let Some(v) = qmv_moe_shape(rows, cols, top_k, x_tok, x_slot) {
+        if let Some(v) = qmv_moe_shape(rows, cols, top_k, x_tok, x_slot, &Tuning::default()) {
             variants.insert(0, v);
         }
         for (kernel, per_wg) in variants {
@@ -830,7 +845,14 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
             f32s(4, 0.0),
         ];
         let what = if w_off == u32::MAX { "no weight" } else { "weight" };
-        row(h, rmsnorm(n, max_wg), format!("n {n}, mode 0, {what}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
+        row(
+            h,
+            rmsnorm(n, max_wg, &Tuning::default()),
+            format!("n {n}, mode 0, {what}"),
+            bufs,
+            bytemuck::bytes_of(&p),
+            (1, 1, 1),
+        );
     }
     // rmsnorm: a residual post-norm (mode 1) with 0, 1 and 3 chained norms, E2B/E4B/26B widths.
     for n in [1536usize, 2560, 2816] {
@@ -866,7 +888,14 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
                 f32s(4, 0.0),
                 f32s(4, 0.0),
             ];
-            row(h, rmsnorm(n, max_wg), format!("n {n}, chain {chain}"), bufs, bytemuck::bytes_of(&p), (1, 1, 1));
+            row(
+                h,
+                rmsnorm(n, max_wg, &Tuning::default()),
+                format!("n {n}, chain {chain}"),
+                bufs,
+                bytemuck::bytes_of(&p),
+                (1, 1, 1),
+            );
         }
     }
     // q, k, v heads of one token (E2B sliding: 8 + 1 + 1 heads of 256; full: of 512).
@@ -948,7 +977,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     // attention_combine (two) at the same rows: 16–1025 keys at E2B's sliding heads (d 256),
     // 144 and 512 at its global ones (d 512), 8 q heads on 1 kv head. Which is cheaper by key
     // count sets WgpuOptions::attn_short (PERF_NOTES.md, session 26).
-    let limits = h.gpu().limits.clone();
+    let limits = h.gpu().device_limits();
     for (d, keys) in
         [(256usize, 16usize), (256, 64), (256, 144), (256, 256), (256, 512), (256, 1025), (512, 144), (512, 512)]
     {

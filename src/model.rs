@@ -7,9 +7,8 @@ use std::sync::Arc;
 use crate::chat::ChatTemplate;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::install::format::{Check, Installation, COMMON, LAYOUT};
-use crate::loader::{self, FileBytes, ModelWeights, SafetensorsFile, TensorStore};
-use crate::streamer::ExpertFiles;
+use crate::loader::installed::{Check, Installation, COMMON, LAYOUT};
+use crate::loader::{self, ExpertFiles, FileBytes, ModelWeights, SafetensorsFile, TensorStore};
 use crate::tokenizer::Tokenizer;
 
 /// Everything loaded from a model directory.

@@ -176,21 +176,7 @@ fn unit_f64(rng: &mut ChaCha8Rng) -> f64 {
     (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
-/// First index of the maximum (NaN never wins; an empty or all-NaN row gives 0). Shared by the
-/// sampler and the backends' CPU paths so ties break identically everywhere.
-pub fn argmax(xs: &[f32]) -> u32 {
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &x) in xs.iter().enumerate() {
-        if x.is_nan() {
-            continue;
-        }
-        match best {
-            Some((_, b)) if x <= b => {}
-            _ => best = Some((i, x)),
-        }
-    }
-    best.map_or(0, |(i, _)| i as u32)
-}
+pub use crate::reference::argmax;
 
 #[cfg(test)]
 mod tests {

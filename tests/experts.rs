@@ -22,6 +22,7 @@ use kestrel::backend::cpu::CpuBackend;
 use kestrel::backend::wgpu::WgpuOptions;
 use kestrel::backend::{Backend, Readback};
 use kestrel::install::{self, InstallOptions};
+use kestrel::kernels::Tuning;
 use kestrel::model::Model;
 use kestrel::streamer::{ExpertSlots, StreamStats};
 
@@ -211,7 +212,7 @@ fn wgpu_streamed_experts_match_transformers() {
                     max_chunk: CHUNK,
                     max_binding: None,
                     expert_slots: slots,
-                    prompt_tail: false,
+                    tuning: Tuning { prompt_tail: false, ..Tuning::default() },
                     ..Default::default()
                 };
                 wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
@@ -221,7 +222,7 @@ fn wgpu_streamed_experts_match_transformers() {
 }
 
 /// Decode and verify steps of a resident MoE model run the dense branch's two mat-vecs beside
-/// the routed experts' two (`WgpuOptions::moe_overlap`): the same kernels on the same inputs,
+/// the routed experts' two (`Tuning::moe_overlap`): the same kernels on the same inputs,
 /// with their own output buffers and no barrier between each pair. Logits must be bitwise those
 /// of the branches run one after the other, and the overlap must be recorded where it applies
 /// (the MLX 4-bit forms, whose dense gate and up are stacked: both pairs of every layer).
@@ -233,7 +234,12 @@ fn wgpu_moe_overlap_is_bitwise_the_serial_branches() {
             let make = |moe_overlap| {
                 common::wgpu_backend(
                     &model,
-                    WgpuOptions { max_ctx: 256, max_chunk: CHUNK, moe_overlap, ..Default::default() },
+                    WgpuOptions {
+                        max_ctx: 256,
+                        max_chunk: CHUNK,
+                        tuning: Tuning { moe_overlap, ..Tuning::default() },
+                        ..Default::default()
+                    },
                 )
             };
             let (Some(mut on), Some(mut off)) = (make(true), make(false)) else { return };

@@ -14,6 +14,7 @@ use common::*;
 use kestrel::backend::cpu::CpuBackend;
 use kestrel::backend::wgpu::WgpuOptions;
 use kestrel::backend::{Backend, Readback};
+use kestrel::kernels::Tuning;
 
 const LOGIT_TOL: f32 = 1e-3;
 
@@ -176,8 +177,7 @@ fn wgpu_unfused_norms_match_transformers() {
             let opts = WgpuOptions {
                 max_ctx: 256,
                 max_chunk: 128,
-                fuse_norms_up_to: 0,
-                fold_q_norm: false,
+                tuning: Tuning { fuse_norms_up_to: 0, fold_q_norm: false, ..Tuning::default() },
                 ..Default::default()
             };
             common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
@@ -196,8 +196,7 @@ fn wgpu_split_k_and_norms_over_partials_match_transformers() {
     run_all(
         &["tiny-e2b", "tiny-e4b", "tiny-moe"],
         &mut |m| {
-            let opts =
-                WgpuOptions { max_ctx: 256, max_chunk: 128, min_k_splits: 4, norm_splits: true, ..Default::default() };
+            let opts = WgpuOptions { max_ctx: 256, max_chunk: 128, min_k_splits: 4, ..Default::default() };
             common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)
         },
         128,
@@ -235,8 +234,16 @@ fn wgpu_decode_attention_both_forms_match_transformers() {
     run_all(
         &["tiny-e2b", "tiny-e4b", "tiny-moe"],
         &mut |m| {
-            common::wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, attn_short: 40, ..Default::default() })
-                .map(|b| Box::new(b) as Box<dyn Backend>)
+            common::wgpu_backend(
+                m,
+                WgpuOptions {
+                    max_ctx: 256,
+                    max_chunk: 16,
+                    tuning: Tuning { attn_short: 40, ..Tuning::default() },
+                    ..Default::default()
+                },
+            )
+            .map(|b| Box::new(b) as Box<dyn Backend>)
         },
         16,
         Readback::AllLogits,
@@ -257,7 +264,7 @@ fn wgpu_one_submit_per_step_matches_transformers() {
                 max_ctx: 256,
                 max_chunk: 16,
                 max_binding: Some(4096),
-                submit_segments: false,
+                tuning: Tuning { submit_segments: false, ..Tuning::default() },
                 ..Default::default()
             };
             common::wgpu_backend(m, opts).map(|b| Box::new(b) as Box<dyn Backend>)

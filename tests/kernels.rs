@@ -34,12 +34,12 @@
 use std::collections::BTreeMap;
 
 use half::bf16;
-use kestrel::backend::cpu::{embed_scale, ops};
 use kestrel::backend::wgpu::harness::{KernelHarness, PARAMS2_AT};
-use kestrel::backend::wgpu::kernels::*;
 use kestrel::config::Rope;
+use kestrel::kernels::*;
 use kestrel::loader::{FileBytes, Matrix, SafetensorsFile, TensorStore};
 use kestrel::quant;
+use kestrel::reference::{self, embed_scale};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 
@@ -510,7 +510,7 @@ impl Case for MatmulCase {
         for t in 0..count {
             x[t * x_stride..t * x_stride + cols].copy_from_slice(&bits(&xs[t * cols..(t + 1) * cols]));
         }
-        let y_ref = ops::matmul(&w.matrix, &xs, count);
+        let y_ref = reference::matmul(&w.matrix, &xs, count);
         let mut want = vec![None; tokens * y_stride];
         for t in 0..count {
             for r in 0..rows {
@@ -873,13 +873,13 @@ impl Case for GluCase {
         let &GluCase { rows, cols, tokens, tile, coop } = self;
         let w = Weights::new(Format::Q4, 2 * rows, cols, 64, rng);
         let xs = rng.vec(tokens * cols);
-        let y_ref = ops::matmul(&w.matrix, &xs, tokens);
+        let y_ref = reference::matmul(&w.matrix, &xs, tokens);
         let y_stride = 2 * rows;
         let mut want = vec![None; tokens * y_stride];
         for t in 0..tokens {
             for r in 0..rows {
                 let (g, u) = (y_ref[t * 2 * rows + r], y_ref[t * 2 * rows + rows + r]);
-                want[t * y_stride + r] = Some(ops::gelu_tanh(g) as f64 * u as f64);
+                want[t * y_stride + r] = Some(reference::gelu_tanh(g) as f64 * u as f64);
             }
         }
         let [wb, sb, bb] = w.part(0, 2 * rows);
@@ -902,7 +902,8 @@ impl Case for GluCase {
                     want_s[t * groups + g] = Some(
                         (g * 64..rows.min(g * 64 + 64))
                             .map(|r| {
-                                ops::gelu_tanh(y_ref[t * 2 * rows + r]) as f64 * y_ref[t * 2 * rows + rows + r] as f64
+                                reference::gelu_tanh(y_ref[t * 2 * rows + r]) as f64
+                                    * y_ref[t * 2 * rows + rows + r] as f64
                             })
                             .sum(),
                     );
@@ -926,7 +927,8 @@ impl Case for GluCase {
             let (kernel, per_wg, tok) = qmm_coop_glu_shape();
             return launch(kernel, bufs, &p, step, (rows.div_ceil(per_wg as usize), tokens.div_ceil(tok as usize)));
         }
-        let (kernel, rows_per_wg) = qmv_glu_shape(rows, cols, cols, tile as u32).expect("qmv_glu applies to this case");
+        let (kernel, rows_per_wg) =
+            qmv_glu_shape(rows, cols, cols, tile as u32, &Tuning::default()).expect("qmv_glu applies to this case");
         launch(kernel, bufs, &p, step, (rows.div_ceil(rows_per_wg as usize), tokens.div_ceil(tile)))
     }
 }
@@ -943,17 +945,24 @@ struct NormQmvCase {
     tile: usize,
     second: bool,
     glu: bool,
+    /// The float loop over the normed x (`Tuning::qmv_digits` off) instead of its integer digits.
+    floats: bool,
 }
 
 impl Case for NormQmvCase {
     fn name(&self) -> String {
         let c = self;
         let form = if c.glu { "qmv_glu" } else { "qmv" };
-        format!("{form}_norm_q4_t{}(rows={},cols={},tokens={},second={})", c.tile, c.rows, c.cols, c.tokens, c.second)
+        let floats = if c.floats { ",floats" } else { "" };
+        format!(
+            "{form}_norm_q4_t{}(rows={},cols={},tokens={},second={}{floats})",
+            c.tile, c.rows, c.cols, c.tokens, c.second
+        )
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &NormQmvCase { rows, cols, tokens, tile, second, glu } = self;
+        let &NormQmvCase { rows, cols, tokens, tile, second, glu, floats } = self;
+        let tuning = Tuning { qmv_digits: !floats, ..Tuning::default() };
         let w_rows = if glu { 2 * rows } else { rows };
         let w = Weights::new(Format::Q4, w_rows, cols, 64, rng);
         let (a, res) = (rng.vec(tokens * cols), rng.vec(tokens * cols));
@@ -966,24 +975,24 @@ impl Case for NormQmvCase {
         let mut vs = Vec::with_capacity(tokens * cols);
         for t in 0..tokens {
             let mut n1 = a[t * cols..(t + 1) * cols].to_vec();
-            ops::rmsnorm(&mut n1, Some(&nw[w1_off..w1_off + cols]), eps);
+            reference::rmsnorm(&mut n1, Some(&nw[w1_off..w1_off + cols]), eps);
             let h: Vec<f32> = n1.iter().zip(&res[t * cols..(t + 1) * cols]).map(|(&n, &r)| (n + r) * post1).collect();
             let mut v = h.clone();
             if second {
-                ops::rmsnorm(&mut v, Some(&nw[w2_off..w2_off + cols]), eps);
+                reference::rmsnorm(&mut v, Some(&nw[w2_off..w2_off + cols]), eps);
                 v.iter_mut().for_each(|x| *x *= post2);
             }
             hs.extend(h);
             vs.extend(v);
         }
-        let y_ref = ops::matmul(&w.matrix, &vs, tokens);
+        let y_ref = reference::matmul(&w.matrix, &vs, tokens);
         let y_stride = w_rows;
         let mut want = vec![None; tokens * y_stride];
         for t in 0..tokens {
             for r in 0..rows {
                 want[t * y_stride + r] = Some(if glu {
                     let (g, u) = (y_ref[t * 2 * rows + r], y_ref[t * 2 * rows + rows + r]);
-                    ops::gelu_tanh(g) as f64 * u as f64
+                    reference::gelu_tanh(g) as f64 * u as f64
                 } else {
                     y_ref[t * rows + r] as f64
                 });
@@ -1019,11 +1028,14 @@ impl Case for NormQmvCase {
         params.extend_from_slice(bytemuck::bytes_of(&pro));
         let step =
             Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        let (kernel, rows_per_wg) =
-            if glu { qmv_glu_shape(rows, cols, cols, tile as u32) } else { qmv_shape(rows, cols, cols, tile as u32) }
-                .expect("qmv applies to this case");
-        let kernel =
-            with_norm(kernel, tile as u32, cols, 32768).expect("the fused form fits in lavapipe's workgroup memory");
+        let (kernel, rows_per_wg) = if glu {
+            qmv_glu_shape(rows, cols, cols, tile as u32, &tuning)
+        } else {
+            qmv_shape(rows, cols, cols, tile as u32)
+        }
+        .expect("qmv applies to this case");
+        let kernel = with_norm(kernel, tile as u32, cols, 32768, &tuning)
+            .expect("the fused form fits in lavapipe's workgroup memory");
         let grid = (rows.div_ceil(rows_per_wg as usize) as u32, tokens.div_ceil(tile) as u32, 1);
         Launch { kernel, bufs, params, step, grid, then: None, post: None }
     }
@@ -1035,7 +1047,9 @@ fn norm_qmv_cases() -> Vec<Box<dyn Case>> {
         for tile in [1, PRO_VERIFY_TOK as usize] {
             for second in [true, false] {
                 for glu in [false, true] {
-                    v.push(Box::new(NormQmvCase { rows, cols, tokens: 3, tile, second, glu }));
+                    for floats in [false, true] {
+                        v.push(Box::new(NormQmvCase { rows, cols, tokens: 3, tile, second, glu, floats }));
+                    }
                 }
             }
         }
@@ -1065,12 +1079,12 @@ impl Case for GeluBCase {
         let xs = rng.vec(tokens * cols);
         let (b_stride, b_off) = (3 * rows + 5, rows + 2);
         let gb = rng.vec(tokens * b_stride);
-        let y_ref = ops::matmul(&w.matrix, &xs, tokens);
+        let y_ref = reference::matmul(&w.matrix, &xs, tokens);
         let mut want = vec![None; tokens * rows];
         for t in 0..tokens {
             for r in 0..rows {
                 want[t * rows + r] =
-                    Some(ops::gelu_tanh(y_ref[t * rows + r]) as f64 * gb[t * b_stride + b_off + r] as f64);
+                    Some(reference::gelu_tanh(y_ref[t * rows + r]) as f64 * gb[t * b_stride + b_off + r] as f64);
             }
         }
         let [wb, sb, bb] = w.part(0, rows);
@@ -1220,15 +1234,15 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
             assert!(outs[0] == *o, "qmv_glu rows={rows} cols={cols}: tile 1 and tile {} differ", tile + 1);
         }
     }
-    // The fused-norm forms (their loop on the prologue's integer digits, qmv_digits.wgsl, unless
-    // KESTREL_QMV_DIGITS=0): the normed input and the updated residual too. At 1536 columns a
-    // lane's second chunk is clamped on its last round.
-    for glu in [false, true] {
+    // The fused-norm forms (their loop on the prologue's integer digits, qmv_digits.wgsl, or with
+    // `floats` on the normed x itself): the normed input and the updated residual too. At 1536
+    // columns a lane's second chunk is clamped on its last round.
+    for (glu, floats) in [(false, false), (true, false), (false, true), (true, true)] {
         for (rows, cols) in [(65, 320), (70, 1536), (40, 2816)] {
             let outs: Vec<(Vec<u8>, Vec<u8>)> = [1, PRO_VERIFY_TOK as usize]
                 .iter()
                 .map(|&tile| {
-                    let l = NormQmvCase { rows, cols, tokens: 3, tile, second: true, glu }
+                    let l = NormQmvCase { rows, cols, tokens: 3, tile, second: true, glu, floats }
                         .build(&mut Rng(kestrel::synth::SplitMix64(11)));
                     let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
                     let out = h.run(l.kernel, &bufs, &l.params, l.step, l.grid).unwrap();
@@ -1237,7 +1251,7 @@ fn qmv_rows_are_bitwise_equal_across_token_tiles() {
                 .collect();
             assert!(
                 outs[0] == outs[1],
-                "fused-norm qmv (glu {glu}) rows={rows} cols={cols}: tile 1 and tile {PRO_VERIFY_TOK} differ"
+                "fused-norm qmv (glu {glu}, floats {floats}) rows={rows} cols={cols}: tile 1 and tile {PRO_VERIFY_TOK} differ"
             );
         }
     }
@@ -1536,7 +1550,7 @@ impl Case for NormCase {
             for s in 0..segs {
                 let xb = xr * x_stride + s * n;
                 let mut v: Vec<f32> = (0..n).map(|i| f32::from_bits(xref[xb + i]) * pre).collect();
-                ops::rmsnorm(&mut v, weight.then_some(&wv[..]), EPS);
+                reference::rmsnorm(&mut v, weight.then_some(&wv[..]), EPS);
                 let ob = t * out_stride + s * n;
                 for i in 0..n {
                     let mut y = v[i] as f64;
@@ -1564,7 +1578,7 @@ impl Case for NormCase {
                 for t in 0..count {
                     let mut v: Vec<f32> =
                         (0..n).map(|i| want[t * out_stride + i].expect("row written") as f32).collect();
-                    ops::rmsnorm(&mut v, Some(&wc[j]), EPS);
+                    reference::rmsnorm(&mut v, Some(&wc[j]), EPS);
                     for i in 0..n {
                         want2[t * out2_stride + i] = Some(v[i] as f64 * posts[j] as f64);
                     }
@@ -1973,7 +1987,7 @@ impl Case for HeadCase {
         let (mut cos, mut sin) = (vec![vec![0.0f32; half]; tokens], vec![vec![0.0f32; half]; tokens]);
         if let Some(f) = &inv_freq {
             for t in 0..tokens {
-                ops::rope_table(f, pos0 + t, &mut cos[t], &mut sin[t]);
+                reference::rope_table(f, pos0 + t, &mut cos[t], &mut sin[t]);
                 let b = t * rope_stride + rope_off;
                 table[b..b + half].copy_from_slice(&bits(&cos[t]));
                 table[b + half..b + d].copy_from_slice(&bits(&sin[t]));
@@ -1987,9 +2001,9 @@ impl Case for HeadCase {
             for h in 0..heads {
                 let sb = t * src_stride + src_off + h * d;
                 let mut v: Vec<f32> = src[sb..sb + d].iter().map(|&b| f32::from_bits(b)).collect();
-                ops::rmsnorm(&mut v, weight.then_some(&wv[..]), EPS);
+                reference::rmsnorm(&mut v, weight.then_some(&wv[..]), EPS);
                 if inv_freq.is_some() {
-                    ops::rope(&mut v, &cos[t], &sin[t]);
+                    reference::rope(&mut v, &cos[t], &sin[t]);
                 }
                 for i in 0..d {
                     want[dst_row * row + h * d + i] = Some(v[i] as f64);
@@ -2118,7 +2132,7 @@ impl AttnCase {
             let p = pos0 + t;
             for h in 0..heads {
                 let kvh = h / group;
-                ops::attend(
+                reference::attend(
                     &q[t * qrow + h * d..][..d],
                     lo(p)..p + 1,
                     |pos| &kc[(pos % slots) * kvrow + kvh * d..][..d],
@@ -2292,7 +2306,7 @@ fn split_attention_matches_the_cpu_reference() {
             if c.tokens > 1 {
                 owners.push(("mixed", keys(c.tokens / 2)));
             }
-            let limits = h.gpu().limits.clone();
+            let limits = h.gpu().device_limits();
             for (form, short_max) in owners {
                 let p = AttnParams { short_max, ..p };
                 params[..std::mem::size_of::<AttnParams>()].copy_from_slice(bytemuck::bytes_of(&p));
@@ -2487,7 +2501,7 @@ impl Case for GeluCase {
                 } else {
                     b[t * b_stride + b_off + i] = y.to_bits();
                 }
-                want[t * a_stride + i] = Some(ops::gelu_tanh(x) as f64 * y as f64);
+                want[t * a_stride + i] = Some(reference::gelu_tanh(x) as f64 * y as f64);
             }
         }
         // The sums of ≤ 64 outputs, each within tol::GELU: the same bound.
@@ -2620,7 +2634,7 @@ impl Case for ArgmaxCase {
         let mut capped = logits.clone();
         let tol = if cap > 0.0 {
             for row in capped.chunks_mut(vocab) {
-                ops::softcap(row, cap);
+                reference::softcap(row, cap);
             }
             tol::SOFTCAP
         } else {
@@ -2885,6 +2899,8 @@ struct MoeMatmulCase {
     coop: Option<(u32, u32)>,
     /// Every third pair SKIP (another round of a streamed step): its rows must stay untouched.
     skips: bool,
+    /// With `qmv`: the float loop (`Tuning::qmv_digits` off) instead of the integer digits.
+    floats: bool,
 }
 
 /// moe_group's output for `idx`: per group, the count then the ascending pair indices.
@@ -2936,6 +2952,7 @@ impl MoeMatmulCase {
             qmm: false,
             coop: None,
             skips: false,
+            floats: false,
         }
     }
     fn grouped(self) -> Self {
@@ -2983,6 +3000,9 @@ impl Case for MoeMatmulCase {
         }
         if c.skips {
             s += ",skips";
+        }
+        if c.floats {
+            s += ",floats";
         }
         s + ")"
     }
@@ -3076,7 +3096,8 @@ impl Case for MoeMatmulCase {
         }
         // GridY::Slots: (ceil(rows / rows per workgroup), top_k, n_tokens).
         let (kernel, per_wg) = if self.qmv {
-            qmv_moe_shape(rows, cols, top_k, x_tok, x_slot).expect("qmv_moe applies to this case")
+            let tuning = Tuning { qmv_digits: !self.floats, ..Tuning::default() };
+            qmv_moe_shape(rows, cols, top_k, x_tok, x_slot, &tuning).expect("qmv_moe applies to this case")
         } else {
             (Kernel::MoeMatmul(fmt), MATMUL_ROWS)
         };
@@ -3166,6 +3187,15 @@ fn moe_matmul_cases() -> Vec<Box<dyn Case>> {
     // The real 26B shapes (4 rows per team): gate_up 704 rows × 2816, down 2816 rows × 704.
     v.push(Box::new(q(9, 8, 704, 2816, 1).fused_up()));
     v.push(Box::new(MoeMatmulCase { per_slot: true, skips: true, ..q(9, 8, 2816, 704, 1) }));
+    // The float loop (qmv_digits off), which takes the same rows where the digits would not fit
+    // WebGPU's minimum workgroup memory: both input modes, fused up, SKIP pairs, the 26B widths.
+    for per_slot in [false, true] {
+        let c = MoeMatmulCase { per_slot, skips: per_slot, floats: true, ..q(16, 4, 65, 320, 3) };
+        v.push(Box::new(c));
+        v.push(Box::new(c.fused_up()));
+    }
+    v.push(Box::new(MoeMatmulCase { floats: true, ..q(9, 8, 9, 2816, 3).fused_up() }));
+    v.push(Box::new(MoeMatmulCase { per_slot: true, floats: true, ..q(9, 8, 9, 704, 3) }));
     // The 4-bit prefill form (qmm_moe): partial row tiles, experts with no pairs, more pairs
     // than one 64-pair tile (tokens 70, top 2 of 3), both input modes, fused up, SKIP pairs,
     // group size 128, a padded y, the 26B widths.
@@ -3446,9 +3476,20 @@ fn gpu_required() -> bool {
     std::env::var("KESTREL_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
+/// The tuning the kernels compile with: the defaults, or `KESTREL_TUNING` (CI runs these tests
+/// again with `shader_checks=on`, naga's runtime checks, so an out-of-range index shows as a
+/// difference between the two runs).
+fn tuning() -> Tuning {
+    let mut t = Tuning::default();
+    if let Ok(list) = std::env::var("KESTREL_TUNING") {
+        t.apply(&list).unwrap_or_else(|e| panic!("KESTREL_TUNING: {e}"));
+    }
+    t
+}
+
 /// The harness, or None (printed as skipped) where there is no adapter and none is required.
 fn harness() -> Option<KernelHarness> {
-    match KernelHarness::new() {
+    match KernelHarness::new(&tuning()) {
         Ok(h) => Some(h),
         Err(e) if e.to_string().contains("no GPU adapter") && !gpu_required() => {
             println!("skipped: no adapter ({e})");
@@ -3611,7 +3652,7 @@ fn moe_norm_matches_its_three_dispatches() {
             Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         // The three dispatches: the weights of the two norms at n and 2n, the norms on
         // moe_norm's threads and registers (its sums in their order).
-        let one = moe_norm(n, k, max_wg);
+        let one = moe_norm(n, k, max_wg, &Tuning::default());
         let Kernel::MoeNorm { v, wg, .. } = one else { panic!("moe_norm returned {one:?}") };
         let norm = Kernel::RmsNorm { v, wg };
         let plain = |w_off: usize, mode: u32| NormParams {
@@ -3730,7 +3771,7 @@ fn qkv_norm_rope_is_bitwise_three_head_norm_ropes() {
         for t in 0..tokens {
             let row = &mut table[t * rope_stride + rope_off..t * rope_stride + rope_off + d];
             let (c, s) = row.split_at_mut(d / 2);
-            ops::rope_table(&inv_freq, pos0 + t, c, s);
+            reference::rope_table(&inv_freq, pos0 + t, c, s);
         }
         let table = to_bytes(&bits(&table));
         let step = Step {
@@ -3829,7 +3870,14 @@ fn moe_glu_matches_the_cpu_reference() {
     let Some(mut h) = harness() else { return };
     let to_bytes = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
     // (experts, top_k, rows, cols, tokens)
-    for (experts, top_k, rows, cols, tokens) in [(16, 8, 704, 2816, 1), (5, 3, 70, 256, 3)] {
+    // The digit loop, then the float loop (qmv_digits off).
+    let shapes = [
+        (16, 8, 704, 2816, 1, true),
+        (5, 3, 70, 256, 3, true),
+        (16, 8, 704, 2816, 1, false),
+        (5, 3, 70, 256, 3, false),
+    ];
+    for (experts, top_k, rows, cols, tokens, digits) in shapes {
         let mut rng = Rng(kestrel::synth::SplitMix64((rows * 7 + cols) as u64));
         let stride = 2 * rows;
         let w = Weights::new(Format::Q4, experts * stride, cols, 64, &mut rng);
@@ -3838,7 +3886,7 @@ fn moe_glu_matches_the_cpu_reference() {
         if tokens > 1 {
             idx[1] = u32::MAX; // SKIP: a pair of another streaming round
         }
-        let y_ref = ops::matmul(&w.matrix, &xs, tokens); // [t, experts · stride]
+        let y_ref = reference::matmul(&w.matrix, &xs, tokens); // [t, experts · stride]
         let mut want = vec![None; tokens * top_k * rows];
         for t in 0..tokens {
             for j in 0..top_k {
@@ -3849,7 +3897,7 @@ fn moe_glu_matches_the_cpu_reference() {
                 for r in 0..rows {
                     let base = t * experts * stride + e as usize * stride;
                     let (g, u) = (y_ref[base + r], y_ref[base + rows + r]);
-                    want[(t * top_k + j) * rows + r] = Some(ops::gelu_tanh(g) as f64 * u as f64);
+                    want[(t * top_k + j) * rows + r] = Some(reference::gelu_tanh(g) as f64 * u as f64);
                 }
             }
         }
@@ -3867,7 +3915,8 @@ fn moe_glu_matches_the_cpu_reference() {
             up_off: rows as u32,
             ..Default::default()
         };
-        let (kernel, per_wg) = qmv_moe_glu_shape(rows, cols, top_k, cols, 0).expect("applies");
+        let tuning = Tuning { qmv_digits: digits, ..Tuning::default() };
+        let (kernel, per_wg) = qmv_moe_glu_shape(rows, cols, top_k, cols, 0, &tuning).expect("applies");
         let step =
             Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
         let poison = vec![POISON; tokens * top_k * rows];

@@ -13,10 +13,11 @@ use common::*;
 use kestrel::backend::cpu::CpuBackend;
 use kestrel::backend::wgpu::WgpuOptions;
 use kestrel::backend::{Backend, Readback};
+use kestrel::engine::speculative::{self, SpecStats};
 use kestrel::engine::{self, GenerateParams};
+use kestrel::kernels::Tuning;
 use kestrel::model::Model;
 use kestrel::sampler::{Sampler, SamplerConfig};
-use kestrel::spec::driver::{self, SpecStats};
 use kestrel::spec::Drafter;
 
 const NEW: usize = 256;
@@ -57,7 +58,7 @@ fn speculative_on(
     p: &GenerateParams,
 ) -> (Vec<u32>, SpecStats) {
     let mut streamed = Vec::new();
-    let (out, _, stats) = driver::generate(b, drafter, k, prompt, p, |t| {
+    let (out, _, stats) = speculative::generate(b, drafter, k, prompt, p, |t| {
         streamed.push(t);
         Ok(())
     })
@@ -161,7 +162,12 @@ fn wgpu_unfused_verify_logits_are_bitwise_sequential_decode() {
     check_verify_bitwise("wgpu-unfused", &|m| {
         wgpu_backend(
             m,
-            WgpuOptions { max_ctx: 256, max_chunk: 16, fuse_norms_up_to: 0, fold_q_norm: false, ..Default::default() },
+            WgpuOptions {
+                max_ctx: 256,
+                max_chunk: 16,
+                tuning: Tuning { fuse_norms_up_to: 0, fold_q_norm: false, ..Tuning::default() },
+                ..Default::default()
+            },
         )
         .map(|b| Box::new(b) as Box<dyn Backend>)
     });
@@ -175,8 +181,16 @@ fn wgpu_unfused_verify_logits_are_bitwise_sequential_decode() {
 #[test]
 fn wgpu_verify_across_the_short_attention_bound_is_bitwise_sequential_decode() {
     check_verify_bitwise("wgpu-short-bound", &|m| {
-        wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, attn_short: 42, ..Default::default() })
-            .map(|b| Box::new(b) as Box<dyn Backend>)
+        wgpu_backend(
+            m,
+            WgpuOptions {
+                max_ctx: 256,
+                max_chunk: 16,
+                tuning: Tuning { attn_short: 42, ..Tuning::default() },
+                ..Default::default()
+            },
+        )
+        .map(|b| Box::new(b) as Box<dyn Backend>)
     });
 }
 

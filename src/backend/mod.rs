@@ -143,6 +143,12 @@ pub trait Backend {
         None
     }
 
+    /// The kernel and program choices this backend was built with, where it has any (the GPU
+    /// backends).
+    fn tuning(&self) -> Option<&crate::kernels::Tuning> {
+        None
+    }
+
     /// Expert-streaming figures (hit rate, bytes read), when MoE experts stream from disk.
     fn stream_stats(&self) -> Option<crate::streamer::StreamStats> {
         None

@@ -49,8 +49,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         max_chunk: args.model.chunk,
         max_binding: None,
         expert_slots,
+        tuning: args.model.tuning()?,
+        skip: args.skip.clone(),
         ..WgpuOptions::default()
     };
+    if !opts.skip.is_empty() {
+        eprintln!(
+            "warning: --skip {} leaves those kernels out of every step: timings only, the output is wrong",
+            opts.skip.join(",")
+        );
+    }
     let mut b =
         WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts).context("starting the wgpu backend")?;
     if args.list_program {
@@ -180,7 +188,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         let mut sampler = crate::sampler::Sampler::new(crate::sampler::SamplerConfig::default());
         let (g_out, g_stats) = crate::engine::generate(&mut b, &prompt, &params, &mut sampler, |_| Ok(()))?;
         let (s_out, s_stats, sp) =
-            crate::spec::driver::generate(&mut b, &drafter, args.draft_k, &prompt, &params, |_| Ok(()))?;
+            crate::engine::speculative::generate(&mut b, &drafter, args.draft_k, &prompt, &params, |_| Ok(()))?;
         if g_out != s_out {
             bail!("speculative output differs from greedy: a bug, please report it");
         }
@@ -191,7 +199,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     // streaming kernel reaches through this API: ≈ 4.0 TB/s on the H200), else host-timed
     // buffer copies (these read ≈ 0.84 TB/s on the H200: submit and wait dominate).
     let copy_gbs = if b.gpu().can_profile() {
-        crate::backend::wgpu::harness::KernelHarness::with_gpu(b.gpu().clone()).copy_roofline()?
+        crate::backend::wgpu::harness::KernelHarness::with_gpu(b.gpu().clone(), &b.options().tuning).copy_roofline()?
     } else {
         b.gpu().copy_bandwidth(1 << 30, 10)?
     };
@@ -204,6 +212,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "model": model.source,
             "device": b.device_info(),
             "backend": "wgpu",
+            "tuning": b.options().tuning.to_json(),
+            "skip": &b.options().skip,
             "pp": pp.map(|(t, lo, hi)| json!({"tokens": args.n_prompt, "tok_s": t, "repetitions": args.reps, "tok_s_min": lo, "tok_s_max": hi, "tail_from_layer": b.prompt_tail_layer()})),
             "tg": tg.map(|(t, s)| json!({
                 "tokens": args.n_gen, "tok_s": t, "ms_per_token": s * 1e3,
@@ -227,6 +237,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         println!("{obj}");
     } else {
         println!("model: {}   device: {}", model.source, b.device_info());
+        let changes = b.options().tuning.changes();
+        let changed =
+            if changes.is_empty() { "defaults".to_string() } else { format!("changed {}", changes.join(",")) };
+        println!("tuning ({changed}): {}", b.options().tuning);
         println!("| test | tok/s | ms/token | GB/token | GB/s | roofline (copy) GB/s | % of roofline |");
         println!("|---|---|---|---|---|---|---|");
         if let Some((t, _, _)) = pp {
@@ -243,7 +257,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
         // What pp measured: the layers past the last K/V write run for a prompt's last token alone.
         if let (Some(_), Some(l)) = (pp, b.prompt_tail_layer()) {
-            println!("pp: layers 0–{} and layer {l}'s q/k/v for every prompt token, the rest for its last token alone (nothing there writes the cache; KESTREL_PROMPT_TAIL=0: every layer for every token)", l.saturating_sub(1));
+            println!("pp: layers 0–{} and layer {l}'s q/k/v for every prompt token, the rest for its last token alone (nothing there writes the cache; --tuning prompt_tail=off: every layer for every token)", l.saturating_sub(1));
         }
         if let (false, Some((_, s))) = (verify_ms.is_empty(), tg) {
             println!("\nverify pass (M tokens) vs one decode step ({:.3} ms):", s * 1e3);

@@ -11,10 +11,11 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::wgpu::{WgpuBackend, WgpuOptions};
 use crate::backend::{Backend, BackendKind};
 use crate::chat::{self, Message};
+use crate::engine::speculative;
 use crate::engine::{self, GenStats, GenerateParams};
 use crate::model::Model;
 use crate::sampler::{Sampler, SamplerConfig};
-use crate::spec::{driver, Drafter};
+use crate::spec::Drafter;
 use crate::streamer::ExpertSlots;
 use crate::tokenizer::StreamDecoder;
 
@@ -49,6 +50,7 @@ pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn B
                 max_chunk: args.chunk,
                 max_binding: None,
                 expert_slots,
+                tuning: args.tuning()?,
                 ..WgpuOptions::default()
             };
             Box::new(
@@ -184,10 +186,12 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     };
     let result = match &drafter {
         None => engine::generate(backend.as_mut(), &prompt, &params, &mut sampler, on_token),
-        Some(d) => driver::generate(backend.as_mut(), d, args.draft_k, &prompt, &params, on_token).map(|(t, s, sp)| {
-            spec_stats = Some(sp);
-            (t, s)
-        }),
+        Some(d) => {
+            speculative::generate(backend.as_mut(), d, args.draft_k, &prompt, &params, on_token).map(|(t, s, sp)| {
+                spec_stats = Some(sp);
+                (t, s)
+            })
+        }
     };
     if let Some(e) = stdout_err {
         return Err(anyhow::Error::new(e).context("writing to stdout"));
@@ -248,6 +252,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
                 "device_state_bytes": mem.state_bytes,
                 "experts": stats.experts.map(|e| e.to_json()),
                 "speculative": spec_stats.as_ref().map(|s| s.to_json()),
+                "tuning": backend.tuning().map(|t| t.to_json()),
             }
         });
         // Not println!: it panics when the reader has gone away.

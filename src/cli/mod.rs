@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::backend::BackendKind;
+use crate::kernels::Tuning;
 use crate::streamer::ExpertSlots;
 
 #[derive(Parser, Debug)]
@@ -96,6 +97,10 @@ pub struct BenchArgs {
     /// exit without measuring: two builds that print the same lines run the same GPU work.
     #[arg(long)]
     pub list_program: bool,
+    /// Leave the kernels whose label starts with one of these out of every step (a kernel's
+    /// marginal cost in the pipelined step: bench with and without it). The output is wrong.
+    #[arg(long, value_name = "LABEL,…", value_delimiter = ',')]
+    pub skip: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -143,6 +148,12 @@ pub struct ModelArgs {
     /// Installations: check file sizes and the small files' hashes only, not the large files'.
     #[arg(long)]
     pub trust_manifest: bool,
+
+    /// wgpu kernel and program choices, `key=value[,key=value…]` (on/off for switches), applied
+    /// after those in the KESTREL_TUNING environment variable; `kestrel bench` prints every
+    /// setting. For measurements and tests: the defaults are the measured best (README: Tuning).
+    #[arg(long, value_name = "KEY=VALUE,…")]
+    pub tuning: Vec<String>,
 }
 
 /// Default expert cache slots per layer of a streamed installation.
@@ -152,6 +163,19 @@ impl ModelArgs {
     /// The context length to use for a model supporting `model_max` positions.
     pub fn ctx_for(&self, model_max: usize) -> usize {
         self.ctx.unwrap_or(4096.min(model_max))
+    }
+
+    /// The backend's [`Tuning`]: the defaults, then `KESTREL_TUNING`, then `--tuning` (read
+    /// here, once, so that nothing below the command line depends on the environment).
+    pub fn tuning(&self) -> anyhow::Result<Tuning> {
+        let mut tuning = Tuning::default();
+        if let Ok(list) = std::env::var("KESTREL_TUNING") {
+            tuning.apply(&list).map_err(|e| anyhow::anyhow!("KESTREL_TUNING: {e}"))?;
+        }
+        for list in &self.tuning {
+            tuning.apply(list).map_err(|e| anyhow::anyhow!("--tuning: {e}"))?;
+        }
+        Ok(tuning)
     }
 }
 

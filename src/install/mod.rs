@@ -1,5 +1,5 @@
 //! `kestrel install SRC DST`: repacks an HF or MLX checkpoint into the installed layout
-//! ([`format`]) so the routed experts can stream from per-layer files.
+//! (`crate::loader::installed`) so the routed experts can stream from per-layer files.
 //!
 //! Safety: everything is written under `DST.partial/`; each finished file is fsynced and recorded
 //! with its SHA-256 in `DST.partial/.journal`. When all files exist, the manifest is written, the
@@ -10,8 +10,6 @@
 //! Memory: the source is read with positional reads, not through the mapping, so the heap holds at
 //! most `workers × (blob stride + COPY_CHUNK)` bytes ([`InstallReport::heap_bound`]), whatever the
 //! checkpoint's size.
-
-pub mod format;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -25,8 +23,8 @@ use sha2::{Digest, Sha256};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::loader::installed::*;
 use crate::loader::{ExpertGateUp, Matrix, ModelWeights, TensorRef, TensorStore};
-pub use format::*;
 
 /// Bytes per positional read when copying tensors.
 pub const COPY_CHUNK: usize = 8 << 20;
@@ -301,7 +299,7 @@ fn write_job(job: &Job, path: &Path, progress: &dyn Fn(u64)) -> Result<(u64, Str
         }
     }
     out.sync_all().map_err(|e| Error::io(path, e))?;
-    Ok((total, format::hex(&h.finalize())))
+    Ok((total, hex(&h.finalize())))
 }
 
 /// A fingerprint of the source: a journal from another source (or another layout version) is
@@ -313,7 +311,7 @@ fn fingerprint(src: &Path, jobs: &[(String, Job)]) -> Result<String> {
     for (path, job) in jobs {
         h.update(format!("{path} {}\n", job.bytes()?).as_bytes());
     }
-    Ok(format::hex(&h.finalize()))
+    Ok(hex(&h.finalize()))
 }
 
 /// Reads the journal of an interrupted run: path → (bytes, sha256), only if it was made for the

@@ -8,6 +8,7 @@
 //!
 //! Matrices stay in the mapping; only vectors (norm weights, scalars) are converted to f32 here.
 
+pub mod installed;
 pub mod safetensors;
 
 use std::path::Path;
@@ -15,6 +16,7 @@ use std::path::Path;
 use crate::config::{Config, ModelKind};
 use crate::error::{Error, Result};
 use crate::quant::{self, DType, QuantLayout};
+pub use installed::ExpertFiles;
 pub use safetensors::{FileBytes, SafetensorsFile, TensorRef, TensorStore};
 
 /// A 2-D weight matrix `[rows, cols]` (HF `nn.Linear` layout: `y = x · Wᵀ`, one row per output).
@@ -83,6 +85,21 @@ impl Matrix {
                 quant::dequant_row(layout, w.bytes(), scales.bytes(), biases.bytes(), r, out)
             }
         }
+    }
+}
+
+impl crate::reference::MatrixRows for Matrix {
+    fn rows(&self) -> usize {
+        Matrix::rows(self)
+    }
+    fn cols(&self) -> usize {
+        Matrix::cols(self)
+    }
+    fn name(&self) -> &str {
+        Matrix::name(self)
+    }
+    fn row_f32(&self, r: usize, out: &mut [f32]) {
+        Matrix::row_f32(self, r, out)
     }
 }
 
@@ -168,7 +185,7 @@ pub struct ModelWeights {
     pub layers: Vec<LayerWeights>,
     pub assistant: Option<AssistantWeights>,
     /// The routed experts of an installation (`MoeWeights::experts` is then `None`).
-    pub expert_files: Option<std::sync::Arc<crate::streamer::ExpertFiles>>,
+    pub expert_files: Option<std::sync::Arc<ExpertFiles>>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -326,7 +343,7 @@ impl ModelWeights {
         }
         let mut row = vec![0.0f32; h];
         self.embed.row_f32(token as usize, &mut row);
-        let scale = crate::backend::cpu::embed_scale(h);
+        let scale = crate::reference::embed_scale(h);
         row.iter_mut().for_each(|v| *v *= scale);
         Ok(row)
     }

@@ -14,12 +14,11 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::{DraftContext, KvRows};
-use crate::backend::cpu::ops;
 use crate::config::{AttnKind, Config, ModelKind};
 use crate::error::{Error, Result};
 use crate::loader::{AssistantWeights, Matrix, ModelWeights};
 use crate::model::Model;
-use crate::sampler::argmax;
+use crate::reference::{self, argmax};
 
 /// The target K/V one drafting block attends to: the rows of the last cache-owning sliding layer
 /// and of the last cache-owning full layer, already restricted to the visible positions.
@@ -211,7 +210,7 @@ impl Drafter {
 
         // ---- x = W_pre [embedding, hidden]  (this order: spec §3.4)
         let cat: Vec<f32> = input.embedding.iter().chain(input.hidden).copied().collect();
-        let mut x = ops::matmul(&aw.pre_projection, &cat, 1);
+        let mut x = reference::matmul(&aw.pre_projection, &cat, 1);
 
         for (l, lw) in self.cfg.layers.iter().zip(&self.w.layers) {
             let d = l.head_dim;
@@ -228,44 +227,44 @@ impl Drafter {
 
             // ---- attention: q = rope(q_norm(W_q norm(x))) at position p over the target's K/V
             let mut xn = x.clone();
-            ops::rmsnorm(&mut xn, Some(&lw.input_norm), eps);
-            let mut q = ops::matmul(&lw.q_proj, &xn, 1);
+            reference::rmsnorm(&mut xn, Some(&lw.input_norm), eps);
+            let mut q = reference::matmul(&lw.q_proj, &xn, 1);
             let inv = &self.inv_freq[(l.kind == AttnKind::Full) as usize];
             let (mut cos, mut sin) = (vec![0.0; d / 2], vec![0.0; d / 2]);
-            ops::rope_table(inv, input.position, &mut cos, &mut sin);
+            reference::rope_table(inv, input.position, &mut cos, &mut sin);
             for head in q.chunks_mut(d) {
-                ops::rmsnorm(head, Some(&lw.q_norm), eps);
-                ops::rope(head, &cos, &sin);
+                reference::rmsnorm(head, Some(&lw.q_norm), eps);
+                reference::rope(head, &cos, &sin);
             }
             let group = l.n_heads / kv.n_kv_heads;
             let mut att = vec![0.0f32; l.q_dim()];
             for (hh, (qh, out)) in q.chunks(d).zip(att.chunks_mut(d)).enumerate() {
                 let kvh = hh / group;
-                ops::attend(qh, 0..kv.len(), |r| kv.k_head(r, kvh), |r| kv.v_head(r, kvh), out);
+                reference::attend(qh, 0..kv.len(), |r| kv.k_head(r, kvh), |r| kv.v_head(r, kvh), out);
             }
-            let mut o = ops::matmul(&lw.o_proj, &att, 1);
-            ops::rmsnorm(&mut o, Some(&lw.post_attn_norm), eps);
+            let mut o = reference::matmul(&lw.o_proj, &att, 1);
+            reference::rmsnorm(&mut o, Some(&lw.post_attn_norm), eps);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
             // ---- feed-forward: x += norm(W_down (gelu(W_gate x_n) ⊙ W_up x_n)); then × layer_scalar
             let mut xn = x.clone();
-            ops::rmsnorm(&mut xn, Some(&lw.pre_ff_norm), eps);
-            let g = ops::matmul(&lw.gate_proj, &xn, 1);
-            let u = ops::matmul(&lw.up_proj, &xn, 1);
-            let a: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| ops::gelu_tanh(g) * u).collect();
-            let mut m = ops::matmul(&lw.down_proj, &a, 1);
-            ops::rmsnorm(&mut m, Some(&lw.post_ff_norm), eps);
+            reference::rmsnorm(&mut xn, Some(&lw.pre_ff_norm), eps);
+            let g = reference::matmul(&lw.gate_proj, &xn, 1);
+            let u = reference::matmul(&lw.up_proj, &xn, 1);
+            let a: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| reference::gelu_tanh(g) * u).collect();
+            let mut m = reference::matmul(&lw.down_proj, &a, 1);
+            reference::rmsnorm(&mut m, Some(&lw.post_ff_norm), eps);
             x.iter_mut().zip(&m).for_each(|(a, b)| *a += b);
             x.iter_mut().for_each(|v| *v *= lw.layer_scalar);
         }
-        ops::rmsnorm(&mut x, Some(&self.w.final_norm), eps);
+        reference::rmsnorm(&mut x, Some(&self.w.final_norm), eps);
         debug_assert_eq!(x.len(), h);
 
-        let hidden = ops::matmul(&aw.post_projection, &x, 1);
+        let hidden = reference::matmul(&aw.post_projection, &x, 1);
         // No final softcap: transformers' drafter head has none, whatever text_config says.
         let logits = match (&aw.centroids, &aw.token_ordering) {
             (Some(c), Some(order)) => self.centroid_logits(c, order, &x),
-            _ => ops::matmul(&self.w.embed, &x, 1),
+            _ => reference::matmul(&self.w.embed, &x, 1),
         };
         let token = argmax(&logits);
         Ok(DraftStep { token, hidden, logits })
@@ -278,7 +277,7 @@ impl Drafter {
         let a = self.assistant_cfg();
         let vocab = self.cfg.text.vocab_size;
         let per = vocab / a.num_centroids;
-        let scores = ops::matmul(centroids, x, 1);
+        let scores = reference::matmul(centroids, x, 1);
         let mut idx: Vec<usize> = (0..scores.len()).collect();
         // Stable sort, descending: ties keep the lower centroid first. Which of two tied
         // centroids wins cannot change the argmax unless a token sits in both, and clusters are

@@ -5,11 +5,10 @@
 //! backend exposes for that (the CPU backend implements it; a GPU backend would implement it by
 //! readback), so the [`drafter::Drafter`] itself stays backend-independent.
 //!
-//! [`driver`] is the speculative loop (draft, verify, accept, commit), shared by all backends;
-//! verification and commit are `Backend` methods.
+//! The speculative loop (draft, verify, accept, commit) is the engine's
+//! (`crate::engine::speculative`); verification and commit are `Backend` methods.
 
 pub mod drafter;
-pub mod driver;
 
 use std::ops::Range;
 

@@ -1,5 +1,5 @@
 //! The MoE expert streamer, shared by every backend: routed experts live in an installation's
-//! per-layer files ([`ExpertFiles`]) and pass through a bounded per-layer slot cache
+//! per-layer files (the loader's [`ExpertFiles`]) and pass through a bounded per-layer slot cache
 //! ([`policy::LayerCache`], LFU with recency as tie-break). A backend owns the slot memory (GPU
 //! buffer regions, or host memory for the CPU reference); the [`Streamer`] decides which expert
 //! sits in which slot, reads the misses with positional reads (distinct misses in parallel) and
@@ -14,14 +14,10 @@
 pub mod policy;
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::install::format::{check_hash, ExpertLayout, FileEntry, Installation};
+pub use crate::loader::ExpertFiles;
 pub use policy::{CacheStats, Fill, LayerCache, PlanError, SlotPlan};
 
 /// Slot-table entry of a (token, expert) pair that the current round does not compute.
@@ -49,101 +45,6 @@ impl std::str::FromStr for ExpertSlots {
             Ok(n) if n >= 1 => Ok(ExpertSlots::Some(n)),
             _ => Err(format!("`{s}` is not a slot count: use a number ≥ 1 or `all`")),
         }
-    }
-}
-
-/// One layer's expert file.
-struct LayerFile {
-    path: PathBuf,
-    file: File,
-    entry: FileEntry,
-}
-
-/// The per-layer expert files of an installation, opened, hashed on first use.
-pub struct ExpertFiles {
-    pub layout: ExpertLayout,
-    dir: PathBuf,
-    layers: BTreeMap<usize, LayerFile>,
-    /// Layers whose file has been hashed against the manifest (or all, with `--trust-manifest`).
-    verified: Mutex<Vec<usize>>,
-    trust: bool,
-}
-
-impl ExpertFiles {
-    /// Opens the files `inst`'s layout names. With `trust`, files are never hashed (the manifest
-    /// already checked their sizes).
-    pub fn open(inst: &Installation, trust: bool) -> Result<Self> {
-        let layout = inst
-            .layout
-            .clone()
-            .ok_or_else(|| Error::Invalid(format!("{}: has no expert layout", inst.dir.display())))?;
-        let mut layers = BTreeMap::new();
-        for (&l, rel) in &layout.layers {
-            let path = inst.dir.join(rel);
-            let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
-            let entry = inst
-                .entry(rel)
-                .cloned()
-                .ok_or_else(|| Error::Invalid(format!("{}: not listed in the manifest", path.display())))?;
-            layers.insert(l, LayerFile { path, file, entry });
-        }
-        Ok(ExpertFiles { layout, dir: inst.dir.clone(), layers, verified: Mutex::new(Vec::new()), trust })
-    }
-
-    pub fn has_layer(&self, layer: usize) -> bool {
-        self.layers.contains_key(&layer)
-    }
-
-    /// Hashes `layer`'s file against the manifest the first time it is used.
-    pub fn ensure_verified(&self, layer: usize) -> Result<()> {
-        if self.trust {
-            return Ok(());
-        }
-        let mut v = self.verified.lock().expect("no panic holds this lock");
-        if v.contains(&layer) {
-            return Ok(());
-        }
-        let lf = self.file(layer)?;
-        check_hash(&self.dir, &lf.entry)?;
-        v.push(layer);
-        Ok(())
-    }
-
-    fn file(&self, layer: usize) -> Result<&LayerFile> {
-        self.layers
-            .get(&layer)
-            .ok_or_else(|| Error::Invalid(format!("layer {layer} has no expert file in this installation")))
-    }
-
-    /// Verifies `layer`'s file and hands every expert's blob to `f(expert, blob)` in order:
-    /// loading all experts resident.
-    pub fn for_each_expert(&self, layer: usize, mut f: impl FnMut(u32, &[u8]) -> Result<()>) -> Result<()> {
-        self.ensure_verified(layer)?;
-        let mut blob = Vec::new();
-        for e in 0..self.layout.n_experts as u32 {
-            self.read(layer, e, &mut blob)?;
-            f(e, &blob)?;
-        }
-        Ok(())
-    }
-
-    /// Reads expert `expert` of `layer` (its used bytes) into `buf`. Call
-    /// [`ensure_verified`](Self::ensure_verified) first.
-    pub fn read(&self, layer: usize, expert: u32, buf: &mut Vec<u8>) -> Result<()> {
-        let lf = self.file(layer)?;
-        if expert as usize >= self.layout.n_experts {
-            return Err(Error::Invalid(format!(
-                "expert {expert} out of range (the layer has {})",
-                self.layout.n_experts
-            )));
-        }
-        buf.resize(self.layout.blob_bytes as usize, 0);
-        lf.file.read_exact_at(buf, expert as u64 * self.layout.blob_stride).map_err(|e| {
-            Error::Invalid(format!(
-                "{}: reading expert {expert}: {e} (is the file truncated? `kestrel verify` the installation)",
-                lf.path.display()
-            ))
-        })
     }
 }
 

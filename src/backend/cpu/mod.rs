@@ -5,25 +5,16 @@
 //! ring buffer): the sliding window is a mask here, which is what lets the tests catch a wrong
 //! ring layout in a GPU backend.
 
-pub mod ops;
-
 use std::ops::Range;
 use std::sync::Arc;
 
 use crate::backend::{Backend, MemoryUse, Readback, StepOutput};
 use crate::config::{AttnKind, Config, KvSource};
 use crate::error::{Error, Result};
-use crate::loader::{ExpertGateUp, Matrix, ModelWeights};
-use crate::sampler::argmax;
+use crate::loader::{ExpertFiles, ExpertGateUp, Matrix, ModelWeights};
+use crate::reference::{self, argmax, embed_scale};
 use crate::spec::{DraftContext, KvRows};
-use crate::streamer::{ExpertFiles, ExpertSlots, StreamStats, Streamer, SKIP};
-
-/// Scale applied to the token embedding: `sqrt(hidden)` rounded to the activation dtype, as
-/// transformers does (`embed_scale.to(dtype)`). Kestrel computes in f32, so this is `f32(√H)`;
-/// a bf16 run of transformers would use `bf16(√H)` (39.25 for E2B).
-pub fn embed_scale(hidden: usize) -> f32 {
-    (hidden as f64).sqrt() as f32
-}
+use crate::streamer::{ExpertSlots, StreamStats, Streamer, SKIP};
 
 /// The f32 reference backend.
 pub struct CpuBackend {
@@ -127,10 +118,10 @@ impl CpuBackend {
         let ple = w.ple.as_ref().map(|p| {
             let pd = t.hidden_size_per_layer_input;
             let lp = t.num_hidden_layers * pd;
-            let mut ctx = ops::matmul(&p.model_projection, &x, n);
+            let mut ctx = reference::matmul(&p.model_projection, &x, n);
             let s = (h as f64).powf(-0.5) as f32;
             ctx.iter_mut().for_each(|v| *v *= s);
-            ops::rmsnorm_rows(&mut ctx, pd, Some(&p.projection_norm), eps);
+            reference::rmsnorm_rows(&mut ctx, pd, Some(&p.projection_norm), eps);
             let tok_scale = (pd as f64).sqrt() as f32;
             let mut tok = vec![0.0f32; lp];
             for (i, &id) in tokens.iter().enumerate() {
@@ -150,32 +141,32 @@ impl CpuBackend {
 
             // ---- attention: x_n = norm(h); q = rope(q_norm(W_q x_n)); k, v likewise into the cache
             let mut xn = x.clone();
-            ops::rmsnorm_rows(&mut xn, h, Some(&lw.input_norm), eps);
-            let mut q = ops::matmul(&lw.q_proj, &xn, n);
+            reference::rmsnorm_rows(&mut xn, h, Some(&lw.input_norm), eps);
+            let mut q = reference::matmul(&lw.q_proj, &xn, n);
             for i in 0..n {
-                ops::rope_table(inv, pos + i, &mut cos, &mut sin);
+                reference::rope_table(inv, pos + i, &mut cos, &mut sin);
                 for head in q[i * l.q_dim()..(i + 1) * l.q_dim()].chunks_mut(d) {
-                    ops::rmsnorm(head, Some(&lw.q_norm), eps);
-                    ops::rope(head, &cos, &sin);
+                    reference::rmsnorm(head, Some(&lw.q_norm), eps);
+                    reference::rope(head, &cos, &sin);
                 }
             }
             let c = self.cache_of(li);
             if let KvSource::Own { .. } = l.kv {
                 let kp = lw.k_proj.as_ref().expect("loader provides k_proj on KV-owning layers");
-                let mut k = ops::matmul(kp, &xn, n);
+                let mut k = reference::matmul(kp, &xn, n);
                 let mut v = match &lw.v_proj {
-                    Some(vp) => ops::matmul(vp, &xn, n),
+                    Some(vp) => reference::matmul(vp, &xn, n),
                     None => k.clone(), // attention_k_eq_v: V is the raw K projection
                 };
                 let kn = lw.k_norm.as_ref().expect("loader provides k_norm on KV-owning layers");
                 for i in 0..n {
-                    ops::rope_table(inv, pos + i, &mut cos, &mut sin);
+                    reference::rope_table(inv, pos + i, &mut cos, &mut sin);
                     for head in k[i * l.kv_dim()..(i + 1) * l.kv_dim()].chunks_mut(d) {
-                        ops::rmsnorm(head, Some(kn), eps);
-                        ops::rope(head, &cos, &sin);
+                        reference::rmsnorm(head, Some(kn), eps);
+                        reference::rope(head, &cos, &sin);
                     }
                 }
-                ops::rmsnorm_rows(&mut v, d, None, eps);
+                reference::rmsnorm_rows(&mut v, d, None, eps);
                 let kv_dim = l.kv_dim();
                 for cache in [&mut self.k_cache[c], &mut self.v_cache[c]] {
                     cache.resize((pos + n) * kv_dim, 0.0);
@@ -197,7 +188,7 @@ impl CpuBackend {
                     let kvh = hh / group;
                     let qh = &q[i * l.q_dim() + hh * d..i * l.q_dim() + (hh + 1) * d];
                     let out = &mut att[i * l.q_dim() + hh * d..i * l.q_dim() + (hh + 1) * d];
-                    ops::attend(
+                    reference::attend(
                         qh,
                         lo..p + 1,
                         |pp| &kc[pp * kv_dim + kvh * d..pp * kv_dim + (kvh + 1) * d],
@@ -206,42 +197,42 @@ impl CpuBackend {
                     );
                 }
             }
-            let mut o = ops::matmul(&lw.o_proj, &att, n);
-            ops::rmsnorm_rows(&mut o, h, Some(&lw.post_attn_norm), eps);
+            let mut o = reference::matmul(&lw.o_proj, &att, n);
+            reference::rmsnorm_rows(&mut o, h, Some(&lw.post_attn_norm), eps);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
             // ---- feed-forward: m = W_down (gelu(W_gate x_n) ⊙ W_up x_n), x_n = norm(h)
             let mut xn = x.clone();
-            ops::rmsnorm_rows(&mut xn, h, Some(&lw.pre_ff_norm), eps);
+            reference::rmsnorm_rows(&mut xn, h, Some(&lw.pre_ff_norm), eps);
             let mut m = geglu(&lw.gate_proj, &lw.up_proj, &lw.down_proj, &xn, n);
             if let Some(moe) = &lw.moe {
                 // MoE layers: m = norm_1(dense m) + norm_2(Σ_experts), router on the residual h.
-                ops::rmsnorm_rows(&mut m, h, Some(&moe.post_norm_1), eps);
+                reference::rmsnorm_rows(&mut m, h, Some(&moe.post_norm_1), eps);
                 let mut routed = moe_forward(&cfg, moe, li, &x, n, self.experts.as_mut())?;
-                ops::rmsnorm_rows(&mut routed, h, Some(&moe.post_norm_2), eps);
+                reference::rmsnorm_rows(&mut routed, h, Some(&moe.post_norm_2), eps);
                 m.iter_mut().zip(&routed).for_each(|(a, b)| *a += b);
             }
-            ops::rmsnorm_rows(&mut m, h, Some(&lw.post_ff_norm), eps);
+            reference::rmsnorm_rows(&mut m, h, Some(&lw.post_ff_norm), eps);
             x.iter_mut().zip(&m).for_each(|(a, b)| *a += b);
 
             // ---- per-layer input: h += norm(W_proj (gelu(W_gate h) ⊙ ple[layer]))
             if let (Some(lp), Some(ple)) = (&lw.ple, &ple) {
                 let pd = t.hidden_size_per_layer_input;
                 let lpw = t.num_hidden_layers * pd;
-                let mut g = ops::matmul(&lp.input_gate, &x, n);
+                let mut g = reference::matmul(&lp.input_gate, &x, n);
                 for i in 0..n {
                     for j in 0..pd {
                         let gv = &mut g[i * pd + j];
-                        *gv = ops::gelu_tanh(*gv) * ple[i * lpw + li * pd + j];
+                        *gv = reference::gelu_tanh(*gv) * ple[i * lpw + li * pd + j];
                     }
                 }
-                let mut y = ops::matmul(&lp.projection, &g, n);
-                ops::rmsnorm_rows(&mut y, h, Some(&lp.post_norm), eps);
+                let mut y = reference::matmul(&lp.projection, &g, n);
+                reference::rmsnorm_rows(&mut y, h, Some(&lp.post_norm), eps);
                 x.iter_mut().zip(&y).for_each(|(a, b)| *a += b);
             }
             x.iter_mut().for_each(|v| *v *= lw.layer_scalar);
         }
-        ops::rmsnorm_rows(&mut x, h, Some(&w.final_norm), eps);
+        reference::rmsnorm_rows(&mut x, h, Some(&w.final_norm), eps);
         if let Some(s) = self.experts.as_mut().and_then(|e| e.streamer.as_mut()) {
             s.count_tokens(n);
         }
@@ -293,9 +284,9 @@ impl CpuBackend {
     }
 
     fn head(&self, hidden: &[f32], rows: usize) -> Vec<f32> {
-        let mut logits = ops::matmul(&self.w.embed, hidden, rows);
+        let mut logits = reference::matmul(&self.w.embed, hidden, rows);
         if let Some(cap) = self.cfg.text.final_logit_softcapping {
-            ops::softcap(&mut logits, cap);
+            reference::softcap(&mut logits, cap);
         }
         logits
     }
@@ -303,10 +294,10 @@ impl CpuBackend {
 
 /// `W_down (gelu(W_gate x) ⊙ W_up x)` for `n` rows of `x`.
 fn geglu(gate: &Matrix, up: &Matrix, down: &Matrix, x: &[f32], n: usize) -> Vec<f32> {
-    let g = ops::matmul(gate, x, n);
-    let u = ops::matmul(up, x, n);
-    let a: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| ops::gelu_tanh(g) * u).collect();
-    ops::matmul(down, &a, n)
+    let g = reference::matmul(gate, x, n);
+    let u = reference::matmul(up, x, n);
+    let a: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| reference::gelu_tanh(g) * u).collect();
+    reference::matmul(down, &a, n)
 }
 
 /// Routed experts of one MoE layer (spec §2.2): router on `norm(h) · scale · H^-½`, softmax in
@@ -324,14 +315,14 @@ fn moe_forward(
     let t = &cfg.text;
     let (h, eps, e, k, iw) = (t.hidden_size, t.rms_norm_eps, t.num_experts, t.top_k_experts, t.moe_intermediate_size);
     let mut rin = x.to_vec();
-    ops::rmsnorm_rows(&mut rin, h, None, eps);
+    reference::rmsnorm_rows(&mut rin, h, None, eps);
     let s = (h as f64).powf(-0.5) as f32;
     for row in rin.chunks_mut(h) {
         row.iter_mut().zip(&moe.router_scale).for_each(|(v, w)| *v = *v * w * s);
     }
-    let scores = ops::matmul(&moe.router_proj, &rin, n);
+    let scores = reference::matmul(&moe.router_proj, &rin, n);
     let mut xe = x.to_vec();
-    ops::rmsnorm_rows(&mut xe, h, Some(&moe.pre_norm_2), eps);
+    reference::rmsnorm_rows(&mut xe, h, Some(&moe.pre_norm_2), eps);
 
     // Routing: pairs[i * k + j] = expert, weights in the same order (descending probability).
     let mut pairs = Vec::with_capacity(n * k);
@@ -363,7 +354,7 @@ fn moe_forward(
                 gate_up(r, true, &mut row);
                 u[r] = row.iter().zip(xi).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
             }
-            let a: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| ops::gelu_tanh(g) * u).collect();
+            let a: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| reference::gelu_tanh(g) * u).collect();
             (0..h)
                 .map(|r| {
                     down(r, &mut col);

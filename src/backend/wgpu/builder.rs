@@ -37,18 +37,16 @@ pub(super) struct Builder<'a> {
     /// The regions' total, in floats.
     norm_sums_len: u64,
     /// x's group sums written by the kernels that write x (norms, the GeGLU mat-mat, the PLE
-    /// gate's gelu_mul, the tensor-core attention) rather than by group_sum passes.
-    /// `KESTREL_NORM_SUMS=0` turns it off (A/B knob, read once here).
+    /// gate's gelu_mul, the tensor-core attention) rather than by group_sum passes
+    /// ([`Tuning::producer_sums`]).
     producer_sums: bool,
-    /// The PLE gate's gelu_mul adds its split-k partials itself (`KESTREL_GELU_SPLITS=0`: a
-    /// qmm_sum pass does; A/B knob, PERF_NOTES.md session 17).
+    /// The PLE gate's gelu_mul adds its split-k partials itself ([`Tuning::gelu_splits`]).
     gelu_splits: bool,
     /// Threads per row of the chunk norms' rows form (rmsnorm_rows.wgsl; 0: the chunk norms
-    /// keep rmsnorm.wgsl's form). `KESTREL_NORM_ROWS=0|64|128|256` (A/B knob, read once here).
+    /// keep rmsnorm.wgsl's form: [`Tuning::rows_norms`] off).
     norm_rows: u32,
     /// Chunks' residual norms read a split-k mat-mat's partials themselves, in the rows form,
-    /// and the qmm_sum that would write their input goes. `KESTREL_NORM_SPLITS=0|1` (A/B knob,
-    /// read once here).
+    /// and the qmm_sum that would write their input goes ([`Tuning::norm_splits`]).
     norm_splits: bool,
     /// [`Builder::list_program`]'s lines, made when the program is bound.
     listing: Vec<String>,
@@ -364,7 +362,9 @@ struct MoePlan {
 
 impl<'a> Builder<'a> {
     pub(super) fn new(gpu: Gpu, cfg: &'a Config, w: &'a Arc<ModelWeights>, opts: WgpuOptions) -> Result<WgpuBackend> {
-        let norm_splits = switch("KESTREL_NORM_SPLITS", opts.norm_splits);
+        let t = &opts.tuning;
+        let (producer_sums, gelu_splits, norm_splits) = (t.producer_sums, t.gelu_splits, t.norm_splits);
+        let norm_rows = if t.rows_norms { RMSNORM_ROWS_WG } else { 0 };
         // One vec4: the largest array element a kernel binds (rmsnorm_rows.wgsl's rows).
         let dummy = gpu.storage("unused", 16);
         let step_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -373,7 +373,7 @@ impl<'a> Builder<'a> {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let pipelines = Pipelines::new(&gpu);
+        let pipelines = Pipelines::new(&gpu, &opts.tuning);
         let b = Builder {
             gpu,
             cfg,
@@ -393,12 +393,9 @@ impl<'a> Builder<'a> {
             scratch: [None, None, None],
             sum_regions: Vec::new(),
             norm_sums_len: 0,
-            producer_sums: switch("KESTREL_NORM_SUMS", true),
-            gelu_splits: switch("KESTREL_GELU_SPLITS", true),
-            norm_rows: std::env::var("KESTREL_NORM_ROWS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(kernels::RMSNORM_ROWS_WG),
+            producer_sums,
+            gelu_splits,
+            norm_rows,
             norm_splits,
             listing: Vec::new(),
         };
@@ -693,8 +690,8 @@ impl<'a> Builder<'a> {
     /// ([`kernels::rmsnorm_rows`]: one segment, rows of whole vec4s and groups); decode and
     /// verify steps keep rmsnorm.wgsl's form, which writes no sums. None (then group_sum runs)
     /// where the rows form would not take the norm with these sums (or is off:
-    /// `KESTREL_NORM_ROWS=0`), for the LM head's rows, for another row layout or group size
-    /// than the reader's, and with `KESTREL_NORM_SUMS=0` (an A/B knob).
+    /// [`Tuning::rows_norms`]), for the LM head's rows, for another row layout or group size
+    /// than the reader's, and without [`Tuning::producer_sums`].
     fn norm_sums(&mut self, from: NormOut, cols: usize, gs: usize, stride: usize) -> Option<Res> {
         if let Some(i) = self.sum_regions.iter().position(|r| r.out.spec == from.spec && r.out.slot == from.slot) {
             let np = self.norm_params(from.spec);
@@ -710,7 +707,7 @@ impl<'a> Builder<'a> {
             && np.n as usize == cols
             && out_stride as usize == stride
             && (np.gs == 0 || np.gs as usize == gs)
-            && kernels::rmsnorm_rows(&with_sums, self.norm_rows).is_some();
+            && rmsnorm_rows(&with_sums, self.norm_rows).is_some();
         if !applies {
             return None;
         }
@@ -746,7 +743,7 @@ impl<'a> Builder<'a> {
                 continue;
             }
             let np = self.norm_params(i);
-            let Some(rows) = kernels::rmsnorm_rows(&np, self.norm_rows) else {
+            let Some(rows) = rmsnorm_rows(&np, self.norm_rows) else {
                 if np.splits > 1 || np.sums != 0 {
                     return Err(Error::Gpu(format!(
                         "internal: a chunk norm with {} split-k partials and sums {:#x} has no rows form (n {})",
@@ -815,10 +812,10 @@ impl<'a> Builder<'a> {
         Some(found)
     }
 
-    /// Whether prefill chunks run on tensor cores — the mat-mats, and the attention unless
-    /// `KESTREL_ATTN_COOP=0` (the option, the device, the A/B knob).
+    /// Whether prefill chunks run on tensor cores — the mat-mats, and the attention with
+    /// [`Tuning::coop_attention`] (the device and [`Tuning::tensor_cores`]).
     fn tensor_cores(&self) -> bool {
-        self.gpu.coop_f16() && switch("KESTREL_QMM_COOP", self.opts.tensor_cores)
+        self.gpu.coop_f16() && self.opts.tuning.tensor_cores
     }
 
     /// `y[t, r] = W x[t]` over all parts of `m`.
@@ -868,9 +865,8 @@ impl<'a> Builder<'a> {
             // as on every device without them, so a chunk's single output row takes the
             // mat-vec (`encode`: count 1) instead of 128-token tiles over all its rows that
             // hold one real token each (PERF_NOTES.md, session 20 #1: E4B chunks 60.1 → 58.6
-            // ms, E2B 34.0 → 33.0, 26B 88.4 → 86.8). KESTREL_LM_HEAD_MATVEC=0: the tensor-core
-            // form (A/B knob).
-            let coop = self.tensor_cores() && !(on_out && switch("KESTREL_LM_HEAD_MATVEC", true));
+            // ms, E2B 34.0 → 33.0, 26B 88.4 → 86.8). `lm_head_matvec=off`: the tensor-core form.
+            let coop = self.tensor_cores() && !(on_out && self.opts.tuning.lm_head_matvec);
             let (kernel, tile, rows_per_wg) = if qmm_applies(m.format, m.cols, x_stride) {
                 let (k, rows_per_wg, tok) = qmm_shape(part.rows, coop);
                 (k, tok, rows_per_wg)
@@ -983,9 +979,9 @@ impl<'a> Builder<'a> {
         // Chunks: the GeGLU in the tensor-core mat-mat's epilogue where it runs unsplit, else
         // the stacked mat-mat and gelu_mul.
         let (glu, per_wg, tok) = qmm_coop_glu_shape();
-        // KESTREL_QMM_COOP_GLU=0: the mat-mat and gelu_mul apart (an A/B knob).
+        // `coop_glu=off`: the mat-mat and gelu_mul apart.
         let glu_coop = self.tensor_cores()
-            && switch("KESTREL_QMM_COOP_GLU", true)
+            && self.opts.tuning.coop_glu
             && qmm_applies(m.format, m.cols, x_stride)
             && qmm_splits(true, rows, m.cols, self.opts.max_chunk, per_wg, tok) == 1;
         let mut sums = XFrom::Any;
@@ -1028,8 +1024,10 @@ impl<'a> Builder<'a> {
     fn glu_single(&mut self, m: &GpuMatrix, rows: usize, x: &wgpu::Buffer, x_stride: usize, y: &wgpu::Buffer) {
         let p = glu_params(m, rows, x_stride);
         let res = weight_res(&m.parts[0], &[x, y]);
+        let tuning = self.opts.tuning.clone();
         let shape = |tok| {
-            let (k, per_wg) = qmv_glu_shape(rows, m.cols, x_stride, tok).expect("stacked only where qmv applies");
+            let (k, per_wg) =
+                qmv_glu_shape(rows, m.cols, x_stride, tok, &tuning).expect("stacked only where qmv applies");
             (k, (rows as u32).div_ceil(per_wg), tok)
         };
         let (vk, vx, vt) = shape(MATMUL_VERIFY_TOK);
@@ -1078,12 +1076,12 @@ impl<'a> Builder<'a> {
             return Ok(XFrom::Any);
         };
         // gelu_mul runs in chunks only: where the tensor-core projection reads its output, it
-        // also writes that output's group sums (KESTREL_NORM_SUMS=0: group_sum, as an A/B).
+        // also writes that output's group sums (`producer_sums=off`: group_sum).
         let mut sums = XFrom::Any;
         if self.tensor_cores() && self.producer_sums {
             let asum = self.scratch(Scratch::ProducerSums, self.opts.max_chunk * rows.div_ceil(64))?;
             // Where the gate's mat-mat was split in k, gelu_mul adds its partials itself and the
-            // qmm_sum that would write y goes (KESTREL_GELU_SPLITS=0: not).
+            // qmm_sum that would write y goes (`gelu_splits=off`: not).
             let taken = if self.gelu_splits { self.take_split_sum(y, rows) } else { None };
             let (part, splits) = match taken {
                 Some((part, splits)) => (part, splits),
@@ -1160,8 +1158,11 @@ impl<'a> Builder<'a> {
         let res = |sel: &wgpu::Buffer| weight_res(part, &[sel, x, y]);
         let x_groups = (rows as u32).div_ceil(MATMUL_ROWS);
         // Decode/verify: qmv's loop per pair for 4-bit experts, else the one-row-group kernel.
-        let qmv =
-            if m.format == Format::Q4 { qmv_moe_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride) } else { None };
+        let qmv = if m.format == Format::Q4 {
+            qmv_moe_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride, &self.opts.tuning)
+        } else {
+            None
+        };
         let (kernel, x_pairs) = match qmv {
             Some((k, per_wg)) => (k, (rows as u32).div_ceil(per_wg)),
             None => (Kernel::MoeMatmul(m.format), x_groups),
@@ -1223,7 +1224,9 @@ impl<'a> Builder<'a> {
         if m.format != Format::Q4 {
             return false;
         }
-        let Some((kernel, per_wg)) = qmv_moe_glu_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride) else {
+        let Some((kernel, per_wg)) =
+            qmv_moe_glu_shape(rows, m.cols, top_k, x_tok_stride, x_slot_stride, &self.opts.tuning)
+        else {
             return false;
         };
         let part = &m.parts[0];
@@ -1287,7 +1290,13 @@ impl<'a> Builder<'a> {
             d(),
             Res::Buf(wt.clone()),
         ];
-        self.spec(rmsnorm(p.n as usize, self.gpu.limits.max_compute_invocations_per_workgroup), res, &p, p.segs, y);
+        self.spec(
+            rmsnorm(p.n as usize, self.gpu.limits.max_compute_invocations_per_workgroup, &self.opts.tuning),
+            res,
+            &p,
+            p.segs,
+            y,
+        );
         self.specs.len() - 1
     }
 
@@ -1308,7 +1317,7 @@ impl<'a> Builder<'a> {
         let p = NormParams { mode: 2, ..p };
         // Whether the rows form takes this norm over partials (rows_norms gives it that form).
         let rows_take_parts =
-            self.norm_splits && kernels::rmsnorm_rows(&NormParams { splits: 2, ..p }, self.norm_rows).is_some();
+            self.norm_splits && rmsnorm_rows(&NormParams { splits: 2, ..p }, self.norm_rows).is_some();
         let parts = if rows_take_parts { self.take_split_sum(a, p.n as usize) } else { None };
         let spec = self.norm(a, wt, out, NormParams { splits: parts.as_ref().map_or(0, |(_, s)| *s), ..p });
         self.specs[spec].res[8] = Res::Buf(res.clone());
@@ -1354,16 +1363,7 @@ impl<'a> Builder<'a> {
             && np.w_off % 4 == 0
             && plain_rows
             && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT && np.w2_off % 4 == 0));
-        // A/B knobs for measurements: KESTREL_FUSE_NORMS=0, every norm its own dispatch; =all,
-        // into every kind at every hidden size; =hidden, by the hidden size alone (the rule
-        // before session 25); =glu, past it into the gated and the GeGLU mat-vecs.
-        let (up_to, wide) = match std::env::var("KESTREL_FUSE_NORMS").as_deref() {
-            Ok("0") => (0, WideFuse::None),
-            Ok("all") => (usize::MAX, WideFuse::None),
-            Ok("hidden") => (self.opts.fuse_norms_up_to, WideFuse::None),
-            Ok("glu") => (self.opts.fuse_norms_up_to, WideFuse::GatedGlu),
-            _ => (self.opts.fuse_norms_up_to, WideFuse::Gated),
-        };
+        let (up_to, wide) = (self.opts.tuning.fuse_norms_up_to, self.opts.tuning.fuse_wide);
         if up_to == 0 || !applies || !matches!(sp.only, Only::Always) {
             return;
         }
@@ -1381,7 +1381,8 @@ impl<'a> Builder<'a> {
         if !fuse_norm_into(sk, h, up_to, wide) {
             return;
         }
-        let (Some(sk), Some(vk)) = (with_norm(sk, 1, h, max_wg), with_norm(vk, PRO_VERIFY_TOK, h, max_wg)) else {
+        let t = &self.opts.tuning;
+        let (Some(sk), Some(vk)) = (with_norm(sk, 1, h, max_wg, t), with_norm(vk, PRO_VERIFY_TOK, h, max_wg, t)) else {
             return;
         };
         // The consumer's bindings with x replaced by the norm's input, then the prologue's.
@@ -1479,15 +1480,12 @@ impl<'a> Builder<'a> {
         let t = &cfg.text;
         let c = self.opts.max_chunk;
         let kv = KvLayout::new(cfg, self.opts.max_ctx, c);
-        let fold_q_norm = switch("KESTREL_ATTN_QNORM", self.opts.fold_q_norm);
-        let attn_short =
-            std::env::var("KESTREL_ATTN_SHORT").ok().and_then(|v| v.parse().ok()).unwrap_or(self.opts.attn_short);
-        let moe_norm = switch("KESTREL_MOE_NORM", self.opts.moe_norm);
-        let moe_overlap = switch("KESTREL_MOE_OVERLAP", self.opts.moe_overlap);
-        // Chunk attention on tensor cores (where the mat-mats run there): A/B knob
-        // KESTREL_ATTN_COOP=0.
-        let attn_coop = self.tensor_cores() && switch("KESTREL_ATTN_COOP", true);
-        let attn_sums = switch("KESTREL_ATTN_SUMS", true) && self.producer_sums;
+        let tuning = &self.opts.tuning;
+        let (fold_q_norm, attn_short) = (tuning.fold_q_norm, tuning.attn_short);
+        let (moe_norm, moe_overlap) = (tuning.moe_norm, tuning.moe_overlap);
+        // Chunk attention on tensor cores where the mat-mats run there.
+        let attn_coop = self.tensor_cores() && tuning.coop_attention;
+        let attn_sums = tuning.attn_sums && self.producer_sums;
         // Expert slots of an installation: all experts (resident) or a streamed cache.
         let n_slots = match self.opts.expert_slots {
             ExpertSlots::Some(s) => s.min(t.num_experts),
@@ -1525,7 +1523,7 @@ impl<'a> Builder<'a> {
                 .layers
                 .iter()
                 .rposition(|l| matches!(l.kv, KvSource::Own { .. }))
-                .filter(|_| switch("KESTREL_PROMPT_TAIL", self.opts.prompt_tail) && !streaming),
+                .filter(|_| self.opts.tuning.prompt_tail && !streaming),
         };
 
         // ---- the program
@@ -2017,7 +2015,7 @@ impl<'a> Builder<'a> {
             n_kv_heads: l.n_kv_heads as u32,
             slots,
             window: if l.kind == AttnKind::Sliding { t.sliding_window as u32 } else { 0 },
-            n_splits: attn_splits(),
+            n_splits: ATTN_SPLITS,
             short_max: if d % 8 == 0 && d <= 1024 { f.attn_short } else { 0 },
             _pad: 0,
         };
@@ -2032,7 +2030,7 @@ impl<'a> Builder<'a> {
         ];
         // The tensor-core form also writes its output's sums over each 64-dim value stage,
         // the o projection's group sums of x, instead of a group_sum pass
-        // (KESTREL_ATTN_SUMS=0: not).
+        // (`attn_sums=off`: not).
         let mut o_from = XFrom::Any;
         let (chunk_attn, bq) = match attention_chunk_coop(d) {
             Some(Kernel::AttentionCoop { d, .. }) if f.attn_coop && f.attn_sums => {
@@ -2093,7 +2091,13 @@ impl<'a> Builder<'a> {
             self.specs.last_mut().expect("just pushed").keys = owner(false);
         }
         if ap.short_max > 0 {
-            self.spec(attention_short(d, qnorm, &self.gpu.limits), attn_res(att), &ap, l.n_heads as u32, GridY::Tokens);
+            self.spec(
+                attention_short(d, qnorm, &self.gpu.device_limits()),
+                attn_res(att),
+                &ap,
+                l.n_heads as u32,
+                GridY::Tokens,
+            );
             self.specs.last_mut().expect("just pushed").only = Only::Single;
             self.specs.last_mut().expect("just pushed").keys = owner(true);
         }
@@ -2118,7 +2122,7 @@ impl<'a> Builder<'a> {
         // registers hold the row; chunks run the dense post-norm, moe_combine and the
         // routed post-norm.
         let max_wg = self.gpu.limits.max_compute_invocations_per_workgroup;
-        let closing = match kernels::moe_norm(h, tk, max_wg) {
+        let closing = match moe_norm(h, tk, max_wg, &self.opts.tuning) {
             k @ Kernel::MoeNorm { v, wg, .. } if f.moe_norm && gl.moe.is_some() && h <= (v * wg) as usize => Some(k),
             _ => None,
         };
@@ -2186,7 +2190,7 @@ impl<'a> Builder<'a> {
                 Res::Step,
             ];
             self.spec(
-                Kernel::RouterTopk { staged: router_staged() },
+                Kernel::RouterTopk { staged: true },
                 res,
                 &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] },
                 1,
@@ -2732,7 +2736,7 @@ impl<'a> Builder<'a> {
             rope_host: Vec::new(),
             read_scratch: Vec::new(),
             profiler: None,
-            skip: skip_list(),
+            skip: self.opts.skip.clone(),
             profile: Vec::new(),
             decode_bytes: self.weight_bytes - self.gather_only_bytes - self.expert_bytes + self.routed_decode_bytes,
             weight_bytes: self.weight_bytes,
@@ -2745,7 +2749,7 @@ impl<'a> Builder<'a> {
             last_rows: 0,
             cached: 0,
             verifying: false,
-            segmented: switch("KESTREL_SUBMIT_SEGMENTS", self.opts.submit_segments),
+            segmented: self.opts.tuning.submit_segments,
             staged: None,
             commit_scratch,
             tail,

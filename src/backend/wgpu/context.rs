@@ -19,11 +19,31 @@ pub struct Gpu {
     pub max_binding: u64,
 }
 
+/// Keeps Mesa's device-select Vulkan layer from probing the window system when adapters are
+/// enumerated. The layer (an implicit layer Mesa installs beside lavapipe and its GPU drivers)
+/// orders devices by the display a program draws to; it connects to Wayland because wgpu enables
+/// the Wayland surface extension wherever it exists, and without a session (`XDG_RUNTIME_DIR`
+/// unset: a container, an ssh shell) libwayland prints "error: XDG_RUNTIME_DIR is invalid or not
+/// set in the environment." once per enumeration. Kestrel draws nothing and picks its adapter by
+/// power preference, so the layer has nothing to decide: `NODEVICE_SELECT=1` (the variable its
+/// manifest names to disable it) is set for this process, once, before the first Vulkan call,
+/// unless the user set it. The Vulkan loader reads it when the first instance is created.
+fn without_display_probe() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("NODEVICE_SELECT").is_none() {
+            // Before any instance exists, so no Vulkan code reads the environment meanwhile.
+            std::env::set_var("NODEVICE_SELECT", "1");
+        }
+    });
+}
+
 impl Gpu {
     /// Opens the highest-performance adapter (`WGPU_BACKEND` and `WGPU_ADAPTER_NAME` are honoured)
     /// and a device with the adapter's own limits (the defaults cap bindings at 128 MiB and
     /// allow only 8 storage buffers per stage).
     pub fn new(max_binding_override: Option<u64>) -> Result<Self> {
+        without_display_probe();
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
@@ -73,6 +93,15 @@ impl Gpu {
         let adapter_max = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
         let max_binding = max_binding_override.map_or(adapter_max, |m| m.min(adapter_max));
         Ok(Gpu { device, queue, info, limits, adapter_max_binding: adapter_max, max_binding })
+    }
+
+    /// The limits the kernels' shape rules read ([`crate::kernels::shape`]).
+    pub fn device_limits(&self) -> crate::kernels::DeviceLimits {
+        crate::kernels::DeviceLimits {
+            max_threads: self.limits.max_compute_invocations_per_workgroup,
+            max_workgroup_x: self.limits.max_compute_workgroup_size_x,
+            max_workgroup_bytes: self.limits.max_compute_workgroup_storage_size,
+        }
     }
 
     /// True when kernels can be timed with timestamps inside a compute pass.

@@ -13,8 +13,9 @@
 use wgpu::util::DeviceExt;
 
 use super::context::Gpu;
-use super::kernels::{Bind, CopyParams, Kernel, Pipelines, Step};
+use super::pipelines::Pipelines;
 use crate::error::{Error, Result};
+use crate::kernels::{Bind, CopyParams, Kernel, Step, Tuning};
 
 /// Untimed work before each timed kernel (see `KernelHarness::time`).
 const WARM_UP: std::time::Duration = std::time::Duration::from_millis(100);
@@ -45,15 +46,16 @@ pub struct KernelHarness {
 }
 
 impl KernelHarness {
-    /// Opens the default adapter (as [`Gpu::new`], no binding cap). Fails with the "no GPU
-    /// adapter found" error where there is none.
-    pub fn new() -> Result<Self> {
-        Ok(Self::with_gpu(Gpu::new(None)?))
+    /// Opens the default adapter (as [`Gpu::new`], no binding cap); kernels compile as `tuning`
+    /// asks (subgroups, shader checks). Fails with the "no GPU adapter found" error where there
+    /// is none.
+    pub fn new(tuning: &Tuning) -> Result<Self> {
+        Ok(Self::with_gpu(Gpu::new(None)?, tuning))
     }
 
     /// A harness on a device the caller already opened.
-    pub fn with_gpu(gpu: Gpu) -> Self {
-        let pipelines = Pipelines::new(&gpu);
+    pub fn with_gpu(gpu: Gpu, tuning: &Tuning) -> Self {
+        let pipelines = Pipelines::new(&gpu, tuning);
         KernelHarness { gpu, pipelines, burst: None }
     }
 

@@ -40,51 +40,25 @@
 mod builder;
 pub mod context;
 pub mod harness;
-pub mod kernels;
+pub mod pipelines;
+pub mod source;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::backend::cpu::{embed_scale, ops};
 use crate::backend::{Backend, MemoryUse, Readback, StepOutput};
 use crate::config::{AttnKind, Config, KvSource};
 use crate::error::{Error, Result};
-use crate::install::format::PartLayout;
+use crate::kernels::*;
 use crate::kv::KvLayout;
-use crate::loader::{ExpertGateUp, Matrix, ModelWeights};
+use crate::loader::installed::PartLayout;
+use crate::loader::{ExpertFiles, ExpertGateUp, Matrix, ModelWeights};
 use crate::quant::DType;
-use crate::streamer::{ExpertFiles, ExpertSlots, StreamStats, Streamer};
+use crate::reference::{self, embed_scale};
+use crate::streamer::{ExpertSlots, StreamStats, Streamer};
 use builder::Builder;
 pub use context::Gpu;
-use kernels::*;
-
-/// `KESTREL_SKIP`'s label prefixes (see `WgpuBackend::skip`), with a warning, since every
-/// output is wrong while it is set.
-fn skip_list() -> Vec<String> {
-    let list: Vec<String> = std::env::var("KESTREL_SKIP")
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
-    if !list.is_empty() {
-        eprintln!(
-            "warning: KESTREL_SKIP={} leaves those kernels out of every step: timings only, the output is wrong",
-            list.join(",")
-        );
-    }
-    list
-}
-
-/// An option's A/B override from the environment: `name=1` on, `name=0` off, else `default`.
-fn switch(name: &str, default: bool) -> bool {
-    match std::env::var(name).as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => default,
-    }
-}
+use pipelines::Pipelines;
 
 /// Most tokens one `verify` scores (the last accepted token and up to 7 drafts): the staging
 /// rows each K/V cache keeps after its slots.
@@ -105,62 +79,17 @@ pub struct WgpuOptions {
     pub max_binding: Option<u64>,
     /// Expert slots per MoE layer of an installation (`All`: every expert resident).
     pub expert_slots: ExpertSlots,
-    /// The widest hidden size whose residual norms decode and verify steps compute inside the
-    /// next mat-vec of any kind; past it only the gated mat-vec (Gemma 4's per-layer gate) takes
-    /// them (`kernels::fuse_norm_into`; 0: every norm its own dispatch).
-    /// `KESTREL_FUSE_NORMS=0|all|hidden|glu` overrides it for A/B measurements.
-    pub fuse_norms_up_to: usize,
-    /// Run the 4-bit prefill mat-mats (`qmm_coop`, `qmm_coop_moe`) and prefill attention
-    /// (`attention_coop`, head dims that are multiples of 64) on tensor cores where the device
-    /// has f16 cooperative matrices. `KESTREL_QMM_COOP=0|1` overrides it for A/B measurements,
-    /// `KESTREL_ATTN_COOP=0` for the attention alone.
-    pub tensor_cores: bool,
-    /// Submit a step in segments of 16, 32, 64, … program entries as they are recorded, so that
-    /// the GPU starts while the host records the rest (`run`; not profiled steps). On the H200
-    /// (PERF_NOTES.md, session 13): pp512 +1.6–3.5 %, a one-draft verify 0.6–1.2 ms faster,
-    /// decode unchanged. `KESTREL_SUBMIT_SEGMENTS=0|1` overrides it for A/B measurements.
-    pub submit_segments: bool,
-    /// Decode and verify steps normalise and rotate q inside the split attention where no
-    /// qkv_norm_rope writes it (KV-sharing layers, separate projections): one dispatch fewer
-    /// per such layer. `KESTREL_ATTN_QNORM=0|1` overrides it for A/B measurements.
-    pub fold_q_norm: bool,
-    /// Chunks' residual norms read a split-k mat-mat's partials themselves (the rows form) and
-    /// the qmm_sum that would write their input goes (PERF_NOTES.md, session 18: E4B's chunk
-    /// 62.7 → 61.6 ms). `KESTREL_NORM_SPLITS=0|1` overrides it for A/B measurements.
-    pub norm_splits: bool,
     /// Split the k loop of every chunk mat-mat at least this many ways (a power of two; fewer
     /// where its columns do not divide into whole groups) on top of what the measured rule
     /// picks: tests use it to run the split path on models too small to split (1: the rule
     /// alone).
     pub min_k_splits: u32,
-    /// A prompt's layers past its last K/V write run for its last token alone (spec §2.4): the
-    /// KV-sharing layers write no cache, nor does the last KV-owning layer once its K/V are
-    /// written, so only the row whose logits a prefill returns needs them. Steps that return
-    /// one row run the program up to that layer's attention for every token, then the rest as
-    /// a decode step of the last token; steps that return none stop there. `KESTREL_PROMPT_TAIL=0|1`
-    /// overrides it for A/B measurements.
-    pub prompt_tail: bool,
-    /// Decode and verify steps close a MoE block in one dispatch per token (moe_norm.wgsl: the
-    /// dense branch's post-norm, the experts' weighted sum and the routed branch's post-norm
-    /// onto it) instead of three: the same operations in the same order (bitwise on lavapipe;
-    /// on the H200 last-bit differences, NMSE ≤ 4.6e-15 against the three with 52–70 % of
-    /// values bitwise, PERF_NOTES.md session 22: the driver may contract a multiply and its add
-    /// into an FMA in one form and not the other). 26B decode 217.6 → 225.5 tok/s on the H200
-    /// (session 21). `KESTREL_MOE_NORM=0|1` overrides it for A/B measurements.
-    pub moe_norm: bool,
-    /// Decode and verify steps of a MoE model with every expert resident run the dense
-    /// branch's two mat-vecs beside the routed experts' two, with no barrier between each pair
-    /// (`Dispatch::ready`): the same kernels on the same inputs (logits bitwise those of the
-    /// serial branches). Needs `moe_norm` (it reads the dense branch's own output buffer) and
-    /// the dense gate and up stacked (4-bit checkpoints; the one-dispatch GeGLU mat-vec). 26B
-    /// decode 225.8 → 253.7 tok/s on the H200 (PERF_NOTES.md, session 22).
-    /// `KESTREL_MOE_OVERLAP=0|1` overrides it for A/B measurements.
-    pub moe_overlap: bool,
-    /// Decode and verify rows of at most this many keys take attention_short (one dispatch per
-    /// layer) instead of attention_split + attention_combine (two); 0: never. The kernels
-    /// split the rows between them by this count, so a verify step's rows stay bitwise a decode
-    /// step's. `KESTREL_ATTN_SHORT=N` overrides it for A/B measurements.
-    pub attn_short: u32,
+    /// Every kernel and program choice (see [`Tuning`]).
+    pub tuning: Tuning,
+    /// Kernel label prefixes whose dispatches are left out of every step: a measurement setting
+    /// that gives a kernel's marginal cost in the pipelined step (the step without it against
+    /// the step with it; `kestrel bench --skip`). The output is wrong while it is set.
+    pub skip: Vec<String>,
 }
 
 impl Default for WgpuOptions {
@@ -170,16 +99,9 @@ impl Default for WgpuOptions {
             max_chunk: 128,
             max_binding: None,
             expert_slots: ExpertSlots::All,
-            fuse_norms_up_to: PRO_MAX_HIDDEN,
-            tensor_cores: true,
-            submit_segments: true,
-            fold_q_norm: true,
-            norm_splits: true,
             min_k_splits: 1,
-            prompt_tail: true,
-            moe_norm: true,
-            moe_overlap: true,
-            attn_short: ATTN_SHORT_MAX,
+            tuning: Tuning::default(),
+            skip: Vec::new(),
         }
     }
 }
@@ -577,6 +499,11 @@ impl WgpuBackend {
         &self.gpu
     }
 
+    /// The options the backend was built with (its [`Tuning`] among them).
+    pub fn options(&self) -> &WgpuOptions {
+        &self.opts
+    }
+
     /// Weight bytes one decode step reads (what bounds decode speed).
     pub fn decode_bytes(&self) -> u64 {
         self.decode_bytes
@@ -714,9 +641,9 @@ impl WgpuBackend {
             let row = &mut self.rope_host[t * stride..(t + 1) * stride];
             let (s, f) = row.split_at_mut(ds);
             let (cs, ss) = s.split_at_mut(ds / 2);
-            ops::rope_table(&self.inv_freq[0], pos0 + t, cs, ss);
+            reference::rope_table(&self.inv_freq[0], pos0 + t, cs, ss);
             let (cf, sf) = f[..df].split_at_mut(df / 2);
-            ops::rope_table(&self.inv_freq[1], pos0 + t, cf, sf);
+            reference::rope_table(&self.inv_freq[1], pos0 + t, cf, sf);
         }
         self.gpu.queue.write_buffer(&self.rope_buf, 0, bytemuck::cast_slice(&self.rope_host));
     }
@@ -1206,6 +1133,9 @@ impl Backend for WgpuBackend {
     }
     fn stream_stats(&self) -> Option<StreamStats> {
         WgpuBackend::stream_stats(self)
+    }
+    fn tuning(&self) -> Option<&Tuning> {
+        Some(&self.opts.tuning)
     }
 }
 

@@ -1,9 +1,45 @@
-//! The f32 reference operations: one function per kernel, written to match the math of
-//! transformers' Gemma 4 (spec §2) as plainly as possible. They are the oracle every GPU kernel
-//! is tested against, so clarity beats speed. Sums accumulate in f64 so the reference is at
-//! least as accurate as any kernel it judges.
+//! The reference math: one function per kernel, written to match the math of transformers'
+//! Gemma 4 (spec §2) as plainly as possible. It is the oracle every GPU kernel is tested against
+//! and the arithmetic of the CPU backend and the MTP drafter, so clarity beats speed. Sums
+//! accumulate in f64 so the reference is at least as accurate as any kernel it judges.
+//!
+//! It depends only on the config (RoPE tables) and the weight formats' dequantisation (through
+//! [`MatrixRows`]), so every backend, the drafter and the tests can use it without depending on
+//! each other.
 
-use crate::loader::Matrix;
+/// A weight matrix as the reference reads it: rows dequantised to f32 exactly as the kernels
+/// dequantise them (the loader's `Matrix` implements it).
+pub trait MatrixRows {
+    fn rows(&self) -> usize;
+    fn cols(&self) -> usize;
+    /// A name for messages (the tensor's).
+    fn name(&self) -> &str;
+    /// Row `r` as f32 into `out` (`cols` values).
+    fn row_f32(&self, r: usize, out: &mut [f32]);
+}
+
+/// Scale applied to the token embedding: `sqrt(hidden)` rounded to the activation dtype, as
+/// transformers does (`embed_scale.to(dtype)`). Kestrel computes in f32, so this is `f32(√H)`;
+/// a bf16 run of transformers would use `bf16(√H)` (39.25 for E2B).
+pub fn embed_scale(hidden: usize) -> f32 {
+    (hidden as f64).sqrt() as f32
+}
+
+/// First index of the maximum (NaN never wins; an empty or all-NaN row gives 0): the reference of
+/// softcap_argmax, and the sampler's greedy pick, so ties break identically everywhere.
+pub fn argmax(xs: &[f32]) -> u32 {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &x) in xs.iter().enumerate() {
+        if x.is_nan() {
+            continue;
+        }
+        match best {
+            Some((_, b)) if x <= b => {}
+            _ => best = Some((i, x)),
+        }
+    }
+    best.map_or(0, |(i, _)| i as u32)
+}
 
 /// `y = x * (mean(x²) + eps)^-½ * w` (Gemma 4 multiplies by `w`, not `1 + w`); `w = None` for the
 /// scale-free norms (v_norm, router).
@@ -27,7 +63,7 @@ pub fn rmsnorm_rows(x: &mut [f32], n: usize, w: Option<&[f32]>, eps: f32) {
 }
 
 /// `y[t, r] = Σ_c W[r, c] · x[t, c]` for `t` tokens (`x`: `[t, cols]`, result `[t, rows]`).
-pub fn matmul(w: &Matrix, x: &[f32], t: usize) -> Vec<f32> {
+pub fn matmul(w: &(impl MatrixRows + ?Sized), x: &[f32], t: usize) -> Vec<f32> {
     let (rows, cols) = (w.rows(), w.cols());
     assert_eq!(x.len(), t * cols, "matmul {}: x has {} values, expected {t}×{cols}", w.name(), x.len());
     let mut y = vec![0.0f32; t * rows];

@@ -1,6 +1,8 @@
 //! The generation loop shared by every backend: chunked prefill, then one decode step per token,
 //! sampling, stop ids, and timing. Nothing here knows which device runs the steps.
 
+pub mod speculative;
+
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, Readback};

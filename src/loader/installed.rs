@@ -1,5 +1,6 @@
-//! Kestrel's installed model layout: what `kestrel install` writes and what loading, `kestrel
-//! verify` and the expert streamer read.
+//! Kestrel's installed model layout: what `kestrel install` writes (`crate::install`) and what
+//! loading, `kestrel verify` and the expert streamer read ([`ExpertFiles`]: the per-layer expert
+//! files, opened, hashed on first use, read one expert blob at a time).
 //!
 //! ```text
 //! DIR/
@@ -20,7 +21,9 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -391,4 +394,99 @@ pub fn check_hash(dir: &Path, f: &FileEntry) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// One layer's expert file.
+struct LayerFile {
+    path: PathBuf,
+    file: File,
+    entry: FileEntry,
+}
+
+/// The per-layer expert files of an installation, opened, hashed on first use.
+pub struct ExpertFiles {
+    pub layout: ExpertLayout,
+    dir: PathBuf,
+    layers: BTreeMap<usize, LayerFile>,
+    /// Layers whose file has been hashed against the manifest (or all, with `--trust-manifest`).
+    verified: Mutex<Vec<usize>>,
+    trust: bool,
+}
+
+impl ExpertFiles {
+    /// Opens the files `inst`'s layout names. With `trust`, files are never hashed (the manifest
+    /// already checked their sizes).
+    pub fn open(inst: &Installation, trust: bool) -> Result<Self> {
+        let layout = inst
+            .layout
+            .clone()
+            .ok_or_else(|| Error::Invalid(format!("{}: has no expert layout", inst.dir.display())))?;
+        let mut layers = BTreeMap::new();
+        for (&l, rel) in &layout.layers {
+            let path = inst.dir.join(rel);
+            let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+            let entry = inst
+                .entry(rel)
+                .cloned()
+                .ok_or_else(|| Error::Invalid(format!("{}: not listed in the manifest", path.display())))?;
+            layers.insert(l, LayerFile { path, file, entry });
+        }
+        Ok(ExpertFiles { layout, dir: inst.dir.clone(), layers, verified: Mutex::new(Vec::new()), trust })
+    }
+
+    pub fn has_layer(&self, layer: usize) -> bool {
+        self.layers.contains_key(&layer)
+    }
+
+    /// Hashes `layer`'s file against the manifest the first time it is used.
+    pub fn ensure_verified(&self, layer: usize) -> Result<()> {
+        if self.trust {
+            return Ok(());
+        }
+        let mut v = self.verified.lock().expect("no panic holds this lock");
+        if v.contains(&layer) {
+            return Ok(());
+        }
+        let lf = self.file(layer)?;
+        check_hash(&self.dir, &lf.entry)?;
+        v.push(layer);
+        Ok(())
+    }
+
+    fn file(&self, layer: usize) -> Result<&LayerFile> {
+        self.layers
+            .get(&layer)
+            .ok_or_else(|| Error::Invalid(format!("layer {layer} has no expert file in this installation")))
+    }
+
+    /// Verifies `layer`'s file and hands every expert's blob to `f(expert, blob)` in order:
+    /// loading all experts resident.
+    pub fn for_each_expert(&self, layer: usize, mut f: impl FnMut(u32, &[u8]) -> Result<()>) -> Result<()> {
+        self.ensure_verified(layer)?;
+        let mut blob = Vec::new();
+        for e in 0..self.layout.n_experts as u32 {
+            self.read(layer, e, &mut blob)?;
+            f(e, &blob)?;
+        }
+        Ok(())
+    }
+
+    /// Reads expert `expert` of `layer` (its used bytes) into `buf`. Call
+    /// [`ensure_verified`](Self::ensure_verified) first.
+    pub fn read(&self, layer: usize, expert: u32, buf: &mut Vec<u8>) -> Result<()> {
+        let lf = self.file(layer)?;
+        if expert as usize >= self.layout.n_experts {
+            return Err(Error::Invalid(format!(
+                "expert {expert} out of range (the layer has {})",
+                self.layout.n_experts
+            )));
+        }
+        buf.resize(self.layout.blob_bytes as usize, 0);
+        lf.file.read_exact_at(buf, expert as u64 * self.layout.blob_stride).map_err(|e| {
+            Error::Invalid(format!(
+                "{}: reading expert {expert}: {e} (is the file truncated? `kestrel verify` the installation)",
+                lf.path.display()
+            ))
+        })
+    }
 }

@@ -10,8 +10,8 @@
 
 use std::time::Instant;
 
+use super::{check_context, GenStats, GenerateParams};
 use crate::backend::{Backend, Readback};
-use crate::engine::{check_context, GenStats, GenerateParams};
 use crate::error::{Error, Result};
 use crate::spec::Drafter;
 
