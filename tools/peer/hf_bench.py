@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Peer benchmark for Kestrel issue 5: Hugging Face transformers on the same synthetic Gemma 4.
+"""Peer benchmark for Kestrel: Hugging Face transformers on the same synthetic Gemma 4.
 
 What it measures
     Prefill (pp) and greedy batch-1 decode (tg) throughput of transformers' own Gemma 4 text model
     (Gemma4ForCausalLM) in bf16, built from the config.json that `kestrel synth --arch ...` writes,
-    so that `kestrel bench` and this peer can be run on the same architecture in the same session
-    on the same GPU. Two modes:
+    so that `kestrel bench` and this peer can be run on the same architecture in the same run
+    on the same GPU (tools/device/table.sh, peer.sh). Two modes:
       eager    plain PyTorch eager, the model's default dynamic KV cache (DynamicCache).
       compile  a StaticCache plus torch.compile(model.forward, mode="reduce-overhead",
                fullgraph=True) for the decode step (CUDA graphs on CUDA), which is what transformers

@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""The mat-vec floor of a decode step on the H200 (PERF_NOTES.md, sessions 23 #3 and 24).
+"""The mat-vec floor of a decode step on the H200 (PERF_NOTES.md: ledger 2026-12-02
+kbench-clock-burst).
 
 Each decode mat-vec reads its weights in one dispatch; kbench's stream table
-(benches/results/2026-12-02-h200-session24-final.txt: a bare read from memory in a dependent
-chain, the best of 1/2/4/8 vec4s per thread, each timed right after a clock burst) says what one
-dispatch can read at a size. Session 23's curve (p5) was timed at a lowered SM clock and read
-1.5-2.6x slow at 4-64 MB (PERF_NOTES.md, session 24). This sums that time, interpolated linearly in bytes (below 1 MiB: the 1 MiB time; past
-128 MiB: 128 MiB's bandwidth), over every mat-vec of one decode step of the synthetic E2B, E4B
-and 26B-A4B models (`kestrel synth` presets, 4-bit with bf16 scales and biases per 64 values:
-0.5625 bytes per weight; the 26B's router 8-bit: 1.0625), and prints the tok/s that floor
-allows with every other kernel of the step free. Run: python3 tools/perf/stream_floor.py
+(benches/results/2026-12-02-h200-stream-floor.txt: a bare read from memory in a dependent
+chain, the best of 1/2/4/8 vec4s per thread, each timed right after a clock burst; rerun with
+`bash tools/device/kbench.sh stream_read`) says what one dispatch can read at a size. An earlier
+curve of the same day (ledger 2026-12-02 stream-curve-low-clock) was timed at a lowered SM clock
+and read 1.5-2.6x slow at 4-64 MB. This sums that time, interpolated linearly in bytes (below
+1 MiB: the 1 MiB time; past 128 MiB: 128 MiB's bandwidth), over every mat-vec of one decode step
+of the synthetic E2B, E4B and 26B-A4B models (`kestrel synth` presets, 4-bit with bf16 scales and
+biases per 64 values: 0.5625 bytes per weight; the 26B's router 8-bit: 1.0625), and prints the
+tok/s that floor allows with every other kernel of the step free.
+Run: python3 tools/perf/stream_floor.py
 """
 
-# (bytes read, µs): session 24's final call.
+# (bytes read, µs): the held-clock stream table of 2026-12-02 (H200).
 CURVE = [(1048576, 2.95), (4423680, 3.85), (8388608, 4.65), (14745600, 6.01),
          (16777216, 6.38), (29491200, 9.10), (67108864, 17.03), (134217728, 31.21)]
 Q4, Q8 = 0.5625, 1.0625
