@@ -1018,16 +1018,14 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     // The 26B router: top 8 of 128 experts.
     let p = RouterParams { n_experts: 128, top_k: 8, _pad: [0; 2] };
     let logits: Vec<u8> = (0..128).flat_map(|i| ((i * 37 % 128) as f32 * 0.01).to_le_bytes()).collect();
-    for staged in [false, true] {
-        row(
-            h,
-            Kernel::RouterTopk { staged },
-            "top 8 of 128".into(),
-            vec![logits.clone(), f32s(128, 1.0), vec![0u8; 32], f32s(8, 0.0)],
-            bytemuck::bytes_of(&p),
-            (1, 1, 1),
-        );
-    }
+    row(
+        h,
+        Kernel::RouterTopk,
+        "top 8 of 128".into(),
+        vec![logits, f32s(128, 1.0), vec![0u8; 32], f32s(8, 0.0)],
+        bytemuck::bytes_of(&p),
+        (1, 1, 1),
+    );
 }
 
 /// Layers of the persistent_chain table's chains (4 stages each: MAX_CHAIN_STAGES in all).

@@ -2333,21 +2333,17 @@ fn split_attention_matches_the_cpu_reference() {
                         .unwrap()
                         .swap_remove(1);
                 }
-                // The short kernel in both forms of its value groups' sum (group 0 adding the
-                // others after one barrier, the default; a halving tree, KESTREL_ATTN_SHORT_SUM)
-                // at the two largest workgroup sizes (512 the default, 1024), where the device's
-                // limits give them.
+                // The short kernel at the two largest workgroup sizes (512 the default, 1024),
+                // where the device's limits give them.
                 let mut forms: Vec<(String, Option<Kernel>)> = Vec::new();
-                for sum_group0 in [true, false] {
-                    for max_wg in [512, 1024] {
-                        let k = attention_short_form(c.d, qnorm, sum_group0, max_wg, &limits);
-                        // A device whose limits give both caps the same size runs it once.
-                        if short_rows > 0 && !forms.iter().any(|f| f.1 == Some(k)) {
-                            let Kernel::AttentionShort { wg, .. } = k else {
-                                unreachable!("attention_short_form gives attention_short")
-                            };
-                            forms.push((format!(" {} wg{wg}", if sum_group0 { "group0" } else { "tree" }), Some(k)));
-                        }
+                for max_wg in [512, 1024] {
+                    let k = attention_short_form(c.d, qnorm, max_wg, &limits);
+                    // A device whose limits give both caps the same size runs it once.
+                    if short_rows > 0 && !forms.iter().any(|f| f.1 == Some(k)) {
+                        let Kernel::AttentionShort { wg, .. } = k else {
+                            unreachable!("attention_short_form gives attention_short")
+                        };
+                        forms.push((format!(" wg{wg}"), Some(k)));
                     }
                 }
                 if forms.is_empty() {
@@ -2712,21 +2708,18 @@ struct RouterCase {
     unit_scale: bool,
     /// Expert 1's logit NaN in every token: it ranks last (never picked while k < n).
     nan: bool,
-    /// The STAGED form (kernels::router_staged).
-    staged: bool,
 }
 
 impl RouterCase {
     fn new(n_experts: usize, top_k: usize, tokens: usize) -> Self {
-        RouterCase { n_experts, top_k, tokens, range: 1.0, ties: 0, unit_scale: false, nan: false, staged: false }
+        RouterCase { n_experts, top_k, tokens, range: 1.0, ties: 0, unit_scale: false, nan: false }
     }
 }
 
 impl Case for RouterCase {
     fn name(&self) -> String {
         let c = self;
-        let form = if c.staged { "router_topk_staged" } else { "router_topk" };
-        let mut s = format!("{form}(n_experts={},top_k={},tokens={}", c.n_experts, c.top_k, c.tokens);
+        let mut s = format!("router_topk(n_experts={},top_k={},tokens={}", c.n_experts, c.top_k, c.tokens);
         if c.range != 1.0 {
             s += &format!(",range={}", c.range);
         }
@@ -2741,7 +2734,7 @@ impl Case for RouterCase {
     }
 
     fn build(&self, rng: &mut Rng) -> Launch {
-        let &RouterCase { n_experts: n, top_k: k, tokens, range, ties, unit_scale, nan, staged } = self;
+        let &RouterCase { n_experts: n, top_k: k, tokens, range, ties, unit_scale, nan } = self;
         assert!(k <= n && ties <= n && n <= 256 && (!nan || (k < n && n > 1)), "{}: impossible case", self.name());
         let mut logits: Vec<f32> = rng.vec(tokens * n).iter().map(|&v| v * range).collect();
         for t in 0..tokens {
@@ -2792,7 +2785,7 @@ impl Case for RouterCase {
         let p = RouterParams { n_experts: n as u32, top_k: k as u32, _pad: [0; 2] };
         let step =
             Step { n_tokens: tokens as u32, pos0: 0, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        launch(Kernel::RouterTopk { staged }, bufs, &p, step, (tokens, 1))
+        launch(Kernel::RouterTopk, bufs, &p, step, (tokens, 1))
     }
 }
 
@@ -2826,45 +2819,7 @@ fn router_cases() -> Vec<Box<dyn Case>> {
     for (n, k) in [(128, 8), (256, 1)] {
         v.push(Box::new(RouterCase { range: 16.0, ..RouterCase::new(n, k, 3) }));
     }
-    // The staged form on the shapes that decide it: the 26B's 128 / 8 (a verify tile's tokens
-    // too), ties across the cut, every logit equal, a NaN, wide logits, and 256 experts.
-    let staged = [
-        RouterCase::new(128, 8, 1),
-        RouterCase::new(128, 8, 9),
-        RouterCase { ties: 9, ..RouterCase::new(128, 8, 3) },
-        RouterCase { ties: 128, ..RouterCase::new(128, 8, 3) },
-        RouterCase { nan: true, ..RouterCase::new(128, 8, 3) },
-        RouterCase { range: 16.0, ..RouterCase::new(128, 8, 3) },
-        RouterCase { ties: 5, unit_scale: true, ..RouterCase::new(256, 4, 3) },
-        RouterCase::new(3, 2, 3),
-    ];
-    v.extend(staged.map(|c| Box::new(RouterCase { staged: true, ..c }) as Box<dyn Case>));
     v
-}
-
-/// The router's staged form (kernels::router_staged) gives the plain form's picks and weights
-/// bit for bit: the same arithmetic on the same values, only read from workgroup memory.
-#[test]
-fn router_staged_is_bitwise_the_plain_form() {
-    let Some(mut h) = harness() else { return };
-    let cases = [
-        RouterCase::new(128, 8, 9),
-        RouterCase { ties: 9, ..RouterCase::new(128, 8, 3) },
-        RouterCase { nan: true, range: 16.0, ..RouterCase::new(128, 8, 3) },
-        RouterCase::new(256, 4, 3),
-    ];
-    for c in cases {
-        let name = c.name();
-        let l = c.build(&mut Rng(kestrel::synth::SplitMix64(seed_of(&name))));
-        let bufs: Vec<Vec<u8>> = l.bufs.iter().map(|b| b.bytes.clone()).collect();
-        let run = |h: &mut KernelHarness, staged: bool| {
-            h.run(Kernel::RouterTopk { staged }, &bufs, &l.params, l.step, l.grid).unwrap()
-        };
-        let (plain, staged) = (run(&mut h, false), run(&mut h, true));
-        assert_eq!(plain[2], staged[2], "{name}: idx differs");
-        assert_eq!(plain[3], staged[3], "{name}: weight differs");
-        println!("{name} [wgpu]: the staged form's idx and weight bitwise the plain form's OK");
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -27,10 +27,9 @@
 // - values: NTV groups of TV lanes, lane vl owning the row's vec4 vl; group g adds keys
 //   g, g + NTV, … in order, GV rows in flight (the first batch issued before the softmax:
 //   V does not depend on it); after the last tile the groups' sums are added in workgroup
-//   memory (vh) and group 0 stores o = acc / l. Two forms (the host's choice, SUM_GROUP0):
-//   a halving tree (group g + h into group g, h = NTV / 2, NTV / 4, …: 2 log2(NTV) barriers),
-//   or groups 1.. store their sums and group 0 adds them in group order after one barrier
-//   (PERF_NOTES.md, session 27 #3: 0.1–0.5 µs faster per dispatch; vh then WG − TV vec4s).
+//   memory (vh): groups 1.. store their sums and group 0 adds them in group order after one
+//   barrier, then stores o = acc / l (one barrier where a halving tree of the groups took
+//   2 log2(NTV): PERF_NOTES.md, session 27 #3, 0.1–0.5 µs faster per dispatch).
 // K and V registers are declared inside the loops that load them: declared at the kernel's top
 // they live across the tile loop and cost ≈ 4 µs per dispatch at 1024 threads (session 27 #3).
 
@@ -51,8 +50,7 @@ const NTV: u32 = WG / TV;
 const GV: u32 = {{GV}}u;   // value rows per group in flight
 const SG: u32 = {{SG}}u;   // subgroup size (1: none)
 const DK: u32 = {{DK}}u;   // ceil(d / WG): attention_qnorm.wgsl's dims per thread
-const SUM_GROUP0: bool = {{SUM_GROUP0}};
-const VH: u32 = {{VH}}u;   // vh's vec4s: WG / 2 (tree) or WG − TV (group 0)
+const VH: u32 = {{VH}}u;   // vh's vec4s: WG − TV, the value groups after the first
 const NEG: f32 = -3.0e38;
 
 var<workgroup> qs: array<f32, 1024>;
@@ -158,21 +156,11 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
         // sc is rewritten by the next tile.
         workgroupBarrier();
     }
-    if (SUM_GROUP0) {
-        // The groups' sums, added by group 0 in group order.
-        if (vg > 0u) { vh[(vg - 1u) * TV + vl] = acc; }
-        workgroupBarrier();
-        if (vg == 0u) {
-            for (var g = 1u; g < NTV; g++) { acc += vh[(g - 1u) * TV + vl]; }
-        }
-    } else {
-        // The groups' sums: group g + h adds into group g, h = NTV / 2, NTV / 4, … (a fixed order).
-        for (var hh = NTV / 2u; hh > 0u; hh >>= 1u) {
-            if (vg >= hh && vg < 2u * hh) { vh[(vg - hh) * TV + vl] = acc; }
-            workgroupBarrier();
-            if (vg < hh) { acc += vh[vg * TV + vl]; }
-            workgroupBarrier();
-        }
+    // The groups' sums, added by group 0 in group order.
+    if (vg > 0u) { vh[(vg - 1u) * TV + vl] = acc; }
+    workgroupBarrier();
+    if (vg == 0u) {
+        for (var g = 1u; g < NTV; g++) { acc += vh[(g - 1u) * TV + vl]; }
     }
     if (vg == 0u && vl < d4) {
         o[(t * p.n_heads + h) * d4 + vl] = acc / l;

@@ -10,15 +10,13 @@
 //   idx: u32[n_tokens, top_k]; weight: f32[n_tokens, top_k]; p: RouterParams; step: Step.
 // Launch: WG (256) threads per token (one expert each; the backend refuses n_experts > WG);
 //   grid = (n_tokens, 1).
-// STAGED (the host's choice, kernels::router_staged): each thread loads its expert's scale with
-// its logit, and the k chosen experts' logits and scales come from workgroup memory, not from a
-// second round of global loads after the ranking: one memory round trip fewer in a kernel that is
-// a single workgroup's latency chain per token. The same arithmetic on the same values, so the
-// same bits, but for NaN logits: one is chosen only when fewer than k logits are not NaN, and
-// then the staged form weighs it 0 (its sv is −3e38) where the plain form gives NaN weights.
+// Each thread loads its expert's scale with its logit, and the k chosen experts' logits and
+// scales come from workgroup memory, not from a second round of global loads after the ranking:
+// one memory round trip fewer in a kernel that is a single workgroup's latency chain per token.
+// A NaN logit ranks last and, chosen only when fewer than k logits are not NaN, weighs 0 (its
+// staged value is −3e38).
 
 const WG: u32 = {{WG}}u; // kernels::ROUTER_TOPK_WG
-const STAGED: bool = {{STAGED}};
 const NEG: f32 = -3.0e38;
 
 struct RouterParams {
@@ -35,12 +33,11 @@ struct RouterParams {
 @group(0) @binding(4) var<uniform> p: RouterParams;
 @group(0) @binding(5) var<uniform> step: Step;
 
-var<workgroup> sc_all: array<f32, WG>; // STAGED: each expert's scale
+var<workgroup> sc_all: array<f32, WG>; // each expert's scale
 
 // The chosen expert c's logit and scale, for its weight.
 fn chosen_logit_scale(t: u32, c: u32) -> vec2<f32> {
-    if (STAGED) { return vec2<f32>(sv[c], sc_all[c]); }
-    return vec2<f32>(logits[t * p.n_experts + c], scale[c]);
+    return vec2<f32>(sv[c], sc_all[c]);
 }
 
 var<workgroup> chosen: array<u32, WG>;
@@ -102,7 +99,7 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     var s = NEG;
     if (lid < p.n_experts) {
         s = logits[t * p.n_experts + lid];
-        if (STAGED) { sc_all[lid] = scale[lid]; }
+        sc_all[lid] = scale[lid];
     }
     pick(lid, t, s);
 }

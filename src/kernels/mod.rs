@@ -168,7 +168,6 @@ pub enum Kernel {
         d4: u32,
         wg: u32,
         qnorm: bool,
-        sum_group0: bool,
     },
     GeluMul,
     /// gelu_mul that also writes each token's sums of its output over groups of 64 (chunks).
@@ -177,11 +176,9 @@ pub enum Kernel {
     SoftcapArgmax,
     /// Each row's first maximum among its chunks' (pass 2).
     ArgmaxMerge,
-    /// MoE: softmax, top-k and weights of the router logits; `staged`: the chosen experts'
-    /// logits and scales from workgroup memory ([`router_staged`]).
-    RouterTopk {
-        staged: bool,
-    },
+    /// MoE: softmax, top-k and weights of the router logits (the chosen experts' logits and
+    /// scales staged in workgroup memory).
+    RouterTopk,
     /// MoE: gathered mat-vec of each token's routed experts (decode).
     MoeMatmul(Format),
     /// MoE: each expert's routed pairs, listed (prefill).
@@ -277,23 +274,14 @@ impl Kernel {
                 format!("attention_split_d{dk}{}", if qnorm { "_qnorm" } else { "" })
             }
             Kernel::AttentionCombine => "attention_combine".into(),
-            Kernel::AttentionShort { d4, qnorm, sum_group0, .. } => format!(
-                "attention_short_d{}{}{}",
-                4 * d4,
-                if qnorm { "_qnorm" } else { "" },
-                if sum_group0 { "_g0" } else { "" }
-            ),
+            Kernel::AttentionShort { d4, qnorm, .. } => {
+                format!("attention_short_d{}{}", 4 * d4, if qnorm { "_qnorm" } else { "" })
+            }
             Kernel::GeluMul => "gelu_mul".into(),
             Kernel::GeluMulSums => "gelu_mul_sums".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
             Kernel::ArgmaxMerge => "argmax_merge".into(),
-            Kernel::RouterTopk { staged } => {
-                if staged {
-                    "router_topk_staged".into()
-                } else {
-                    "router_topk".into()
-                }
-            }
+            Kernel::RouterTopk => "router_topk".into(),
             Kernel::MoeMatmul(f) => format!("moe_matmul_{}", f.name()),
             Kernel::MoeGroup => "moe_group".into(),
             Kernel::MoeMatmulGrouped(f) => format!("moe_matmul_grouped_{}", f.name()),
@@ -376,7 +364,7 @@ impl Kernel {
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::GeluMulSums => &[ReadWrite, Read, Uniform, Uniform, ReadWrite, Read],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
-            Kernel::RouterTopk { .. } => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::MoeMatmul(_)
             | Kernel::MoeMatmulGrouped(_)
             | Kernel::QmmMoe

@@ -514,10 +514,9 @@ pub const ATTN_SHORT_MAX: u32 = 256;
 
 /// The attention_short variant for a head dimension (a multiple of 8, ≤ 1024) on a device with
 /// these limits: [`SHORT_WG_MAX`] threads per (head, token) where the device takes them and its
-/// workgroup memory holds the kernel's arrays, else fewer. The value groups' sums in the default
-/// form.
+/// workgroup memory holds the kernel's arrays, else fewer.
 pub fn attention_short(head_dim: usize, qnorm: bool, limits: &DeviceLimits) -> Kernel {
-    attention_short_form(head_dim, qnorm, SHORT_SUM_GROUP0, SHORT_WG_MAX, limits)
+    attention_short_form(head_dim, qnorm, SHORT_WG_MAX, limits)
 }
 
 /// The largest attention_short workgroup a decode or verify step takes. On the H200 with group
@@ -527,16 +526,9 @@ pub fn attention_short(head_dim: usize, qnorm: bool, limits: &DeviceLimits) -> K
 /// against other G / GV at 512; plain 512 had not been run in the step).
 pub const SHORT_WG_MAX: u32 = 512;
 
-/// attention_short with the value groups' sums added by group 0 after one barrier
-/// (`sum_group0`) or by a halving tree, at most `max_wg` threads per (head, token) (1024, 512
-/// or 256: the largest of them the device's limits allow).
-pub fn attention_short_form(
-    head_dim: usize,
-    qnorm: bool,
-    sum_group0: bool,
-    max_wg: u32,
-    limits: &DeviceLimits,
-) -> Kernel {
+/// attention_short on at most `max_wg` threads per (head, token) (1024, 512 or 256: the largest
+/// of them the device's limits allow).
+pub fn attention_short_form(head_dim: usize, qnorm: bool, max_wg: u32, limits: &DeviceLimits) -> Kernel {
     let d4 = head_dim as u32 / 4;
     let wg = [1024u32, 512, 256]
         .into_iter()
@@ -544,26 +536,25 @@ pub fn attention_short_form(
         .find(|&wg| {
             wg <= limits.max_threads
                 && wg <= limits.max_workgroup_x
-                && short_shared_bytes(d4, wg, qnorm, sum_group0) <= limits.max_workgroup_bytes
+                && short_shared_bytes(d4, wg, qnorm) <= limits.max_workgroup_bytes
         })
         .unwrap_or(256);
-    Kernel::AttentionShort { d4, wg, qnorm, sum_group0 }
+    Kernel::AttentionShort { d4, wg, qnorm }
 }
 
 /// attention_short's workgroup memory: qs (1024 floats), sc and red (WG each), vh and, in the
 /// q-norm form, qn_red (WG).
-fn short_shared_bytes(d4: u32, wg: u32, qnorm: bool, sum_group0: bool) -> u32 {
-    4 * (1024 + 2 * wg + if qnorm { wg } else { 0 }) + 16 * short_vh_vec4s(wg, short_shape(d4, wg).tv, sum_group0)
+fn short_shared_bytes(d4: u32, wg: u32, qnorm: bool) -> u32 {
+    4 * (1024 + 2 * wg + if qnorm { wg } else { 0 }) + 16 * short_vh_vec4s(wg, short_shape(d4, wg).tv)
 }
 
-/// attention_short's vh in vec4s: the halving tree's upper half, or (group 0's sum) every value
-/// group after the first.
-pub fn short_vh_vec4s(wg: u32, tv: u32, sum_group0: bool) -> u32 {
-    if sum_group0 {
-        (wg - tv).max(1)
-    } else {
-        wg / 2
-    }
+/// attention_short's vh in vec4s: the sums of every value group after the first, which group 0
+/// adds after one barrier. That beat a halving tree of the groups on the H200 (PERF_NOTES.md,
+/// session 30, two alternating rounds, 1024 threads): E2B tg128 378.8 / 379.2 → 381.7 / 381.4,
+/// E4B 248.6 / 248.5 → 248.9 / 249.9, the 26B 276.4 / 276.2 → 276.7 / 277.1; kbench 0.02–0.46 µs
+/// faster per dispatch at every row length (16–1025 keys).
+pub fn short_vh_vec4s(wg: u32, tv: u32) -> u32 {
+    (wg - tv).max(1)
 }
 
 /// attention_short's thread shapes for a head dim of `d4` vec4s (the constants of
@@ -583,13 +574,7 @@ pub struct ShortShape {
     pub gv: u32,
 }
 
-/// attention_short's default sum of the value groups: group 0 adds the others after one barrier
-/// (session 28's form). On the H200 against the halving tree (PERF_NOTES.md, session 30, two
-/// alternating rounds, 1024 threads): E2B tg128 378.8 / 379.2 → 381.7 / 381.4, E4B
-/// 248.6 / 248.5 → 248.9 / 249.9, the 26B 276.4 / 276.2 → 276.7 / 277.1; kbench 0.02–0.46 µs
-/// faster per dispatch at every row length (16–1025 keys).
-const SHORT_SUM_GROUP0: bool = true;
-
+/// attention_short's thread shapes for `d4` vec4s a row on `wg` threads.
 pub fn short_shape(d4: u32, wg: u32) -> ShortShape {
     let tpk = if d4 <= 64 { 16 } else { 32 };
     // Keys and value rows in flight: 2 and 4 were the fastest of session 26's sweep.

@@ -2190,7 +2190,7 @@ impl<'a> Builder<'a> {
                 Res::Step,
             ];
             self.spec(
-                Kernel::RouterTopk { staged: true },
+                Kernel::RouterTopk,
                 res,
                 &RouterParams { n_experts: ne as u32, top_k: tk as u32, _pad: [0; 2] },
                 1,

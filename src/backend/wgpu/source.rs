@@ -191,7 +191,7 @@ fn body(k: Kernel, sg: u32) -> String {
             let src = format!("{}\n{qnorm_src}", src.replace("{{LOAD_QUERY}}", load));
             format!("{params}\n{}\n{tile}", unroll(&src, &[("DK", dk), ("G", g)]))
         }
-        Kernel::AttentionShort { d4, wg, qnorm, sum_group0 } => {
+        Kernel::AttentionShort { d4, wg, qnorm } => {
             let s = short_shape(d4, wg);
             let team = if sg >= s.tpk {
                 include_str!("../../../wgsl/attention_team_subgroup.wgsl")
@@ -217,8 +217,7 @@ fn body(k: Kernel, sg: u32) -> String {
                 .replace("{{TV}}", &s.tv.to_string())
                 .replace("{{GV}}", &s.gv.to_string())
                 .replace("{{DK}}", &dk.to_string())
-                .replace("{{SUM_GROUP0}}", if sum_group0 { "true" } else { "false" })
-                .replace("{{VH}}", &short_vh_vec4s(wg, s.tv, sum_group0).to_string());
+                .replace("{{VH}}", &short_vh_vec4s(wg, s.tv).to_string());
             format!("{params}\n{}", unroll(&src, &[("VPL", s.vpl), ("G", s.g), ("GV", s.gv), ("DK", dk)]))
         }
         Kernel::AttentionCombine => {
@@ -241,9 +240,9 @@ fn body(k: Kernel, sg: u32) -> String {
         Kernel::ArgmaxMerge => {
             format!("{argmax_params}\n{argmax_tree}\n{}", include_str!("../../../wgsl/argmax_merge.wgsl"))
         }
-        Kernel::RouterTopk { staged } => include_str!("../../../wgsl/router_topk.wgsl")
-            .replace("{{WG}}", &ROUTER_TOPK_WG.to_string())
-            .replace("{{STAGED}}", if staged { "true" } else { "false" }),
+        Kernel::RouterTopk => {
+            include_str!("../../../wgsl/router_topk.wgsl").replace("{{WG}}", &ROUTER_TOPK_WG.to_string())
+        }
         Kernel::MoeMatmul(f) => {
             format!("{}\n{moe_params}\n{}", format_source(f), include_str!("../../../wgsl/moe_matmul.wgsl"))
         }
