@@ -166,16 +166,40 @@ fn chat_cases_match_transformers() {
     }
 }
 
+/// A model folder may carry its template in `chat_template.jinja` or only as
+/// `tokenizer_config.json`'s `"chat_template"`; the fixture tokenizer carries both, and both
+/// must render every chat case identically (and as transformers did). The config side is
+/// loaded from a folder without the `.jinja` file, so `from_model_dir` has to take the
+/// template from the config: a config template that drifted from the file, or a lookup that
+/// silently fell back to the file, fails here.
 #[test]
 fn config_template_equals_jinja_file() {
-    // tokenizer_config.json carries the same template; from_sources must render identically.
     let dir = tok_dir();
     let src = std::fs::read_to_string(dir.join("chat_template.jinja")).unwrap();
     let cfg = std::fs::read_to_string(dir.join("tokenizer_config.json")).unwrap();
-    let a = ChatTemplate::from_sources(&src, Some(&cfg)).unwrap();
-    let b = ChatTemplate::from_model_dir(&dir).unwrap().unwrap();
-    let msgs = [Message::new("system", "s"), Message::new("user", "u")];
-    assert_eq!(a.render(&msgs, true, &Value::Null).unwrap(), b.render(&msgs, true, &Value::Null).unwrap());
+    let from_file = ChatTemplate::from_sources(&src, Some(&cfg)).unwrap();
+
+    let only_cfg = std::env::temp_dir().join(format!("kestrel-tokenizer-config-only-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&only_cfg);
+    std::fs::create_dir_all(&only_cfg).unwrap();
+    std::fs::write(only_cfg.join("tokenizer_config.json"), &cfg).unwrap();
+    let from_cfg = ChatTemplate::from_model_dir(&only_cfg);
+    std::fs::remove_dir_all(&only_cfg).unwrap();
+    let from_cfg = from_cfg.unwrap().expect("tokenizer_config.json carries a chat_template");
+
+    let j = tests_json();
+    let cases = j["chat_cases"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    for (i, case) in cases.iter().enumerate() {
+        let messages: Vec<Message> = serde_json::from_value(case["messages"].clone()).unwrap();
+        let mut kwargs = case["kwargs"].as_object().cloned().unwrap_or_default();
+        let add_gen = kwargs.remove("add_generation_prompt").and_then(|v| v.as_bool()).unwrap_or(false);
+        let kwargs = Value::Object(kwargs);
+        let a = from_file.render(&messages, add_gen, &kwargs).unwrap();
+        let b = from_cfg.render(&messages, add_gen, &kwargs).unwrap();
+        assert_eq!(b, a, "chat case {i}: tokenizer_config.json's template renders differently from the .jinja file");
+        assert_eq!(a, case["rendered"].as_str().unwrap(), "chat case {i}");
+    }
 }
 
 #[test]
