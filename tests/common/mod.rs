@@ -159,3 +159,37 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
+
+/// The kernel labels of a `WgpuBackend::program_listing()`: every `label#hash` it names (each
+/// dispatch's own kernel, and its decode and verify variants and their smaller tiles).
+pub fn kernel_labels(listing: &str) -> Vec<&str> {
+    listing
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']' || c == '=')
+        .filter_map(|t| t.split_once('#').map(|(label, _)| label))
+        .collect()
+}
+
+/// Kernel labels that compute a norm inside another kernel: a mat-vec with the residual norm
+/// fused in (`…_norm128i`, `…_norm64`: `WgpuOptions::fuse_norms_up_to`) or an attention that
+/// normalises q itself (`…_qnorm`: `WgpuOptions::fold_q_norm`).
+pub fn fused_norm_labels(listing: &str) -> usize {
+    kernel_labels(listing)
+        .into_iter()
+        .filter(|l| {
+            l.contains("_qnorm")
+                || l.match_indices("_norm").any(|(i, _)| l[i + 5..].starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .count()
+}
+
+/// Distinct buffers a listing binds (`b<n>:<bytes>`, numbered by first use).
+pub fn listed_buffers(listing: &str) -> usize {
+    let mut ids: Vec<&str> = listing
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
+        .filter_map(|t| t.strip_prefix('b')?.split_once(':').map(|(n, _)| n))
+        .filter(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.len()
+}
