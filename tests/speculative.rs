@@ -156,32 +156,36 @@ fn wgpu_verify_logits_are_bitwise_sequential_decode() {
 
 /// The same with every norm its own dispatch: residual norms (the decode path of hidden sizes
 /// past PRO_MAX_HIDDEN (E4B, 26B), which the fixtures' small hidden sizes would otherwise never
-/// run) and the KV-sharing layers' q norm (head_norm_rope, not inside attention_split).
+/// run) and the KV-sharing layers' q norm (head_norm_rope, not inside attention_split). The
+/// program must name no fused-norm kernel, where the default build of every pair's target has
+/// some (else this would repeat wgpu_verify_logits_are_bitwise_sequential_decode).
 #[test]
 fn wgpu_unfused_verify_logits_are_bitwise_sequential_decode() {
     check_verify_bitwise("wgpu-unfused", &|m| {
-        wgpu_backend(
+        let opts = WgpuOptions { max_ctx: 256, max_chunk: 16, ..Default::default() };
+        let b = wgpu_backend(
             m,
             WgpuOptions {
-                max_ctx: 256,
-                max_chunk: 16,
                 tuning: Tuning { fuse_norms_up_to: 0, fold_q_norm: false, ..Tuning::default() },
-                ..Default::default()
+                ..opts.clone()
             },
-        )
-        .map(|b| Box::new(b) as Box<dyn Backend>)
+        )?;
+        let d = wgpu_backend(m, opts).unwrap();
+        assert!(fused_norm_labels(&d.program_listing()) > 0, "{}: the default build fuses no norm", m.source);
+        assert_eq!(fused_norm_labels(&b.program_listing()), 0, "{}: fused norms left", m.source);
+        Some(Box::new(b) as Box<dyn Backend>)
     });
 }
 
-/// On the GPU (lavapipe in CI): speculative == greedy on the same backend, both pairs, the long
-/// prompt (40 tokens, then 64 new: the 16-token window is crossed several times).
 /// The same across the bound between attention_short's rows and attention_split's: at 42 keys
 /// the verify step's five rows (41–45 keys, after the 40-token prompt) straddle it, so it runs
-/// both forms, each on its own rows, and every row is still bitwise the decode step's.
+/// both forms, each on its own rows, and every row is still bitwise the decode step's. The bound
+/// must be where it is asked for: a decode step at position 41 (42 keys) runs attention_short
+/// alone, as one at 0 does, and one at 42 the split form's extra dispatch.
 #[test]
 fn wgpu_verify_across_the_short_attention_bound_is_bitwise_sequential_decode() {
     check_verify_bitwise("wgpu-short-bound", &|m| {
-        wgpu_backend(
+        let b = wgpu_backend(
             m,
             WgpuOptions {
                 max_ctx: 256,
@@ -189,11 +193,15 @@ fn wgpu_verify_across_the_short_attention_bound_is_bitwise_sequential_decode() {
                 tuning: Tuning { attn_short: 42, ..Tuning::default() },
                 ..Default::default()
             },
-        )
-        .map(|b| Box::new(b) as Box<dyn Backend>)
+        )?;
+        assert_eq!(b.decode_dispatches(41), b.decode_dispatches(0), "{}: split below the bound", m.source);
+        assert!(b.decode_dispatches(42) > b.decode_dispatches(41), "{}: no split past the bound", m.source);
+        Some(Box::new(b) as Box<dyn Backend>)
     });
 }
 
+/// On the GPU (lavapipe in CI): speculative == greedy on the same backend, both pairs, the long
+/// prompt (40 tokens, then 64 new: the 16-token window is crossed several times).
 #[test]
 fn wgpu_speculative_equals_greedy() {
     for (target, assistant) in PAIRS {
