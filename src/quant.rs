@@ -87,7 +87,7 @@ pub fn dequant_row(l: &QuantLayout, w: &[u8], scales: &[u8], biases: &[u8], r: u
     let mask = (1u32 << l.bits) - 1;
     let wpr = l.words_per_row();
     let gpr = l.groups_per_row();
-    for c in 0..l.cols {
+    for (c, o) in out.iter_mut().enumerate().take(l.cols) {
         let wi = r * wpr + c / vpw;
         let word = u32::from_le_bytes([w[4 * wi], w[4 * wi + 1], w[4 * wi + 2], w[4 * wi + 3]]);
         let q = (word >> (l.bits as usize * (c % vpw))) & mask;
@@ -95,7 +95,7 @@ pub fn dequant_row(l: &QuantLayout, w: &[u8], scales: &[u8], biases: &[u8], r: u
         let s = read_float(scales, DType::BF16, g);
         let b = read_float(biases, DType::BF16, g);
         // f32 multiply-add in this order, as mx.dequantize and the kernels do.
-        out[c] = s * q as f32 + b;
+        *o = s * q as f32 + b;
     }
 }
 

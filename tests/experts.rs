@@ -99,15 +99,11 @@ fn modes(e: usize, k: usize) -> Vec<Mode> {
     m
 }
 
+/// Builds a backend of one kind for a model with the given expert slots (None: no adapter).
+type MakeBackend = dyn Fn(&Model, ExpertSlots) -> Option<Box<dyn Backend>>;
+
 /// Checks one backend kind over every mode of one fixture form, on the reference prompts `which`.
-fn check_form(
-    name: &str,
-    form: &str,
-    reference: &str,
-    backend: &str,
-    which: &[usize],
-    make: &dyn Fn(&Model, ExpertSlots) -> Option<Box<dyn Backend>>,
-) {
+fn check_form(name: &str, form: &str, reference: &str, backend: &str, which: &[usize], make: &MakeBackend) {
     let refs: Vec<(usize, PromptRef)> =
         load_refs(name, reference).into_iter().enumerate().filter(|(i, _)| which.contains(i)).collect();
     let (_tmp, dir) = install_fixture(name, form, backend);

@@ -396,7 +396,11 @@ fn wgpu_one_submit_per_step_matches_transformers() {
                 ..Default::default()
             };
             let one = common::wgpu_backend(m, opts.clone())?;
-            let mut seg = common::wgpu_backend(m, WgpuOptions { tuning: Tuning { submit_segments: true, ..opts.tuning.clone() }, ..opts }).unwrap();
+            let mut seg = common::wgpu_backend(
+                m,
+                WgpuOptions { tuning: Tuning { submit_segments: true, ..opts.tuning.clone() }, ..opts },
+            )
+            .unwrap();
             assert_eq!(one.program_listing(), seg.program_listing(), "{}: segments changed the program", m.source);
             let mut one = one;
             let chunk = |b: &mut WgpuBackend| {

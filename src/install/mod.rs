@@ -106,13 +106,17 @@ fn layer_parts(moe: &crate::loader::StackedExperts) -> Vec<(&'static str, &Matri
     }
 }
 
-/// Plans the whole installation: the layout and one job per output file (manifest excluded).
-fn plan(
-    src: &Path,
-    cfg: &Config,
-    store: &TensorStore,
-    w: &ModelWeights,
-) -> Result<(Option<ExpertLayout>, Vec<(String, Job)>, Sizes, String)> {
+/// What an installation will hold: the expert layout (none for a dense model), one job per output
+/// file (manifest excluded), the sizes and the architecture line the manifest records.
+struct Plan {
+    layout: Option<ExpertLayout>,
+    jobs: Vec<(String, Job)>,
+    sizes: Sizes,
+    arch: String,
+}
+
+/// Plans the whole installation.
+fn plan(src: &Path, cfg: &Config, store: &TensorStore, w: &ModelWeights) -> Result<Plan> {
     let t = &cfg.text;
     let e = t.num_experts;
     let mut expert_names: Vec<String> = Vec::new();
@@ -236,7 +240,7 @@ fn plan(
     } else {
         format!("gemma4 ({} layers, hidden {}, dense)", t.num_hidden_layers, t.hidden_size)
     };
-    Ok((layout, jobs, sizes, arch))
+    Ok(Plan { layout, jobs, sizes, arch })
 }
 
 /// Writes one job's file, returning its size and SHA-256. `progress` is told of every byte.
@@ -356,7 +360,7 @@ pub fn install(src: &Path, dst: &Path, opts: &InstallOptions) -> Result<InstallR
     let store = TensorStore::open_dir(src)?;
     // Loading checks every tensor's name, dtype and shape before a byte is written.
     let weights = ModelWeights::load(&store, &cfg)?;
-    let (layout, jobs, sizes, arch) = plan(src, &cfg, &store, &weights)?;
+    let Plan { layout, jobs, sizes, arch } = plan(src, &cfg, &store, &weights)?;
     let fp = fingerprint(src, &jobs)?;
 
     // Resume: keep journal entries whose file still has the recorded size and hash.

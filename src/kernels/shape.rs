@@ -479,7 +479,7 @@ pub const ATTN_BQ: u32 = 16;
 /// value stage in registers, 8 at most); the device must have f16 cooperative matrices in
 /// subgroups of 32 (`Gpu::coop_f16`).
 pub fn attention_chunk_coop(head_dim: usize) -> Option<Kernel> {
-    (head_dim % 64 == 0 && (64..=512).contains(&head_dim))
+    (head_dim.is_multiple_of(64) && (64..=512).contains(&head_dim))
         .then_some(Kernel::AttentionCoop { d: head_dim as u32, sums: false })
 }
 

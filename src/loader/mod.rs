@@ -20,6 +20,9 @@ pub use installed::ExpertFiles;
 pub use safetensors::{FileBytes, SafetensorsFile, TensorRef, TensorStore};
 
 /// A 2-D weight matrix `[rows, cols]` (HF `nn.Linear` layout: `y = x · Wᵀ`, one row per output).
+// The variants differ by two tensor handles; a model holds a few hundred matrices, so boxing the
+// larger one would only add an indirection to every read.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub enum Matrix {
     /// bf16, f16 or f32 values, row-major.
@@ -122,6 +125,7 @@ pub struct LayerPle {
 
 /// Expert weights of a MoE layer. Gate and up are separate matrices (MLX form) or one fused
 /// `gate_up_proj` (HF form: rows `[e*2I, e*2I+I)` gate, `[e*2I+I, (e+1)*2I)` up).
+#[allow(clippy::large_enum_variant)] // one per MoE layer: see `Matrix`
 pub enum ExpertGateUp {
     Fused(Matrix),
     Split { gate: Matrix, up: Matrix },

@@ -342,8 +342,12 @@ struct PassState {
     residual: Option<usize>,
     /// Where the prompt's tail starts ([`Forward::tail_layer`]), and the rows it reads by token of
     /// that layer's residual and q.
-    tail_cut: Option<(usize, usize, Vec<(wgpu::Buffer, u64)>)>,
+    tail_cut: Option<TailCut>,
 }
+
+/// The first dispatch of a prompt's tail, its layer, and (buffer, bytes per row) of each buffer
+/// the tail reads by token.
+type TailCut = (usize, usize, Vec<(wgpu::Buffer, u64)>);
 
 /// How a MoE layer's experts record, decided by its feed-forward block ([`Builder::record_ffn`]).
 struct MoePlan {
@@ -361,7 +365,8 @@ struct MoePlan {
 }
 
 impl<'a> Builder<'a> {
-    pub(super) fn new(gpu: Gpu, cfg: &'a Config, w: &'a Arc<ModelWeights>, opts: WgpuOptions) -> Result<WgpuBackend> {
+    /// Uploads `w`, records its program and returns the backend that runs it.
+    pub(super) fn build(gpu: Gpu, cfg: &'a Config, w: &'a Arc<ModelWeights>, opts: WgpuOptions) -> Result<WgpuBackend> {
         let t = &opts.tuning;
         let (producer_sums, gelu_splits, norm_splits) = (t.producer_sums, t.gelu_splits, t.norm_splits);
         let norm_rows = if t.rows_norms { RMSNORM_ROWS_WG } else { 0 };
@@ -963,6 +968,7 @@ impl<'a> Builder<'a> {
     /// stacked mat-mat and gelu_mul over the two halves; decode and verify steps one qmv_glu
     /// (recorded here when `decode`, else by the caller's `glu_single`). Returns where the
     /// output's group sums are (the tensor-core form writes them).
+    #[allow(clippy::too_many_arguments)]
     fn matmul_glu(
         &mut self,
         m: &GpuMatrix,
@@ -1360,9 +1366,9 @@ impl<'a> Builder<'a> {
             && np.chain <= 1
             && np.pre == 1.0
             && np.w_off != NO_WEIGHT
-            && np.w_off % 4 == 0
+            && np.w_off.is_multiple_of(4)
             && plain_rows
-            && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT && np.w2_off % 4 == 0));
+            && (np.chain == 0 || (np.out2_stride == h as u32 && np.w2_off != NO_WEIGHT && np.w2_off.is_multiple_of(4)));
         let (up_to, wide) = (self.opts.tuning.fuse_norms_up_to, self.opts.tuning.fuse_wide);
         if up_to == 0 || !applies || !matches!(sp.only, Only::Always) {
             return;
@@ -2596,6 +2602,8 @@ impl<'a> Builder<'a> {
     /// compiles), grid rules, bindings (buffers numbered in order of first use, with their sizes;
     /// params as bytes) and readiness marks: what [`WgpuBackend::program_listing`] returns, so two
     /// builds can be compared dispatch by dispatch.
+    // Buffers are hashed by identity (wgpu hashes the handle's address), never by contents.
+    #[allow(clippy::mutable_key_type)]
     fn list_program(&self, specs: &[Spec]) -> Vec<String> {
         use std::fmt::Write;
         let mut ids: std::collections::HashMap<wgpu::Buffer, usize> = std::collections::HashMap::new();

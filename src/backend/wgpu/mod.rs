@@ -492,7 +492,7 @@ impl WgpuBackend {
                 )));
             }
         }
-        Builder::new(gpu, &cfg, &w, opts)
+        Builder::build(gpu, &cfg, &w, opts)
     }
 
     pub fn gpu(&self) -> &Gpu {
