@@ -148,6 +148,15 @@ fn decode_rejects_ids_outside_the_vocabulary() {
     assert!(err.contains("100000"), "{err}");
 }
 
+/// One chat case of the fixture: its messages, `add_generation_prompt`, and the other template
+/// arguments.
+fn chat_case(case: &Value) -> (Vec<Message>, bool, Value) {
+    let messages: Vec<Message> = serde_json::from_value(case["messages"].clone()).unwrap();
+    let mut kwargs = case["kwargs"].as_object().cloned().unwrap_or_default();
+    let add_gen = kwargs.remove("add_generation_prompt").and_then(|v| v.as_bool()).unwrap_or(false);
+    (messages, add_gen, Value::Object(kwargs))
+}
+
 #[test]
 fn chat_cases_match_transformers() {
     let t = tokenizer();
@@ -156,11 +165,8 @@ fn chat_cases_match_transformers() {
     let cases = j["chat_cases"].as_array().unwrap();
     assert!(!cases.is_empty());
     for (i, case) in cases.iter().enumerate() {
-        let messages: Vec<Message> = serde_json::from_value(case["messages"].clone()).unwrap();
-        let mut kwargs = case["kwargs"].as_object().cloned().unwrap_or_default();
-        let add_gen = kwargs.remove("add_generation_prompt").and_then(|v| v.as_bool()).unwrap_or(false);
-        let rendered =
-            tmpl.render(&messages, add_gen, &Value::Object(kwargs)).unwrap_or_else(|e| panic!("chat case {i}: {e}"));
+        let (messages, add_gen, kwargs) = chat_case(case);
+        let rendered = tmpl.render(&messages, add_gen, &kwargs).unwrap_or_else(|e| panic!("chat case {i}: {e}"));
         assert_eq!(rendered, case["rendered"].as_str().unwrap(), "chat case {i}");
         assert_eq!(t.encode(&rendered, false).unwrap(), ids(&case["ids"]), "chat case {i} ids");
     }
@@ -191,10 +197,7 @@ fn config_template_equals_jinja_file() {
     let cases = j["chat_cases"].as_array().unwrap();
     assert!(!cases.is_empty());
     for (i, case) in cases.iter().enumerate() {
-        let messages: Vec<Message> = serde_json::from_value(case["messages"].clone()).unwrap();
-        let mut kwargs = case["kwargs"].as_object().cloned().unwrap_or_default();
-        let add_gen = kwargs.remove("add_generation_prompt").and_then(|v| v.as_bool()).unwrap_or(false);
-        let kwargs = Value::Object(kwargs);
+        let (messages, add_gen, kwargs) = chat_case(case);
         let a = from_file.render(&messages, add_gen, &kwargs).unwrap();
         let b = from_cfg.render(&messages, add_gen, &kwargs).unwrap();
         assert_eq!(b, a, "chat case {i}: tokenizer_config.json's template renders differently from the .jinja file");

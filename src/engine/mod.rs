@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, Readback};
 use crate::error::{Error, Result};
 use crate::sampler::Sampler;
+use crate::streamer::StreamStats;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -33,7 +34,7 @@ pub struct GenStats {
     /// Why generation ended: `stop` (a stop id) or `length` (max_new reached).
     pub finish_reason: &'static str,
     /// Expert streaming over this generation (MoE installations with a bounded slot cache).
-    pub experts: Option<crate::streamer::StreamStats>,
+    pub experts: Option<StreamStats>,
 }
 
 impl GenStats {
@@ -55,6 +56,15 @@ fn rate(n: usize, t: Duration) -> f64 {
 }
 
 /// Checks that `prompt_len + max_new` fits the backend's context before any work starts.
+/// The expert-streaming figures of this generation only: the backend's counters are cumulative,
+/// `before` is what they were when it started.
+pub fn streamed_since<B: Backend + ?Sized>(backend: &B, before: Option<StreamStats>) -> Option<StreamStats> {
+    match (backend.stream_stats(), before) {
+        (Some(now), Some(before)) => Some(now.since(&before)),
+        (now, _) => now,
+    }
+}
+
 pub fn check_context(prompt_len: usize, max_new: usize, ctx: usize, model_max: usize) -> Result<()> {
     if prompt_len == 0 {
         return Err(Error::Invalid("the prompt is empty: give --prompt, --prompt-ids or --messages-file".into()));
@@ -132,11 +142,7 @@ pub fn generate(
     }
     stats.decode_time = t1.elapsed();
     stats.generated_tokens = out.len();
-    // Streaming figures of this generation only (the backend's counters are cumulative).
-    stats.experts = match (backend.stream_stats(), streamed_before) {
-        (Some(now), Some(before)) => Some(now.since(&before)),
-        (now, _) => now,
-    };
+    stats.experts = streamed_since(backend, streamed_before);
     Ok((out, stats))
 }
 

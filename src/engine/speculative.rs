@@ -159,10 +159,7 @@ pub fn generate(
     }
     stats.decode_time = t1.elapsed();
     stats.generated_tokens = out.len();
-    stats.experts = match (backend.stream_stats(), streamed_before) {
-        (Some(now), Some(before)) => Some(now.since(&before)),
-        (now, _) => now,
-    };
+    stats.experts = super::streamed_since(backend, streamed_before);
     Ok((out, stats, spec))
 }
 
