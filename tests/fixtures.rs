@@ -286,7 +286,14 @@ fn wgpu_split_k_and_norms_over_partials_match_transformers() {
         &mut |m| {
             variant(m, opts.clone(), &|label, v, d| {
                 let (vl, dl) = (v.program_listing(), d.program_listing());
-                assert_eq!((split_grids(&dl), parts_norms(&dl)), (0, 0), "{label}: the default build splits");
+                // The SIMT mat-mat's rule splits none of these small matrices, so there the option
+                // is what splits them. The tensor-core rule (GPUs with cooperative matrices)
+                // already splits them in the default build, often 4 or 8 ways: there the variant
+                // must split at least as many, and the default's own run covers the path.
+                if !dl.contains("qmm_coop") {
+                    assert_eq!((split_grids(&dl), parts_norms(&dl)), (0, 0), "{label}: the default build splits");
+                }
+                assert!(split_grids(&vl) >= split_grids(&dl), "{label}: fewer mat-mats split than by default");
                 assert!(split_grids(&vl) > 0, "{label}: no mat-mat split in k");
                 assert!(parts_norms(&vl) > 0, "{label}: no norm reads split-k partials");
             })
