@@ -57,11 +57,13 @@ fn dot32(wv: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f3
 // subtract, multiply-add per nibble; dropping the float subtract alone moved nothing, so its
 // integer part bound it); a packed 4×8-bit integer dot product multiplies four nibbles by four
 // bytes of x in one instruction (256 MiB matrix 154 → 100 µs with the long-row tile).
-// x is staged per 32-value chunk as X = round(x · 2^k), k chosen so that |X| < 2^22 for the
-// chunk's largest |x| (so X keeps 22 bits below that value: the error of an element is at most
-// 2^-23 of the chunk's largest, as f32 rounding is 2^-24 of the element), split into three
-// signed base-256 digits X = a·2^16 + b·2^8 + c (a in [−64, 63], b, c in [−128, 127]). The sums of q times
-// each digit are exact integers (≤ 32 · 15 · 128); they are combined in one rounding,
+// x is staged per 32-value chunk as X = round(x · 2^k), k chosen so that the chunk's largest
+// |x| · 2^k lies in [2^21, 2^22) (so |X| ≤ 2^22, and X keeps 22 bits: an element's error, at most
+// half a unit of X, is 0.5 · 2^-k ≤ 2^-22 of the chunk's largest |x|, where f32 rounding is 2^-24
+// of the element; chunks whose largest |x| is below 2^-105 get k = 126 and a smaller X), split
+// into three signed base-256 digits X = a·2^16 + b·2^8 + c (a in [−64, 64], b, c in
+// [−128, 127]). The sums of q times each digit are exact integers (≤ 32 · 15 · 128); they are
+// combined in one rounding,
 // Σ q·X = fma(Σ q·a, 2^16, Σ q·b · 256 + Σ q·c) (the second term exact below 2^24), and
 // scaled by 2^-k (exact). The packing (stage_chunk) puts a word's even-numbered values in one
 // u32 and the odd ones in the next, matching the nibbles `w & 0x0f0f0f0f` and
@@ -106,7 +108,7 @@ struct ChunkDigits {
 fn chunk_digits(v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>, v4: vec4<f32>, v5: vec4<f32>, v6: vec4<f32>, v7: vec4<f32>) -> ChunkDigits {
     let mv = max(max(max(abs(v0), abs(v1)), max(abs(v2), abs(v3))), max(max(abs(v4), abs(v5)), max(abs(v6), abs(v7))));
     // e: the biased exponent of the largest |x| (clamped: all-tiny chunks round to small X; a
-    // non-finite x makes xsum, so the row, non-finite). 2^k = 2^(148 − e) keeps |X| < 2^22.
+    // non-finite x makes xsum, so the row, non-finite). 2^k = 2^(148 − e) keeps |X| ≤ 2^22.
     let e = clamp(bitcast<u32>(max(max(mv.x, mv.y), max(mv.z, mv.w))) >> 23u, 22u, 254u);
     let up = bitcast<f32>((275u - e) << 23u);
     // fma(x, 2^k, 1.5 · 2^23) rounds x · 2^k to the integer X in the low mantissa bits
