@@ -6,7 +6,8 @@
 //! figure states the settings that produced it.
 //!
 //! Each default is the measured winner on the GPUs Kestrel is tuned on (NVIDIA H100 and H200);
-//! each field's doc names the ledger row (PERF_NOTES.md) with the measurement. A setting stays a
+//! each field's doc ends with the ledger rows (PERF_NOTES.md, cited as `ledger: DATE NAME`) that
+//! measured it; the adopted row names the field (`tuning: key`). A setting stays a
 //! field while a current measurement or a test needs its other value: tests run the non-default
 //! forms through it (unfused norms, the float mat-vec loop, reductions without subgroups), and an
 //! A/B run on new hardware repeats the measurement behind a default with it.
@@ -41,70 +42,76 @@ impl WideFuse {
 pub struct Tuning {
     /// The widest residual stream whose norms every kind of decode mat-vec computes in its
     /// prologue (0: every norm its own dispatch; `usize::MAX`, written `all`: every width).
-    /// Ledger: fused-norm-prologue.
+    /// Ledger: 2026-11-30 fuse-norms-2048.
     pub fuse_norms_up_to: usize,
-    /// Which mat-vecs take the norms of wider residual streams. Ledger: fused-norm-wide.
+    /// Which mat-vecs take the norms of wider residual streams. Ledger: 2026-12-03
+    /// fuse-wide-gated (`gated-glu`: 2026-12-02 fuse-wide-gated-glu).
     pub fuse_wide: WideFuse,
     /// The 4-bit prefill mat-mats on tensor cores (f16 cooperative matrices), where the device
-    /// has them. Ledger: qmm-coop.
+    /// has them. Ledger: 2026-11-30 qmm-coop.
     pub tensor_cores: bool,
-    /// Prefill attention on tensor cores too (with `tensor_cores`). Ledger: attention-coop.
+    /// Prefill attention on tensor cores too (with `tensor_cores`). Ledger: 2026-12-01
+    /// attention-coop.
     pub coop_attention: bool,
     /// Prefill's stacked gate|up mat-mat with the GeGLU as its epilogue on tensor cores (with
-    /// `tensor_cores`), instead of the mat-mat and gelu_mul. Ledger: qmm-coop-glu.
+    /// `tensor_cores`), instead of the mat-mat and gelu_mul. Ledger: 2026-12-01 coop-glu.
     pub coop_glu: bool,
     /// The LM head of a prompt's last row as a mat-vec rather than a tensor-core tile of 128
-    /// tokens of which one is used. Ledger: lm-head-matvec.
+    /// tokens of which one is used. Ledger: 2026-12-02 lm-head-matvec.
     pub lm_head_matvec: bool,
     /// Steps go to the queue in segments of 16, 32, 64, … dispatches as they are recorded, so
-    /// the GPU starts while the host records the rest. Ledger: submit-segments.
+    /// the GPU starts while the host records the rest. Ledger: 2026-12-01 submit-segments.
     pub submit_segments: bool,
     /// Decode and verify attention norms and rotates q itself where no qkv_norm_rope writes it
-    /// (KV-sharing layers, separate projections). Ledger: attention-qnorm.
+    /// (KV-sharing layers, separate projections). Ledger: 2026-12-01 fold-q-norm.
     pub fold_q_norm: bool,
     /// A chunk's residual norm reads a split-k mat-mat's partials itself, and the qmm_sum that
-    /// would write its input goes. Ledger: norm-splits.
+    /// would write its input goes. Ledger: 2026-12-01 norm-splits.
     pub norm_splits: bool,
-    /// A prompt's layers past its last K/V write run for its last token alone. Ledger:
-    /// prompt-tail.
+    /// A prompt's layers past its last K/V write run for its last token alone. Ledger: 2026-12-02
+    /// prompt-tail, 2026-12-02 prompt-tail-last-kv.
     pub prompt_tail: bool,
     /// Decode and verify close a MoE block in one dispatch (moe_norm.wgsl) instead of three.
-    /// Ledger: moe-norm.
+    /// Ledger: 2026-12-02 moe-norm.
     pub moe_norm: bool,
     /// Decode and verify run a MoE layer's dense branch beside the routed experts, with no
-    /// barrier between them (every expert resident, 4-bit). Ledger: moe-overlap.
+    /// barrier between them (every expert resident, 4-bit). Ledger: 2026-12-02 moe-overlap.
     pub moe_overlap: bool,
     /// Decode and verify rows of at most this many keys take attention_short (one dispatch)
-    /// instead of attention_split + attention_combine (0: never). Ledger: attention-short.
+    /// instead of attention_split + attention_combine (0: never). Ledger: 2026-12-03
+    /// attention-short.
     pub attn_short: u32,
     /// The kernels that write a tensor-core mat-mat's x (norms, the GeGLU mat-mat, gelu_mul,
     /// tensor-core attention) also write its group sums, instead of a group_sum pass. Ledger:
-    /// producer-sums.
+    /// 2026-12-01 norm-sums, 2026-12-01 producer-sums-glu.
     pub producer_sums: bool,
     /// The per-layer gate's gelu_mul adds its split-k partials itself, instead of a qmm_sum pass.
-    /// Ledger: gelu-splits.
+    /// Ledger: 2026-12-01 gelu-splits.
     pub gelu_splits: bool,
     /// Tensor-core prefill attention writes its output's group sums for the o projection (with
-    /// `producer_sums`). Ledger: attention-sums.
+    /// `producer_sums`). Ledger: 2026-12-01 attn-sums.
     pub attn_sums: bool,
     /// Chunk norms in the rows form (rmsnorm_rows.wgsl, 256 threads a row), not rmsnorm.wgsl's.
-    /// Ledger: rmsnorm-rows.
+    /// Ledger: 2026-12-01 rows-norms.
     pub rows_norms: bool,
     /// The fused-norm and routed-expert mat-vecs multiply integer digits of their input (the
-    /// digit loop) rather than its floats. Ledger: qmv-digits.
+    /// digit loop) rather than its floats. Ledger: 2026-12-05 qmv-digits-fused-norm, 2026-12-05
+    /// qmv-digits-experts.
     pub qmv_digits: bool,
     /// Reductions use subgroup operations where the device has them at one fixed size (off:
-    /// workgroup-memory trees everywhere, the form of devices without them).
+    /// workgroup-memory trees everywhere, the form of devices without them). Ledger: 2026-11-30
+    /// subgroups.
     pub subgroups: bool,
     /// Threads of a decode or verify step's one-workgroup norm where the device allows them
-    /// (256, 512 or 1024; else 256). Ledger: decode-norm-threads.
+    /// (256, 512 or 1024; else 256). Ledger: 2026-12-05 norm-threads-split (and 2026-12-05
+    /// norm-threads-512, 2026-12-01 norm-threads-1024).
     pub norm_threads: u32,
     /// Threads of the MoE block's closing norm (256, 512 or 1024, as `norm_threads`). Ledger:
-    /// decode-norm-threads.
+    /// 2026-12-05 norm-threads-split (and 2026-12-05 norm-threads-512).
     pub moe_norm_threads: u32,
     /// naga's runtime checks in the generated shaders (index clamps, loop counters). Off: every
     /// index a kernel computes is bounded by the shapes the host checks, and the checks cost
-    /// 7–12 % on an H200; CI runs the kernel tests both ways. Ledger: shader-checks.
+    /// 7–12 % on an H200; CI runs the kernel tests both ways. Ledger: 2026-11-30 shader-checks-off.
     pub shader_checks: bool,
 }
 
