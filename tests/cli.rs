@@ -23,7 +23,7 @@ const HANG: Duration = Duration::from_secs(60);
 /// `kestrel bench`'s bound (its test asks for it): it runs tens of decode steps (warm-up, pp and
 /// tg repetitions, two profiles, the verify-cost table), and a tiny-model step takes ≈ 0.2 s on
 /// lavapipe in a debug build, attention_short's 1024-thread workgroups emulated on the CPU:
-/// ≈ 39 s alone on two cores, past 60 s beside the other CLI tests (a CI run of session 28).
+/// ≈ 39 s alone on two cores, past 60 s beside the other CLI tests (a CI run, 2026-12-05).
 const BENCH_HANG: Duration = Duration::from_secs(300);
 
 // ---------------------------------------------------------------------------------------------

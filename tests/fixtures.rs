@@ -386,7 +386,7 @@ fn submits_of(b: &mut WgpuBackend, step: impl FnOnce(&mut WgpuBackend)) -> u64 {
 #[test]
 fn wgpu_one_submit_per_step_matches_transformers() {
     // Every step in one command buffer (segments off: the form profiled steps take, and
-    // KESTREL_SUBMIT_SEGMENTS=0); the other tests run the default, steps submitted in segments
+    // `submit_segments=off`); the other tests run the default, steps submitted in segments
     // of 16, 32, 64, … program entries while recorded. 16-token chunks through a model split
     // into many small bindings. The recorded program is the same either way (the listings are
     // equal); what differs is how many queue submissions a step makes, which is counted here:

@@ -11,9 +11,10 @@
 // Launch: 256 threads per (head, tile of BQ = 16 tokens); grid = (n_heads, ceil(n_tokens / 16)).
 // Host guarantees: d % 4 == 0, d ≤ 512; DV = ceil(d / 64) (64-dim slices of a row), DW = ceil(d / 256).
 //
-// Why register tiles (PERF_NOTES.md, sessions 5, 11, 12): 16 queries share each 64-key tile, staged
-// 64 dims at a time in workgroup memory (rows padded by one vec4: distinct banks), so each K and
-// V row is read from memory once per 16 queries. The session-11 form gave each thread 1 query ×
+// Why register tiles (ledger: 2026-11-30 attention-chunk-v2, 2026-12-01 attention-chunk-pipelined,
+// 2026-12-01 attention-register-tiles): 16 queries share each 64-key tile, staged 64 dims at a
+// time in workgroup memory (rows padded by one vec4: distinct banks), so each K and V row is
+// read from memory once per 16 queries. The pipelined form before it gave each thread 1 query ×
 // 4 keys and 1 query × 4 value vec4s, so every workgroup-memory read fed ≤ 4 FMAs and those reads
 // bounded it (7.1 TFLOP/s); with the tiles below it runs at ≈ 10 (H200, 512-token chunk, d 256:
 // 151.8 → 108.1 µs).

@@ -7,10 +7,10 @@
 // Launch: 256 threads per (head, token), one output dim each per pass; grid = (n_heads, n_tokens).
 // Host guarantees n_splits ≤ 64.
 //
-// Why this shape (PERF_NOTES.md): a decode step runs one small workgroup per head, so the
-// kernel's time is its chain of dependent loads (a GPU issues in order: a load then its use
-// waits a full round trip). Each split's (m, l) is loaded by its own thread, the weights are
-// computed once into workgroup memory, and each output dim's sum over the splits issues U loads
+// Why this shape (ledger: 2026-11-30 latency-hygiene): a decode step runs one small workgroup per
+// head, so the kernel's time is its chain of dependent loads (a GPU issues in order: a load then
+// its use waits a full round trip). Each split's (m, l) is loaded by its own thread, the weights
+// are computed once into workgroup memory, and each output dim's sum over the splits issues U loads
 // (an unrolled block) before adding them. The sums still run in split order.
 const WG: u32 = 256u;
 const U: u32 = {{U}}u;

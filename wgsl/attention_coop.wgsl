@@ -16,24 +16,24 @@
 // Flash attention in 64-key tiles: per tile, S = Q·Kᵀ (BQ × 64) on tensor cores, the online
 // softmax by plain threads, then O += P·V on tensor cores, O kept in the subgroups' accumulators
 // for the whole kernel.
-// - Exactness (as qmm_coop_core.wgsl; PERF_NOTES.md, session 14): every f16 operand is a pair of
-//   halves, v = hi + lo · 2^-11 (hi: v's mantissa cut to 10 bits, 0 below f16's normal range;
-//   lo stored scaled by 2^11, away from the subnormals the H200 drops); the products hi·hi +
+// - Exactness (as qmm_coop_core.wgsl; ledger: 2026-12-01 attention-coop): every f16 operand is a
+//   pair of halves, v = hi + lo · 2^-11 (hi: v's mantissa cut to 10 bits, 0 below f16's normal
+//   range; lo stored scaled by 2^11, away from the subnormals the H200 drops); the products hi·hi +
 //   (lo·hi + hi·lo) · 2^-11 leave ~2^-21 of each product. Scores keep the two sums apart (two
-//   accumulators per block); O, with P ≤ e^TAU, takes all three products into one accumulator
-//   of 2^11 · O: (2^11 P_hi)·V_hi + (2^11 P_lo)·V_hi + P_hi·(2^11 V_lo), every operand exact in
-//   f16, and is divided by 2^11 · l at the end.
+//   accumulators per block); O, with P ≤ e^TAU, takes all three products into one accumulator of
+//   2^11 · O: (2^11 P_hi)·V_hi + (2^11 P_lo)·V_hi + P_hi·(2^11 V_lo), every operand exact in f16,
+//   and is divided by 2^11 · l at the end.
 // - The running maximum: coop blocks cannot be scaled per row, so O is rescaled (stored,
 //   scaled by plain threads, loaded back) only when a row's tile maximum passes its running
 //   maximum by more than TAU; otherwise the old maximum stays and P ≤ e^TAU. Softmax is the
 //   same for any subtracted constant, so this is exact, not an approximation.
-// - Workgroup memory (45 KiB of the H200's 48): `stg` holds one
-//   64-dim stage of the tile's queries and keys as halves ([row][dim]), then one 64-dim value
-//   stage, transposed ([dim][key]) so that V is loaded exactly as K is (column-major B,
-//   qmm_coop's pattern; a row-major B load of [key][dim] misplaced columns on the H200, though
-//   while `need` below was still misaligning the arrays: session 14); `ssc` the tile's scores,
-//   then one 16 × 16 O block per subgroup when O is rescaled or stored; `pst` the weights'
-//   halves. Every workgroup variable is a multiple of 16 bytes (see `need`).
+// - Workgroup memory (45 KiB of the H200's 48): `stg` holds one 64-dim stage of the tile's queries
+//   and keys as halves ([row][dim]), then one 64-dim value stage, transposed ([dim][key]) so that V
+//   is loaded exactly as K is (column-major B, qmm_coop's pattern; a row-major B load of [key][dim]
+//   misplaced columns on the H200, though while `need` below was still misaligning the arrays:
+//   ledger: 2026-12-01 coop-wg-vars-16b); `ssc` the tile's scores, then one 16 × 16 O block per
+//   subgroup when O is rescaled or stored; `pst` the weights' halves. Every workgroup variable is a
+//   multiple of 16 bytes (see `need`).
 // Roles: subgroup sg owns score block (query block sg % 2, key block sg / 2) and, per value
 // stage c, the O block of query block sg % 2 and dims 64c + 16 (sg / 2) ..; softmax thread
 // (r, c) = (lid / 8, lid % 8) holds query r's keys 8c..8c+7 and its running max and sum (the
@@ -81,11 +81,11 @@ var<workgroup> rowc: array<f32, BQ>;          // per query: the tile's rescale f
 var<workgroup> osg: array<f32, BQ * 4u>;      // per query: one value stage's 4 dim blocks' sums
 // @end s
 var<workgroup> sgneed: array<u32, 8>;
-// The rescale flag, in .x. 16 bytes, not 4, as every workgroup variable here is a multiple of
-// 16 bytes: on the H200 a 4-byte flag among them made the tensor-core score loads read wrong
-// values, and the same kernel with the flag 16 bytes wide is right (session 14). Likely the
-// driver packs the variables and the loads need 16-byte-aligned rows; the validation test in
-// kernels.rs holds every tensor-core kernel to the rule.
+// The rescale flag, in .x. 16 bytes, not 4, as every workgroup variable here is a multiple of 16
+// bytes: on the H200 a 4-byte flag among them made the tensor-core score loads read wrong values,
+// and the same kernel with the flag 16 bytes wide is right (ledger: 2026-12-01 coop-wg-vars-16b).
+// Likely the driver packs the variables and the loads need 16-byte-aligned rows; the validation
+// test in kernels.rs holds every tensor-core kernel to the rule.
 var<workgroup> need: vec4<u32>;
 
 fn split(v: vec4<f32>, at_hi: u32, at_lo: u32) {

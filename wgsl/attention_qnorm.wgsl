@@ -1,7 +1,7 @@
 // attention_qnorm: attention_split.wgsl's query normalised and rotated in the kernel, for layers
 // whose q is not written by qkv_norm_rope (KV-sharing layers, separate projections): the
 // head_norm_rope dispatch for q goes, one dependent dispatch fewer per such layer in decode and
-// verify steps (PERF_NOTES.md, session 13). Appended by the host to attention_split's
+// verify steps (ledger: 2026-12-01 fold-q-norm). Appended by the host to attention_split's
 // source (which declares q, p, qs, WG, DK and first_key).
 //
 // load_query_normed(t, h, lid): qs = rope(norm(x) · w) for x = q[t · src_stride + src_off + h·d

@@ -1,6 +1,6 @@
 // attention_short: decode and verify attention in one dispatch for rows with few keys, where
-// attention_split.wgsl + attention_combine.wgsl take two dependent dispatches whose cost is
-// their latency, not their bytes (PERF_NOTES.md, session 26). One workgroup of WG threads per
+// attention_split.wgsl + attention_combine.wgsl take two dependent dispatches whose cost is their
+// latency, not their bytes (ledger: 2026-12-03 attention-short). One workgroup of WG threads per
 // (head, token) walks every key of the row:
 //   o[t, h] = Σ_p softmax_p(q[t, h] · K[p, kvh]) · V[p, kvh]   (scale 1.0, Gemma 4)
 // over positions p in [lo, P] (P = pos0 + t; lo as attention_split.wgsl: first_key).
@@ -29,9 +29,11 @@
 //   V does not depend on it); after the last tile the groups' sums are added in workgroup
 //   memory (vh): groups 1.. store their sums and group 0 adds them in group order after one
 //   barrier, then stores o = acc / l (one barrier where a halving tree of the groups took
-//   2 log2(NTV): PERF_NOTES.md, session 27 #3, 0.1–0.5 µs faster per dispatch).
+//   2 log2(NTV): 0.1–0.5 µs faster per dispatch, ledger: 2026-12-03 attention-short-vars,
+//   2026-12-05 attention-short-sum-group0).
 // K and V registers are declared inside the loops that load them: declared at the kernel's top
-// they live across the tile loop and cost ≈ 4 µs per dispatch at 1024 threads (session 27 #3).
+// they live across the tile loop and cost ≈ 4 µs per dispatch at 1024 threads (ledger:
+// 2026-12-03 attention-short-vars).
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> kc: array<vec4<f32>>;

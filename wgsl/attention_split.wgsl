@@ -39,15 +39,16 @@ const NSG: u32 = WG / SG;
 const G: u32 = {{G}}u;   // keys whose loads are in flight together
 
 // The key loop with the q·k dot products spread over the lanes: a split holds a few keys
-// (≈ context / n_splits), so one thread per key (the first prefill kernel's loop) left most lanes idle and made
-// each score a chain of d dependent loads (PERF_NOTES.md). Here lane lid owns dims
-// lid, lid + 64, … (DK of them: the query and the output accumulators stay in registers), the
-// 64 partials per key are added by subgroupAdd and one pass over the NSG subgroup sums where the
-// device has subgroups (attention_key_subgroup*.wgsl: one barrier), else by a fixed tree
-// (attention_key_tree*.wgsl: six); the softmax step is tile_softmax (attention_tile.wgsl) and
-// the V sums run in key order. Keys go G at a time with all G · DK loads issued before any is
-// used: a GPU issues in order, so a load followed by its use waits a full memory round trip,
-// and a rolled loop of them is a chain of round trips (PERF_NOTES.md, session 4).
+// (≈ context / n_splits), so one thread per key (the first prefill kernel's loop) left most
+// lanes idle and made each score a chain of d dependent loads (ledger: 2026-11-30
+// attention-split-lanes). Here lane lid owns dims lid, lid + 64, … (DK of them: the query and the
+// output accumulators stay in registers), the 64 partials per key are added by subgroupAdd and
+// one pass over the NSG subgroup sums where the device has subgroups
+// (attention_key_subgroup*.wgsl: one barrier), else by a fixed tree (attention_key_tree*.wgsl:
+// six); the softmax step is tile_softmax (attention_tile.wgsl) and the V sums run in key order.
+// Keys go G at a time with all G · DK loads issued before any is used: a GPU issues in order, so
+// a load followed by its use waits a full memory round trip, and a rolled loop of them is a chain
+// of round trips (ledger: 2026-11-30 latency-hygiene).
 fn attend_keys_lanes(kvh: u32, d: u32, start: u32, end: u32, lid: u32) -> vec2<f32> {
     let kv_stride = p.n_kv_heads * d;
     var m = NEG;

@@ -4,11 +4,13 @@
 // thread 0 then spins on until every workgroup has arrived, and a second storageBarrier (meant
 // to acquire everyone's). A benchmark kernel (benches/kernels.rs times one barrier), not part of
 // the forward pass; it also counts the reads after a barrier that missed a neighbour's write
-// from before it. On the H200 most did (session 7: 103902 of 132000 at 132 workgroups): WGSL's
+// from before it. On the H200 most did (ledger: 2026-11-30 grid-barrier-probe: 103902 of 132000
+// at 132 workgroups): WGSL's
 // barriers do not make plain storage writes of other workgroups visible, only atomics are.
 // The atomic form (the host's choice: `slots` an array of atomics) hands the slots over as
 // atomics (atomicStore before the barrier, atomicLoad after): on the H200 none was stale
-// (session 21: 0 of 132000–528000), at 1.5–2.7 µs per barrier, about a dependent dispatch.
+// (ledger: 2026-12-02 last-workgroup-handoff: 0 of 132000–528000), at 1.5–2.7 µs per barrier,
+// about a dependent dispatch.
 //
 // Requires every workgroup of the grid to be running at once: nothing guarantees that in
 // general, and a workgroup waiting for one that has not started spins forever. The caller

@@ -8,7 +8,7 @@
 // Launch: 64 threads, one (row, group) each; grid = (ceil(mult · G / 64), count).
 // Host guarantees: stride % 4 == 0, gs % 4 == 0, cols % gs == 0.
 // (A form with gs / 4 threads per group, each loading one vec4 beside its neighbours', lost on
-// the H200: tools/experiments/group-sum-wide.patch, PERF_NOTES.md session 16.)
+// the H200: ledger: 2026-12-01 group-sum-wide; its code left the tree in commit b8092ab.)
 
 struct GroupSumParams {
     cols: u32,

@@ -9,11 +9,13 @@
 // rope[rope_base + d/2 + i] (the per-step host table; frequencies past the rotated ones have
 // cos 1, sin 0). Every thread of the workgroup must call it (barriers). d ≤ 4 · WG; WG a power
 // of two (the tree below).
-// WG (kernels::head_norm_wg): 256 by default, so that a decode step's few heads take one pass of
-// loads; 64 or 128 (KESTREL_HEAD_NORM_WG, not yet measured) give a chunk's thousands of heads
-// fewer threads and barriers each.
-// Why the loads come first (PERF_NOTES.md, session 4): a GPU issues in order, so a load then
-// its use waits a round trip; the source, weights and table are all requested before the sum.
+// WG (kernels::head_norm_wg): 128 where d ≤ 512 (each thread up to four values: a chunk's
+// thousands of heads get fewer threads and barriers each; a chunk's qkv_norm_rope 0.57 → 0.44 ms
+// on E4B, decode's the same: ledger: 2026-12-01 head-norm-wg128), 256 for wider heads; 64 (a
+// kernel variant the tests run) was even in chunks (ledger: 2026-12-01 head-norm-wg64-chunk)
+// and lost in decode (ledger: 2026-12-05 head-norm-wg64-short-wg256).
+// Why the loads come first (ledger: 2026-11-30 latency-hygiene): a GPU issues in order, so a load
+// then its use waits a round trip; the source, weights and table are all requested before the sum.
 
 const WG: u32 = {{WG}}u;
 const NO_WEIGHT: u32 = 0xffffffffu;

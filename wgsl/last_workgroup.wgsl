@@ -5,9 +5,10 @@
 // the grid's last passes a second storageBarrier and reads every workgroup's share — as the
 // residual norm after o_proj or attention_combine after attention_split would, inside their
 // producer. A benchmark and probe kernel (benches/kernels.rs: stale reads and cost per dispatch),
-// not part of the forward pass. Session 7 found plain stores of other workgroups stale across
-// WGSL's grid barrier (a spinning reader); this asks the question for a reader that has not read
-// the data before in its dispatch, with the data as plain values or (the host's choice) atomics.
+// not part of the forward pass. Plain stores of other workgroups were found stale across WGSL's
+// grid barrier (a spinning reader; ledger: 2026-11-30 grid-barrier-probe); this asks the question
+// for a reader that has not read the data before in its dispatch, with the data as plain values or
+// (the host's choice) atomics.
 //
 // Bindings: counter: atomic u32[2], [0] arrivals in this dispatch (the last workgroup resets it
 //   to 0), [1] the generation (dispatches so far; the last workgroup adds 1);

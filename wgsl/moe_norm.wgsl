@@ -6,18 +6,20 @@
 // where norm(v) = v · (mean(v²) + eps)^-½. Each step is that kernel's arithmetic in its order
 // (moe_combine's sum; rmsnorm's registers, per-thread sums and workgroup_sum on the same WG and
 // V): bitwise the three dispatches' output on lavapipe; on the H200 last-bit differences
-// (session 22: NMSE ≤ 4.6e-15, 52–70 % of values bitwise), which its driver contracting a
-// multiply and its add into an FMA in one form and not the other gives, as SPIR-V allows
+// (ledger: 2026-12-02 moe-norm-nmse: NMSE ≤ 4.6e-15, 52–70 % of values bitwise), which its
+// driver contracting a multiply and its add into an FMA in one form and not the other gives, as
+// SPIR-V allows
 // (tests/kernels.rs holds them to NMSE ≤ 1e-11). Decode and verify both
 // run this form, so verify = decode bitwise holds.
-// On the H200 (PERF_NOTES.md, session 21): 26B decode 217.6 → 225.5 tok/s.
+// On the H200 (ledger: 2026-12-02 moe-norm): 26B decode 217.6 → 225.5 tok/s.
 //
 // Bindings: dense: f32[count, n] (the dense MLP's output); eo: f32[count · K, n] (the routed
 //   experts' outputs, slot-major per token); weight: f32[count, K] (the router's weights);
 //   wt: f32[..] all norm weights of the model, w1 at w1_off and w2 at w2_off; out: f32[count,
 //   n]; p: MoeNormParams; step: Step.
 // Launch: WG threads per token (kernels::moe_norm's choice: 1024 where the device allows; at
-//   512, the decode norms' default, it is slower: PERF_NOTES.md session 31), V = ceil(n / WG)
+//   512, the decode norms' default, it is slower: ledger: 2026-12-05 norm-threads-512,
+//   2026-12-05 norm-threads-split), V = ceil(n / WG)
 //   values per thread; grid = (1, count). Host guarantees n ≤ V · WG.
 // Why one workgroup and every load first (as rmsnorm.wgsl): a decode step runs it alone, so its
 // time is its chain of memory round trips; the dense row, the K expert rows, the weights and the

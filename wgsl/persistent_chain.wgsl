@@ -14,7 +14,8 @@
 //   sb: one word per row and group of 64 values: the bf16 scale in the low half, the bf16 bias
 //   in the high half, each stage's from its `sb` offset; act: activations as f32 bits, a stage
 //   reading cols values at `x` and writing rows values at `y`, handed over as atomics
-//   (atomicStore, atomicLoad: what session 21 found seen across a WGSL grid barrier, where plain
+//   (atomicStore, atomicLoad: what ledger: 2026-12-02 last-workgroup-handoff found seen across
+//   a WGSL grid barrier, where plain
 //   stores were stale); counter: atomic u32[1], barrier arrivals (it only grows, as in
 //   grid_barrier.wgsl); p: ChainParams; step: Step (unused, bound for a uniform interface).
 // Launch: WG threads; grid = (nwg, 1, 1). Stages p.first … p.first + p.count − 1 run in this

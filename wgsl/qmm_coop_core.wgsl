@@ -13,25 +13,27 @@
 // guarantees it); every thread must call it (barriers). kend − kbeg is a multiple of 32, each
 // 32-value stage lies in one quantisation group and kbeg is a group's first value.
 //
-// Why this arithmetic (PERF_NOTES.md, sessions 6, 9 and 15): x in f16 misses the fixtures'
-// tolerance by 10–50×, while x = x_hi + x_lo is as exact as f32: x_hi is x with its mantissa
-// cut to f16's 10 bits (0 below f16's normal range), x_lo = (x − x_hi) · 2^11, so that the low
-// half is as far from f16's subnormals as the high half (the H200 loses subnormal f16 halves: an
-// unscaled low half left 2^-12 of x, session 9). The weights need no split: MLX's w = s·q + b is
+// Why this arithmetic (ledger: 2026-11-30 f16-activations, 2026-11-30 f16-hi-lo, 2026-11-30
+// qmm-coop, 2026-12-01 qmm-coop-group-sum): x in f16 misses the fixtures' tolerance by 10–50×,
+// while x = x_hi + x_lo is as exact as f32: x_hi is x with its mantissa cut to f16's 10 bits (0
+// below f16's normal range), x_lo = (x − x_hi) · 2^11, so that the low half is as far from f16's
+// subnormals as the high half (the H200 loses subnormal f16 halves: an unscaled low half left 2^-12
+// of x, ledger: 2026-11-30 qmm-coop-three-mma). The weights need no split: MLX's w = s·q + b is
 // written as s·(q − 8) + b' with b' = b + 8s, and s·(q − 8), a bf16 scale (8 significant bits)
-// times an integer in [−8, 7] (≤ 3), has ≤ 11 and is exact in f16. So each product is two tensor-core
-// products, x_hi·w into one f32 accumulator (c) and x_lo·w into a second (d, scaled by 2^-11 at
-// the end). The bias part Σ_g b'_g · Σ_{k ∈ g} x_k runs on the tensor cores after the k loop,
-// 8 groups per 16-deep step: A rows are a token's [Σx_hi of the 8 groups | Σx_lo of them]
-// (the sums from group_sum.wgsl, read from xsum), B columns a row's [b'_hi | 0] (into c) and
+// times an integer in [−8, 7] (≤ 3), has ≤ 11 and is exact in f16. So each product is two
+// tensor-core products, x_hi·w into one f32 accumulator (c) and x_lo·w into a second (d, scaled
+// by 2^-11 at the end). The bias part Σ_g b'_g · Σ_{k ∈ g} x_k runs on the tensor cores after
+// the k loop, 8 groups per 16-deep step: A rows are a token's [Σx_hi of the 8 groups | Σx_lo of
+// them] (the sums from group_sum.wgsl, read from xsum), B columns a row's [b'_hi | 0] (into c) and
 // [b'_lo | b'_hi] (into d). What is dropped or rounded is ~2^-21 of a product. x is scaled by
 // 2^-6 and w by 2^6 (powers of two: products unchanged), so activations up to 2^22 and scales
 // down to 2^-20 stay in f16's normal range. With BIAS_PF (the host's choice per kernel,
 // kernels::qmm_bias_prefetch) each bias step's operands are loaded a step ahead, the first
 // step's before the k loop, as the k loop loads its next stage; the same arithmetic, so the same
 // bits. The dense 128 × 128 tile gains ≈ 1 % with it, the GeGLU and routed-expert tiles lose
-// (PERF_NOTES.md, session 19 #1).
-// Why the sums come from a pass of their own (PERF_NOTES.md, session 15 #2–#3): taken in the k
+// (ledger: 2026-12-01 qmm-bias-prefetch).
+// Why the sums come from a pass of their own (ledger: 2026-12-01 qmm-coop-exact-bias-blocks,
+// 2026-12-01 qmm-coop-exact-ceilings, 2026-12-01 qmm-coop-group-sum): taken in the k
 // loop by the threads that stage x (shuffles every group, a bias step every 8) they cost the
 // 128 × 128 tile more than the third product and the weights' low half they replace; without
 // them the loop is 15–22 % faster than with split weights.
@@ -41,7 +43,8 @@
 // g multiplies its TB token blocks (of 16) by its RB row blocks in two 16-deep k steps. The next
 // stage's weights and x are loaded into registers before this stage's products, as in
 // qmm_core.wgsl. The staging and the products still run back to back (what was tried to
-// overlap them, and lost: PERF_NOTES.md, session 9). The sums are not qmm's bit for bit
+// overlap them, and lost: ledger: 2026-12-01 qmm-coop-double-buffer, 2026-12-01
+// qmm-coop-ceilings). The sums are not qmm's bit for bit
 // (another order, other roundings).
 
 const TB: u32 = {{TB}}u;       // token blocks of 16 per subgroup (4 subgroups along tokens)

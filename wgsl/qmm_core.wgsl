@@ -11,7 +11,7 @@
 // [i * TN + j]. Callers clamp what they pass to real rows and tokens. Every thread of the
 // workgroup must call it (barriers).
 //
-// Why this shape (PERF_NOTES.md, session 5): the BM-row × 32-value slice of W is dequantised
+// Why this shape (ledger: 2026-11-30 qmm-v2): the BM-row × 32-value slice of W is dequantised
 // once per stage and the 64-token slice of x staged beside it, both as [row][k] with one vec4 of
 // padding per row (the 16 tokens a quarter-warp reads fall in distinct banks; nothing is
 // transposed on the way in, every store is a whole vec4). Each thread accumulates a TM-row ×

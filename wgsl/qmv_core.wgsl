@@ -9,8 +9,9 @@
 // `qmv_reduce` adds the lanes' partials in a fixed order, leaving each (row, token) sum in
 // red[(r * TOK + t) * WG + lid] of the team's lane 0.
 //
-// Why this shape (PERF_NOTES.md): a decode mat-vec is bound by how many bytes are in flight, so
-// each lane issues RPT independent 16-byte weight loads per step and the MLX affine identity
+// Why this shape (ledger: 2026-11-30 qmv-v1): a decode mat-vec is bound by how many bytes are
+// in flight, so each lane issues RPT independent 16-byte weight loads per step and the MLX
+// affine identity
 //   Σ (s·q + b)·x = s·Σ q·x + b·Σ x
 // leaves one multiply-add per value. Nibbles become floats without an int→float conversion
 // (a quarter-rate instruction on NVIDIA): a nibble masked in place at bit 4j is OR-ed into the
@@ -19,7 +20,8 @@
 // staged loop, where x is shared by a workgroup's teams, multiplies nibbles by integer digits of
 // x instead (dot32i: four products per instruction).
 // The `@unroll` blocks keep every accumulator, weight and x value in a register (a loop the
-// driver leaves rolled puts indexed arrays in local memory: 2.6× slower, PERF_NOTES.md).
+// driver leaves rolled puts indexed arrays in local memory: 2.6× slower, ledger: 2026-11-30
+// qmv-unrolled).
 // A row's arithmetic depends only on LANES and cols (chunk order, the reduction tree, and
 // whether the loop is staged), never on TOK, RPT or the step, so decode (TOK = 1) and verify
 // (TOK > 1) give bitwise-identical rows.
@@ -52,11 +54,12 @@ fn dot32(wv: vec4<u32>, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f3
           + (dot(nibbles(wv.w), x6) + dot(nibbles(wv.w >> 16u), x7)));
 }
 
-// The staged loop's arithmetic: Σ q·x over 32 values with x as integers. Why (PERF_NOTES.md,
-// session 11): on the big mat-vecs a third of the time was dot32's per-value work (mask, or,
-// subtract, multiply-add per nibble; dropping the float subtract alone moved nothing, so its
-// integer part bound it); a packed 4×8-bit integer dot product multiplies four nibbles by four
-// bytes of x in one instruction (256 MiB matrix 154 → 100 µs with the long-row tile).
+// The staged loop's arithmetic: Σ q·x over 32 values with x as integers. Why (ledger:
+// 2026-12-01 qmv-ceilings, 2026-12-01 qmv-integer-dot): on the big mat-vecs a third of the time
+// was dot32's per-value work (mask, or, subtract, multiply-add per nibble; dropping the float
+// subtract alone moved nothing, so its integer part bound it); a packed 4×8-bit integer dot
+// product multiplies four nibbles by four bytes of x in one instruction (256 MiB matrix
+// 154 → 100 µs with the long-row tile: ledger: 2026-12-01 qmv-sweep-integer).
 // x is staged per 32-value chunk as X = round(x · 2^k), k chosen so that the chunk's largest
 // |x| · 2^k lies in [2^21, 2^22) (so |X| ≤ 2^22, and X keeps 22 bits: an element's error, at most
 // half a unit of X, is 0.5 · 2^-k ≤ 2^-22 of the chunk's largest |x|, where f32 rounding is 2^-24
@@ -227,15 +230,15 @@ fn qmv_dots(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, cols: u32,
 }
 
 // qmv_dots with x staged in workgroup memory (STAGE; every thread of the workgroup calls it:
-// barriers). Why: unstaged, every team reads x from L2 itself, and on the H200 those reads, not
-// the weights, bounded the wide mat-vecs (time ∝ x bytes per weight byte: 2 at 4 rows per team;
-// PERF_NOTES.md, session 6). Staged, a workgroup reads x once per TEAMS teams, each chunk's
-// integer digits (dot32i) and sum are computed once, and no thread holds x in registers across
-// a round. Rounds are software-pipelined: the next round's weights and x are loaded into
-// registers before this round is computed, so a round's loads are in flight across the barriers.
-// Each lane visits chunks lane, lane + LANES, … in rounds of CU (as qmv_dots) and adds
-// s · (dot32i(w, x digits) · 2^-k) + b · Σx per chunk and row. A row's arithmetic depends only
-// on LANES, never on TOK or CU (decode and verify rows bitwise equal, tested).
+// barriers). Why: unstaged, every team reads x from L2 itself, and on the H200 those reads, not the
+// weights, bounded the wide mat-vecs (time ∝ x bytes per weight byte: 2 at 4 rows per team; ledger:
+// 2026-11-30 qmv-sweep-warm, 2026-11-30 qmv-stage-x). Staged, a workgroup reads x once per TEAMS
+// teams, each chunk's integer digits (dot32i) and sum are computed once, and no thread holds x in
+// registers across a round. Rounds are software-pipelined: the next round's weights and x are
+// loaded into registers before this round is computed, so a round's loads are in flight across the
+// barriers. Each lane visits chunks lane, lane + LANES, … in rounds of CU (as qmv_dots) and adds
+// s · (dot32i(w, x digits) · 2^-k) + b · Σx per chunk and row. A row's arithmetic depends only on
+// LANES, never on TOK or CU (decode and verify rows bitwise equal, tested).
 fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid: u32, cols: u32, gs: u32) -> array<f32, RPT * TOK> {
     let chunks = cols / 32u;
     let groups = cols / gs;
@@ -331,11 +334,11 @@ fn qmv_dots_staged(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid
     return out;
 }
 
-// The kernel's dot loop: staged where the host allows it (STAGE) and a row has more than two
-// chunks per lane (at fewer, a decode round holds all of x: each team reads each x chunk once
-// either way, and in a decode step the staged form's barriers cost ≈ 1 µs there: PERF_NOTES.md,
-// session 6), else qmv_dots. The choice depends on cols and LANES only, so decode and verify
-// tiles of a matrix take the same loop. Every thread of the workgroup calls it (a uniform
+// The kernel's dot loop: staged where the host allows it (STAGE) and a row has more than two chunks
+// per lane (at fewer, a decode round holds all of x: each team reads each x chunk once either way,
+// and in a decode step the staged form's barriers cost ≈ 1 µs there: ledger: 2026-11-30
+// qmv-stage-rule-refined), else qmv_dots. The choice depends on cols and LANES only, so decode and
+// verify tiles of a matrix take the same loop. Every thread of the workgroup calls it (a uniform
 // branch: barriers inside).
 fn qmv_dots_wg(rows: array<u32, RPT>, xrows: array<u32, TOK>, lane: u32, lid: u32, cols: u32, gs: u32) -> array<f32, RPT * TOK> {
     if (STAGE && cols / 32u > 2u * LANES) {

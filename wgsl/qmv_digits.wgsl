@@ -10,12 +10,12 @@
 // Σx as bits (slot 7 unused). Consecutive lanes read consecutive chunks' slots: consecutive
 // addresses, no bank conflicts.
 //
-// Why (PERF_NOTES.md, session 34): qmv_core's float loop spends about five instructions per
-// weight on unpacking nibbles and multiply-adds, dot32i about one and a half. A workgroup that
-// already holds its whole x (the fused-norm forms) or needs only a short one (an expert's) can
-// turn each chunk into digits once and let every team of the workgroup share them. The mat-vecs
-// this serves are single-wave kernels whose arithmetic follows their loads rather than hiding
-// behind them, so the instructions saved are time saved.
+// Why (ledger: 2026-12-05 qmv-digits-fused-norm): qmv_core's float loop spends about five
+// instructions per weight on unpacking nibbles and multiply-adds, dot32i about one and a half. A
+// workgroup that already holds its whole x (the fused-norm forms) or needs only a short one (an
+// expert's) can turn each chunk into digits once and let every team of the workgroup share them.
+// The mat-vecs this serves are single-wave kernels whose arithmetic follows their loads rather than
+// hiding behind them, so the instructions saved are time saved.
 
 const N4: u32 = {{N4}}u;
 const NCHUNK: u32 = N4 / 8u; // 32-value chunks per row

@@ -8,13 +8,16 @@
 // memory, where the loop reads it (xload). Workgroup 0 of each token tile also writes h to
 // res_out: the residual stream ping-pongs between two buffers, so no workgroup reads what
 // another writes in the same dispatch.
-// Why (PERF_NOTES.md, session 7): a residual norm as its own dispatch cost ≈ 5.5 µs of an E2B
-// decode step (decode steps that skip them: 3288 → 2708 µs for 105 norms); here it costs a few
-// loads from L2 and two workgroup sums before the loop. Measured, that wins at E2B's hidden
-// size (1536: 306 → 339 tok/s) and loses at 2560 and 2816 (E4B, 26B: 207 → 198, 202 → 184):
-// every workgroup reads 16 bytes per input value before its first weight load, and the wider
-// consumers have more workgroups (session 8). Session 25, with 32-lane teams, by consumer at
-// 2560: the gated per-layer gate (64 workgroups) gains, the GeGLU and the plain q|k|v do not;
+// Why (ledger: 2026-11-30 skip-dispatches): a residual norm as its own dispatch cost ≈ 5.5 µs
+// of an E2B decode step (decode steps that skip them: 3288 → 2708 µs for 105 norms); here it
+// costs a few loads from L2 and two workgroup sums before the loop. Measured, that wins at E2B's
+// hidden size (1536: 306 → 339 tok/s) and loses at 2560 and 2816 (E4B, 26B: 207 → 198,
+// 202 → 184; ledger: 2026-11-30 fuse-norms-2048, 2026-11-30 fused-norm-kv-shared-q): every
+// workgroup reads 16 bytes per input value before its first weight load, and the wider
+// consumers have more workgroups (ledger: 2026-11-30 fused-norm-lean, 2026-11-30
+// fused-norm-no-weights). With 32-lane teams, by consumer at 2560 (ledger: 2026-12-02
+// fuse-norms-max-wg, 2026-12-03 fuse-wide-gated): the gated per-layer gate (64 workgroups)
+// gains, the GeGLU and the plain q|k|v do not;
 // the host fuses every kind up to PRO_MAX_HIDDEN and past it the gate (kernels::fuse_norm_into).
 // The sums reduce over the workgroup in a fixed order that does not depend on TOK: decode and
 // verify tiles form bitwise-equal inputs (and so bitwise-equal rows).
@@ -45,8 +48,9 @@ const KV: u32 = {{KV}}u; // vec4s per thread: ceil(N4 / WG)
 
 // v of token t lives in qmv_digits.wgsl's xw as [t][vec4 j of a chunk][chunk]: the loop's lanes
 // read consecutive chunks' j-th vec4s, consecutive addresses (stored as the row is,
-// [t][chunk][j], each lane's reads were 128 bytes apart: bank conflicts, session 7's first fused
-// form lost 30-60 % to them). Held as bits: in the DIGITS form each chunk's slots are rewritten
+// [t][chunk][j], each lane's reads were 128 bytes apart: bank conflicts, the first fused form
+// lost 30-60 % to them: ledger: 2026-11-30 fused-norm-row-order, 2026-11-30
+// fused-norm-chunk-layout). Held as bits: in the DIGITS form each chunk's slots are rewritten
 // in place with its digits (qmv_digits.wgsl).
 fn xw_index(t: u32, k: u32) -> u32 {
     return t * N4 + (k & 7u) * NCHUNK + (k >> 3u);
@@ -59,7 +63,8 @@ fn xload(i: u32) -> vec4<f32> {
 }
 
 // A norm weight's vec4 at value offset `off` (a multiple of 4): one 16-byte load instead of four
-// scalar ones took fused decode steps from 316 to 322 tok/s on E2B (PERF_NOTES.md, session 8).
+// scalar ones took fused decode steps from 316 to 322 tok/s on E2B (ledger: 2026-11-30
+// norm-weights-vec4).
 fn nw4(off: u32) -> vec4<f32> {
     return nw[off / 4u];
 }

@@ -12,7 +12,7 @@
 // into the residual add (mode 1, post = layer_scalar on the layer's last add), the PLE
 // projection norm (segs = n_layers, pre = hidden^-½, post = 2^-½ over the token term in out),
 // and the final norm. Decode and verify steps run it; prefill chunks run rmsnorm_rows.wgsl (the
-// same outputs, shaped for many rows) unless KESTREL_NORM_ROWS=0.
+// same outputs, shaped for many rows) unless the tuning's rows_norms is off.
 //
 // Bindings: x: f32[count, x_stride]; wt: f32[..] all norm weights of the model, this one at
 //   w_off (NO_WEIGHT: scale-free norm), the chained ones at w2_off, w3_off, w4_off; out:
@@ -23,7 +23,8 @@
 // Launch: WG threads per (segment, token); grid = (segs, count).
 // Why a fixed-order reduction (reduce_tree.wgsl, or reduce_subgroup.wgsl where the device has
 // subgroups): results must not depend on the chunk a token was run in.
-// Why the unrolled register block (PERF_NOTES.md): a decode step runs this kernel on one
+// Why the unrolled register block (ledger: 2026-11-30 loads-in-flight, 2026-12-01
+// rmsnorm-v-sized): a decode step runs this kernel on one
 // workgroup per norm, so its time is the latency of its loads; every value a thread needs (its
 // first V values of x, their weights, the residual, the chained norm's weights) is loaded at
 // once into registers before any is used, instead of a loop that waits on each load in turn.

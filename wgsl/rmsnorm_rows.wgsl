@@ -7,9 +7,9 @@
 // PARTS = 1 (Kernel::RmsNormRows { parts: true }): x[t] is read as the sum of a split-k
 //   mat-mat's p.splits partials, part[(s · count + t) · n ..], added in qmm_sum.wgsl's order
 //   (bitwise the x qmm_sum would have written), so that the qmm_sum dispatch goes. In a
-//   decode-shaped norm that cost more than it saved (PERF_NOTES.md session 16 #5: one workgroup
-//   per token with too few loads in flight); here it is S vec4 loads per value in flight.
-// Why a second form (PERF_NOTES.md, session 17): rmsnorm.wgsl is shaped for a decode step,
+//   decode-shaped norm that cost more than it saved (ledger: 2026-12-01 norm-split-partials: one
+//   workgroup per token with too few loads in flight); here it is S vec4 loads per value in flight.
+// Why a second form (ledger: 2026-12-01 rows-norms): rmsnorm.wgsl is shaped for a decode step,
 //   where one workgroup is the whole norm and its time is the latency of its loads (256
 //   threads, every value of six arrays loaded into registers before any is used). A prefill
 //   chunk runs it on hundreds of rows at once, and there that shape cost ≈ 23 µs per E4B norm

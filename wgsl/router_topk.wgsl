@@ -60,7 +60,8 @@ fn pick(lid: u32, t: u32, s_in: f32) {
     // Each expert's rank in the order (larger logit first, ties → lower index): the number of
     // experts ahead of it. Rank r < k is the r-th pick of k rounds of argmax over the experts
     // not yet chosen, in one pass and one barrier instead of k trees of barriers (10.9 µs per
-    // MoE layer in the latency table of PERF_NOTES.md, session 6). Every other thread reads the
+    // MoE layer in the latency table, ledger: 2026-11-30 latency-table-warm; adopted in ledger:
+    // 2026-12-01 router-topk-rank). Every other thread reads the
     // same sv[j] at once: a broadcast.
     if (e < p.n_experts) {
         var rank = 0u;

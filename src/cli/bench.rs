@@ -69,9 +69,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
     // Warm-up: compile pipelines, touch every buffer once, and run the whole prompt until the
     // GPU has been busy for a while, so that the timed passes do not pay for its clock ramp (a
-    // first pass on a fresh machine ran 20–30 % below the next ones, PERF_NOTES.md, session 9;
-    // with one warm-up pass, the first process of a device call sometimes timed all its passes
-    // at 1.4–2.7× the GPU time of a chunk, sessions 15–16).
+    // first pass on a fresh machine ran 20–30 % below the next ones, ledger: 2026-11-30
+    // bench-warm-pass; with one warm-up pass, the first process on a freshly started machine
+    // sometimes timed all its passes at 1.4–2.7× the GPU time of a chunk, ledger: 2026-12-01
+    // bench-warm-up).
     b.prefill(&ids(2, vocab), 0, Readback::Argmax)?;
     if args.n_prompt > 0 {
         let prompt = ids(args.n_prompt, vocab);

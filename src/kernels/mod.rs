@@ -115,7 +115,7 @@ pub enum Kernel {
     Embed(Format),
     /// `v`: values of a row each thread holds in registers (`V` in rmsnorm.wgsl), `wg` threads
     /// per workgroup (256, 512 or 1024), [`rmsnorm`]: decode and verify steps' form (and
-    /// chunks' with `KESTREL_NORM_ROWS=0`).
+    /// chunks' with `rows_norms=off`).
     RmsNorm {
         v: u32,
         wg: u32,

@@ -41,7 +41,8 @@ pub const MATMUL_VERIFY_TOK: u32 = 4;
 
 /// Rows one `matmul` workgroup covers for a token tile of `tok` (`ROWS` in matmul.wgsl): one
 /// row per workgroup for the decode mat-vec and the verify tile (most workgroups; measured
-/// fastest on the H200, see PERF_NOTES.md), four when 8 prefill tokens share each weight load.
+/// fastest on the H200, ledger: 2026-11-29 matvec-rows-1), four when 8 prefill tokens share
+/// each weight load.
 pub const fn matmul_rows(tok: u32) -> u32 {
     if tok == 1 || tok == MATMUL_VERIFY_TOK {
         1
@@ -59,14 +60,16 @@ pub const QMV_WG: u32 = 128;
 /// a matrix (decode, verify) reduces a row the same way: bitwise-identical rows.
 ///
 /// The rule is the H200 sweep of `cargo bench --bench kernels -- --sweep` on the warmed harness
-/// and the decode steps' per-kernel times (PERF_NOTES.md, session 6), with x staged in workgroup
+/// and the decode steps' per-kernel times (ledger: 2026-11-30 qmv-stage-rule, 2026-11-30
+/// qmv-stage-rule-refined), with x staged in workgroup
 /// memory where lanes ≤ 32 and x takes several rounds ([`qmv_staged`]): tall matrices (≥ 12288
 /// rows: the stacked gate|up of E2B and E4B; 26B's 8192-row q|k|v was slower so) take 16 lanes ×
 /// 2 rows per team, and 16 × 8 where their rows are long (≥ 16384 values: 16 or more staging
-/// rounds, each round's x digits then serve 64 rows; the 256 MiB matrix 132.2 → 99.9 µs, session
-/// 11's sweep; no matrix of the three models is that long), the LM head (≥ 65536 rows) 8 × 4
-/// (session 7's sweep with the weights read from memory: E2B 117.7 → 104.0 µs, E4B 183.7 → 170.8;
-/// still the best with the integer loop, session 11); the rest about two 32-value chunks
+/// rounds, each round's x digits then serve 64 rows; the 256 MiB matrix 132.2 → 99.9 µs, ledger:
+/// 2026-12-01 qmv-sweep-integer; no matrix of the three models is that long), the LM head
+/// (≥ 65536 rows) 8 × 4 (the sweep with the weights read from memory: E2B 117.7 → 104.0 µs, E4B
+/// 183.7 → 170.8, ledger: 2026-11-30 lm-head-8x4; still the best with the integer loop, ledger:
+/// 2026-12-01 qmv-sweep-integer); the rest about two 32-value chunks
 /// per lane (lanes = the power of two ≥ chunks / 2, at most [`QMV_MAX_LANES`]), four rows per
 /// team while that still leaves ≥ 256 workgroups (2 per SM), fewer otherwise.
 pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
@@ -98,9 +101,9 @@ fn qmv_tile(rows: usize, cols: usize) -> (u32, u32) {
 
 /// The general rule's lanes per row at most one subgroup of 32 (on NVIDIA: a row's sum without a
 /// reduction across warps), so dense rows of more than 64 chunks take the staged loop. Measured on the H200 with the clock held up
-/// (session 24): kbench's E4B q|k|v 9.17 µs at 64 lanes × 4 rows, 7.87 at 32 × 2; decode, one
-/// call alternating with the 128-lane rule, E2B 350.0 → 358.4, E4B 213.2 → 232.6, 26B 253.7 →
-/// 258.2 tok/s (p5).
+/// (ledger: 2026-12-02 qmv-max-lanes-32, 2026-12-02 qmv-qkv-32x2): kbench's E4B q|k|v 9.17 µs at
+/// 64 lanes × 4 rows, 7.87 at 32 × 2; decode, alternating with the 128-lane rule, E2B 350.0 →
+/// 358.4, E4B 213.2 → 232.6, 26B 253.7 → 258.2 tok/s.
 const QMV_MAX_LANES: u32 = 32;
 
 /// The `qmv_glu` variant for a stacked [gate; up] matrix of `2 · rows` rows × `cols` and a
@@ -113,10 +116,11 @@ pub fn qmv_glu_shape(rows: usize, cols: usize, x_stride: usize, tok: u32, t: &Tu
     }
     // Tall stacks of the widths whose GeGLU takes the fused-norm prologue (E2B's 1536) get two
     // pairs per team: half the workgroups, so half the redundant prologues. Measured on the
-    // H100 with the integer-digit loop (session 34 p1): E2B 391.4 / 390.7 → 394.7 / 402.0 tok/s,
-    // the GeGLU's timestamped 22.9 → 21.9 µs a dispatch; at 8 lanes × 2 pairs 392.4 / 391.7. On
-    // the float loop it gained nothing (26.7 µs), so `qmv_digits=off` keeps the old tile
-    // (that setting then gives session 33's kernels whole). The rule assumes these widths are fused,
+    // H100 with the integer-digit loop (ledger: 2026-12-05 glu-16x2-digits): E2B 391.4 / 390.7 →
+    // 394.7 / 402.0 tok/s, the GeGLU's timestamped 22.9 → 21.9 µs a dispatch; at 8 lanes × 2
+    // pairs 392.4 / 391.7. On the float loop it gained nothing (26.7 µs), so `qmv_digits=off`
+    // keeps the old tile (that setting then gives the float-loop kernels whole, as they ran
+    // before ledger: 2026-12-05 qmv-digits-fused-norm). The rule assumes these widths are fused,
     // as they are by default (`PRO_MAX_HIDDEN`); `fuse_norms_up_to=0` leaves them unfused on it.
     let wide_fused = t.qmv_digits && 2 * rows >= 12288 && cols <= PRO_MAX_HIDDEN;
     let (lanes, rpt) = if wide_fused { (16, 4) } else { qmv_dense_tile(2 * rows, cols) };
@@ -149,7 +153,8 @@ pub fn qmv_staged(tok: u32, lanes: u32, cu: u32) -> bool {
 }
 
 /// The widest team that stages x: at 64 lanes (two teams) a round's 16 KiB of x and its barriers
-/// cost more than the halved x reads save (E4B gate|up 25.0 → 33.8 µs staged; session 6 sweep).
+/// cost more than the halved x reads save (E4B gate|up 25.0 → 33.8 µs staged; ledger: 2026-11-30
+/// qmv-stage-x).
 const QMV_STAGE_LANES: u32 = 32;
 
 /// The `qmv_moe` variant for 4-bit experts of `rows` rows (per expert) × `cols`, routed
@@ -207,23 +212,29 @@ fn qmv_moe_n4(cols: usize, rpt: u32, t: &Tuning) -> u32 {
 const WG_MEMORY_MIN: usize = 16384;
 
 /// The widest residual stream whose norms every kind of decode mat-vec takes over (`fuse_norm`
-/// in mod.rs; past it, the kinds [`fuse_norm_into`] names). Measured on the H200 (PERF_NOTES.md, sessions 7 and 8, same binary, fused vs
-/// `KESTREL_FUSE_NORMS=0` / `all`): E2B (1536) 306 → 339 tok/s, but E4B (2560) 207 → 198 and
+/// in mod.rs; past it, the kinds [`fuse_norm_into`] names). Measured on the H200 (ledger:
+/// 2026-11-30 fuse-norms-2048, 2026-11-30 fused-norm-kv-shared-q; same binary, fused vs
+/// `fuse_norms_up_to=0` / `all`): E2B (1536) 306 → 339 tok/s, but E4B (2560) 207 → 198 and
 /// 26B (2816) 202 → 184. The prologue's cost follows the bytes every workgroup reads again
 /// (the norm's input, the residual and the weights: 40–45 KB per workgroup there, against 24 KB
-/// at 1536); at 2560 no consumer kind gains alone (q|k|v 200, gate|up 191, per-layer gate 205),
-/// and neither a three-pass prologue nor tiles of more rows per workgroup closed the gap
-/// (session 25, with 32-lane teams, the per-layer gate alone does: [`fuse_norm_into`]).
+/// at 1536); at 2560 no consumer kind gains alone (q|k|v 200, gate|up 191, per-layer gate 205:
+/// ledger: 2026-11-30 fused-norm-one-kind), and neither a three-pass prologue nor tiles of more
+/// rows per workgroup closed the gap (ledger: 2026-11-30 fused-norm-lean, 2026-11-30
+/// fused-norm-tall-tiles). With 32-lane teams the per-layer gate alone does (ledger: 2026-12-03
+/// fuse-wide-gated; [`fuse_norm_into`]).
 pub const PRO_MAX_HIDDEN: usize = 2048;
 
 /// Whether a residual norm of width `h` moves into the decode mat-vec `consumer`: every kind up
 /// to `up_to` (0: none), and past it the kinds `wide` names. Measured on the H200 with today's
-/// 32-lane teams (PERF_NOTES.md, session 25, E4B at 2560, -p 16 -n 128): the width rule
-/// 229.3 / 229.4 (p2) and 229.8 / 229.4 (final call) tok/s; into the gated per-layer gate (64
-/// workgroups) 235.7 (p2, one run: the default); the gate and q|k|v (256–384) 222.3 (p2); the
-/// gate and the GeGLU (1280) 231.7 / 231.8 (final call); all three 230.9 (p2); the 26B's q|k|v
-/// (its only fusable consumer) 255.8 → 244.3. Why the GeGLU and q|k|v take back what the gate
-/// gains is not known (all read the same 40 KB prologue per workgroup).
+/// 32-lane teams (E4B at 2560, -p 16 -n 128; ledger: 2026-12-02 fuse-norms-max-wg, 2026-12-02
+/// fuse-wide-gated-glu, 2026-12-03 fuse-wide-gated): the width rule 229.3 / 229.4
+/// (fuse-norms-max-wg) and 229.8 / 229.4 (fuse-wide-gated-glu) tok/s; into the gated per-layer
+/// gate (64 workgroups) 235.7 (fuse-norms-max-wg, one run; 235.8 / 235.4 against the width
+/// rule's 229.6 / 228.9 in fuse-wide-gated: the default); the gate and q|k|v (256–384) 222.3
+/// (fuse-norms-max-wg); the gate and the GeGLU (1280) 231.7 / 231.8 (fuse-wide-gated-glu); all
+/// three 230.9 (fuse-norms-max-wg); the 26B's q|k|v (its only fusable consumer) 255.8 → 244.3.
+/// Why the GeGLU and q|k|v take back what the gate gains is not known (all read the same 40 KB
+/// prologue per workgroup).
 pub fn fuse_norm_into(consumer: Kernel, h: usize, up_to: usize, wide: WideFuse) -> bool {
     up_to > 0
         && (h <= up_to
@@ -238,7 +249,7 @@ pub fn fuse_norm_into(consumer: Kernel, h: usize, up_to: usize, wide: WideFuse) 
 /// (4 bytes × cols per token), so the tile is smaller than [`MATMUL_VERIFY_TOK`]. Widening it to
 /// the most that fits lost on an H100 (E2B verify of 4 tokens 5.34 → 6.52 ms, E4B 8.50 → 8.97:
 /// one 4-token tile of these workgroup-memory-heavy kernels against two 2-token ones;
-/// PERF_NOTES.md, session 38 #5).
+/// ledger: 2026-12-06 verify-fused-tile-wide).
 pub const PRO_VERIFY_TOK: u32 = 2;
 
 /// The fused-norm form of a qmv variant (same lanes and rows per team, so the same rows) at
@@ -264,16 +275,18 @@ pub const QMM_TOK: u32 = 64;
 /// The `qmm` variant for a matrix of `rows` rows, and its rows per workgroup (16 · TM). 4 rows
 /// per thread everywhere: on the H200 the 128-row tile (TM 8: 128 multiply-adds per 12
 /// workgroup-memory reads instead of 64 per 8) was no faster on any Gemma 4 shape and slower on
-/// most (PERF_NOTES.md, session 5; a sweep taken before the harness warmed the GPU's clock, to
-/// be re-measured — TM 8 stays a kernel variant, in kbench and the tests, for that).
-/// `coop`: the device runs f16 cooperative matrices and the caller wants them: then `qmm_coop` (tensor cores; PERF_NOTES.md, session 9). Returns the
-/// kernel, its rows and its tokens per workgroup.
+/// most (ledger: 2026-11-30 qmm-rule; a sweep taken before the harness warmed the GPU's clock,
+/// ledger: 2026-11-30 clock-ramp, to be re-measured — TM 8 stays a kernel variant, in kbench and
+/// the tests, for that).
+/// `coop`: the device runs f16 cooperative matrices and the caller wants them: then `qmm_coop`
+/// (tensor cores; ledger: 2026-11-30 qmm-coop). Returns the kernel, its rows and its tokens per
+/// workgroup.
 pub fn qmm_shape(_rows: usize, coop: bool) -> (Kernel, u32, u32) {
     if !coop {
         return (Kernel::Qmm { tm: 4 }, 64, QMM_TOK);
     }
     // 128 rows × 128 tokens: each weight's dequantisation and each x value's split serve twice
-    // the products of 64 × 64 (E4B pp512 4156 → 6313 tok/s, PERF_NOTES.md, session 9). The
+    // the products of 64 × 64 (E4B pp512 4156 → 6313 tok/s, ledger: 2026-11-30 qmm-coop). The
     // other tiles qmm_coop_core.wgsl's staging divides evenly (TB 1 or 2, RB 2 or 4) stay
     // kernel variants, in the kernel tests and benches.
     let (tb, rb) = (2, 4);
@@ -307,7 +320,7 @@ pub const QMM_MOE_TM: u32 = 4;
 /// split): 1, 2, 4 or 8, each range whole 64-value groups.
 /// - `qmm` (SIMT): the fewest that give at least [`QMM_MIN_WORKGROUPS`] workgroups, each range
 ///   at least 256 values long.
-/// - `qmm_coop`: the fewest of least modelled time (PERF_NOTES.md, sessions 10 and 12): one
+/// - `qmm_coop`: the fewest of least modelled time (ledger: 2026-12-01 qmm-coop-split-model): one
 ///   128 × 128 tile fills an SM, so the tiles run in waves of [`QMM_COOP_WAVE`], each as long as
 ///   its range of k, and a split adds qmm_sum's pass over `splits + 1` partial outputs:
 ///   t ≈ ⌈tiles · s / wave⌉ · (cols / s) · 0.056 µs + [s > 1] · (s + 1) · rows · tokens · 3.3e-6 µs
@@ -338,7 +351,7 @@ pub fn qmm_splits(coop: bool, rows: usize, cols: usize, tokens: usize, rows_per_
 }
 
 /// Workgroups below which `qmm_splits` splits the k loop of the SIMT `qmm`. Measured on the H200
-/// (PERF_NOTES.md, session 5, 512-token chunks): E4B down (320 workgroups) 1142 → 951 µs split
+/// (ledger: 2026-11-30 qmm-rule, 512-token chunks): E4B down (320 workgroups) 1142 → 951 µs split
 /// in 2, E2B q|k|v (320) 179 → 160, E2B k (32) 223 → 77 split in 4; E4B q|k|v (384) no gain.
 pub const QMM_MIN_WORKGROUPS: usize = 384;
 
@@ -365,18 +378,19 @@ pub const RMSNORM_V: u32 = 12;
 
 /// Threads of the decode and verify steps' norm ([`rmsnorm`]) where the device allows them
 /// ([`Tuning::norm_threads`]' default).
-/// A decode norm is one workgroup's latency chain: 1024 threads beat 256 (PERF_NOTES.md,
-/// session 18: tg128 E4B +0.5 %, 26B +1.6 %, E2B even), and 512 beats 1024 in the step
-/// although the norm's own timestamped time does not fall (session 31: E4B 251.3 → 256.3,
-/// E2B even). The 26B lost at 512 (276.5 → 272.8), in the timestamps through its MoE close,
-/// which took these threads then ([`MOE_NORM_WG`]); its norms at 512 beside a close at 1024
-/// are not yet measured (tools/device/sessions/session31-p3.sh).
+/// A decode norm is one workgroup's latency chain: 1024 threads beat 256 (ledger: 2026-12-01
+/// norm-threads-1024: tg128 E4B +0.5 %, 26B +1.6 %, E2B even), and 512 beats 1024 in the step
+/// although the norm's own timestamped time does not fall (ledger: 2026-12-05 norm-threads-512:
+/// E4B 251.3 → 256.3, E2B even). The 26B lost at 512 (276.5 → 272.8), in the timestamps through
+/// its MoE close, which took these threads then ([`MOE_NORM_WG`]); its norms at 512 beside a
+/// close at 1024 are even with 1024 everywhere (26B 275.4 / 274.4 → 275.1 / 275.3, E4B
+/// 250.4 / 243.9 → 254.5 / 255.3; ledger: 2026-12-05 norm-threads-split).
 pub const RMSNORM_WG: u32 = 512;
 
 /// Threads of the MoE block's close ([`moe_norm`]) where the device allows them
 /// ([`Tuning::moe_norm_threads`]' default): at 512 its
 /// timestamped time rises 11.3 → 12.5 µs a dispatch and the 26B's tg128 falls 276.5 → 272.8
-/// (PERF_NOTES.md, session 31), so it keeps 1024.
+/// (ledger: 2026-12-05 norm-threads-512), so it keeps 1024.
 pub const MOE_NORM_WG: u32 = 1024;
 
 /// The threads of a one-workgroup decode norm: `want` where the device allows it, else 256
@@ -392,9 +406,9 @@ fn decode_norm_wg(want: u32, max_threads: u32) -> u32 {
 /// The rmsnorm variant (decode and verify steps' norm) for rows of `n` values on a device that
 /// runs up to `max_threads` invocations per workgroup: [`Tuning::norm_threads`] threads where it
 /// can (256 where not), V = ceil(n / WG) (at most [`RMSNORM_V`]), so that a thread holds no
-/// registers for values past the row. Chunks run the rows form (rmsnorm_rows.wgsl; session 13
-/// found one-workgroup norms slower there). Verify steps run the same form, so verify = decode
-/// bitwise holds.
+/// registers for values past the row. Chunks run the rows form (rmsnorm_rows.wgsl; one-workgroup
+/// norms were slower there: ledger: 2026-12-01 rmsnorm-wg1024-all, 2026-12-01 rows-norms). Verify
+/// steps run the same form, so verify = decode bitwise holds.
 pub fn rmsnorm(n: usize, max_threads: u32, t: &Tuning) -> Kernel {
     let wg = decode_norm_wg(t.norm_threads, max_threads);
     Kernel::RmsNorm { v: rmsnorm_v(n, wg), wg }
@@ -454,9 +468,9 @@ pub fn moe_norm(n: usize, k: usize, max_threads: u32, t: &Tuning) -> Kernel {
 pub const HEAD_NORM_WG: u32 = 256;
 
 /// The threads per head of the head norms for head dim `d`: 128 where d ≤ 512 (each thread
-/// holds up to four values; PERF_NOTES.md session 18: a chunk's qkv_norm_rope 0.57 → 0.44 ms
-/// on E4B, decode's the same), else [`HEAD_NORM_WG`]; 64 threads (d ≤ 256) is a kernel variant
-/// the tests run.
+/// holds up to four values; ledger: 2026-12-01 head-norm-wg128: a chunk's qkv_norm_rope 0.57 →
+/// 0.44 ms on E4B, decode's the same), else [`HEAD_NORM_WG`]; 64 threads (d ≤ 256; even in
+/// chunks, ledger: 2026-12-01 head-norm-wg64-chunk) is a kernel variant the tests run.
 pub fn head_norm_wg(d: usize) -> u32 {
     if d <= 4 * 128 {
         128
@@ -484,8 +498,8 @@ pub fn attention_chunk_coop(head_dim: usize) -> Option<Kernel> {
 }
 
 /// Tokens (queries) per workgroup of attention_coop (`BQ` in attention_coop.wgsl). A 16-query,
-/// 128-thread form lost on the H200 (PERF_NOTES.md, session 15;
-/// tools/experiments/attention-coop-q16.patch).
+/// 128-thread form lost on the H200 (ledger: 2026-12-01 attention-coop-q16; its code left the
+/// tree in commit bbc4f7b).
 pub const ATTN_COOP_BQ: u32 = 32;
 
 /// Key splits per (head, token) of the decode attention: enough workgroups to fill a GPU at
@@ -520,10 +534,11 @@ pub fn attention_short(head_dim: usize, qnorm: bool, limits: &DeviceLimits) -> K
 }
 
 /// The largest attention_short workgroup a decode or verify step takes. On the H200 with group
-/// 0's sum, 512 threads against 1024 (PERF_NOTES.md, session 30, two alternating rounds each):
-/// E2B tg128 380.8 / 381.6 → 383.9 / 383.5, E4B 249.7 / 249.6 → 251.3 / 251.1, the 26B
-/// 277.2 / 276.5 → 277.6 / 277.3 (1024 had won with the tree sum in session 26's shape sweep,
-/// against other G / GV at 512; plain 512 had not been run in the step).
+/// 0's sum, 512 threads against 1024 (ledger: 2026-12-05 attention-short-wg512, two alternating
+/// rounds each): E2B tg128 380.8 / 381.6 → 383.9 / 383.5, E4B 249.7 / 249.6 → 251.3 / 251.1, the
+/// 26B 277.2 / 276.5 → 277.6 / 277.3 (1024 had won with the tree sum in the shape sweep, ledger:
+/// 2026-12-03 attention-short-shape, against other G / GV at 512; plain 512 had not been run in
+/// the step).
 pub const SHORT_WG_MAX: u32 = 512;
 
 /// attention_short on at most `max_wg` threads per (head, token) (1024, 512 or 256: the largest
@@ -549,10 +564,10 @@ fn short_shared_bytes(d4: u32, wg: u32, qnorm: bool) -> u32 {
 }
 
 /// attention_short's vh in vec4s: the sums of every value group after the first, which group 0
-/// adds after one barrier. That beat a halving tree of the groups on the H200 (PERF_NOTES.md,
-/// session 30, two alternating rounds, 1024 threads): E2B tg128 378.8 / 379.2 → 381.7 / 381.4,
-/// E4B 248.6 / 248.5 → 248.9 / 249.9, the 26B 276.4 / 276.2 → 276.7 / 277.1; kbench 0.02–0.46 µs
-/// faster per dispatch at every row length (16–1025 keys).
+/// adds after one barrier. That beat a halving tree of the groups on the H200 (ledger: 2026-12-05
+/// attention-short-sum-group0, two alternating rounds, 1024 threads): E2B tg128 378.8 / 379.2 →
+/// 381.7 / 381.4, E4B 248.6 / 248.5 → 248.9 / 249.9, the 26B 276.4 / 276.2 → 276.7 / 277.1;
+/// kbench 0.02–0.46 µs faster per dispatch at every row length (16–1025 keys).
 pub fn short_vh_vec4s(wg: u32, tv: u32) -> u32 {
     (wg - tv).max(1)
 }
@@ -577,7 +592,8 @@ pub struct ShortShape {
 /// attention_short's thread shapes for `d4` vec4s a row on `wg` threads.
 pub fn short_shape(d4: u32, wg: u32) -> ShortShape {
     let tpk = if d4 <= 64 { 16 } else { 32 };
-    // Keys and value rows in flight: 2 and 4 were the fastest of session 26's sweep.
+    // Keys and value rows in flight: 2 and 4 were the fastest of the shape sweep (ledger:
+    // 2026-12-03 attention-short-shape).
     let (g, gv) = (2, 4);
     ShortShape { tpk, vpl: d4.div_ceil(tpk), g, tv: d4.next_power_of_two().clamp(64, wg), gv }
 }
@@ -601,9 +617,10 @@ pub fn argmax_chunks(vocab: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     /// The split rule of the tensor-core mat-mat against the H200's kbench table it was fitted to
-    /// (benches/results/2026-12-01-h200-session12-p2-qmm-coop-acc.txt, the two-accumulator rows:
-    /// µs for 1, 2, 4, 8 ranges of a 512-token chunk, 128 × 128 tiles): the split it picks must
-    /// have measured within 1 % of the fastest of every shape (E2B q|k|v's 1 and 4 are a tie).
+    /// (ledger: 2026-12-01 qmm-coop-split-model; the two-accumulator rows of the kbench run of
+    /// ledger: 2026-12-01 qmm-coop-one-acc: µs for 1, 2, 4, 8 ranges of a 512-token chunk,
+    /// 128 × 128 tiles): the split it picks must have measured within 1 % of the fastest of every
+    /// shape (E2B q|k|v's 1 and 4 are a tie).
     #[test]
     fn qmm_coop_split_rule_picks_the_measured_fastest() {
         let table: [(&str, usize, usize, [f64; 4]); 11] = [
@@ -627,8 +644,9 @@ mod tests {
         }
     }
 
-    /// The fused-norm policy (session 25): below PRO_MAX_HIDDEN every kind, past it only the
-    /// kinds `wide` names, never with `up_to` 0 (the unfused option the tests use).
+    /// The fused-norm policy (ledger: 2026-12-03 fuse-wide-gated): below PRO_MAX_HIDDEN every
+    /// kind, past it only the kinds `wide` names, never with `up_to` 0 (the unfused option the
+    /// tests use).
     #[test]
     fn norms_fuse_past_the_width_only_into_the_kinds_named() {
         use super::{fuse_norm_into, Kernel, WideFuse, PRO_MAX_HIDDEN};

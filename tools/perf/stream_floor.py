@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The mat-vec floor of a decode step on the H200 (PERF_NOTES.md: ledger 2026-12-02
+"""The mat-vec floor of a decode step on the H200 (PERF_NOTES.md, ledger: 2026-12-02
 kbench-clock-burst).
 
 Each decode mat-vec reads its weights in one dispatch; kbench's stream table
 (benches/results/2026-12-02-h200-stream-floor.txt: a bare read from memory in a dependent
 chain, the best of 1/2/4/8 vec4s per thread, each timed right after a clock burst; rerun with
 `bash tools/device/kbench.sh stream_read`) says what one dispatch can read at a size. An earlier
-curve of the same day (ledger 2026-12-02 stream-curve-low-clock) was timed at a lowered SM clock
+curve of the same day (ledger: 2026-12-02 stream-curve-low-clock) was timed at a lowered SM clock
 and read 1.5-2.6x slow at 4-64 MB. This sums that time, interpolated linearly in bytes (below
 1 MiB: the 1 MiB time; past 128 MiB: 128 MiB's bandwidth), over every mat-vec of one decode step
 of the synthetic E2B, E4B and 26B-A4B models (`kestrel synth` presets, 4-bit with bf16 scales and

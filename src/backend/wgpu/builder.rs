@@ -869,8 +869,9 @@ impl<'a> Builder<'a> {
             // The LM head never on tensor cores: it is then one spec with its decode variants,
             // as on every device without them, so a chunk's single output row takes the
             // mat-vec (`encode`: count 1) instead of 128-token tiles over all its rows that
-            // hold one real token each (PERF_NOTES.md, session 20 #1: E4B chunks 60.1 → 58.6
-            // ms, E2B 34.0 → 33.0, 26B 88.4 → 86.8). `lm_head_matvec=off`: the tensor-core form.
+            // hold one real token each (ledger: 2026-12-02 lm-head-matvec: E4B chunks 60.1 →
+            // 58.6 ms, E2B 34.0 → 33.0, 26B 88.4 → 86.8). `lm_head_matvec=off`: the tensor-core
+            // form.
             let coop = self.tensor_cores() && !(on_out && self.opts.tuning.lm_head_matvec);
             let (kernel, tile, rows_per_wg) = if qmm_applies(m.format, m.cols, x_stride) {
                 let (k, rows_per_wg, tok) = qmm_shape(part.rows, coop);

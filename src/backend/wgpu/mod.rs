@@ -13,13 +13,14 @@
 //! the mat-vec's 4-token tile (see [`kernels::qmv_shape`]).
 //!
 //! A decode step is a chain of dependent dispatches, each costing a barrier and its own
-//! latency, so the program is recorded with as few as the arithmetic allows (PERF_NOTES.md,
-//! session 4): 4-bit q | k | v and gate | up are stacked into one matrix each at upload
-//! (decode runs `qmv_glu`, the GeGLU as the mat-vec's epilogue; routed experts `qmv_moe_glu`),
-//! the q, k and v heads are normalised and rotated in one `qkv_norm_rope`, and a residual
-//! post-norm also writes the next blocks' input norms of the rows it updated (rmsnorm's
-//! `chain`). Greedy decode runs one step ahead of the host ([`Backend::decode_greedy`]): the
-//! next step reads its id from the last step's argmax on the GPU, so recording overlaps the GPU.
+//! latency, so the program is recorded with as few as the arithmetic allows (ledger: 2026-11-30
+//! norm-chain-glu-stack, 2026-11-30 qkv-stack, 2026-11-30 qkv-norm-rope): 4-bit q | k | v and
+//! gate | up are stacked into one matrix each at upload (decode runs `qmv_glu`, the GeGLU as the
+//! mat-vec's epilogue; routed experts `qmv_moe_glu`), the q, k and v heads are normalised and
+//! rotated in one `qkv_norm_rope`, and a residual post-norm also writes the next blocks' input
+//! norms of the rows it updated (rmsnorm's `chain`). Greedy decode runs one step ahead of the
+//! host ([`Backend::decode_greedy`]): the next step reads its id from the last step's argmax on
+//! the GPU, so recording overlaps the GPU (ledger: 2026-11-30 run-ahead-decode).
 //!
 //! Activations are f32 (the reference path). MoE layers (26B-A4B): router top-k on the GPU, then
 //! gathered expert mat-vecs over the layer's expert matrix. That matrix is the checkpoint's
@@ -410,9 +411,9 @@ pub struct WgpuBackend {
     rope_host: Vec<f32>,
     read_scratch: Vec<u8>,
     profiler: Option<Profiler>,
-    /// Kernel label prefixes whose dispatches are left out of every step (`KESTREL_SKIP=a,b`):
-    /// a measurement knob that gives a kernel's marginal cost in the pipelined step (the step
-    /// without it against the step with it). The output is wrong while it is set.
+    /// Kernel label prefixes whose dispatches are left out of every step (`kestrel bench --skip
+    /// a,b`): a measurement knob that gives a kernel's marginal cost in the pipelined step (the
+    /// step without it against the step with it). The output is wrong while it is set.
     skip: Vec<String>,
     /// Per-kernel GPU time of the last profiled step.
     profile: Vec<KernelTime>,

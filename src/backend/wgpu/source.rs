@@ -340,10 +340,10 @@ struct BiasPrefetch {
     other: bool,
 }
 
-/// The dense form only. Measured on the H200 (PERF_NOTES.md, session 19 #1): dense E4B chunks
-/// 59.74 / 59.74 → 59.41 / 59.52 ms (its dense mat-mats 26.66 → 26.41 ms), 26B's and E2B's even;
-/// loaded ahead in the GeGLU and routed-expert forms as well, E4B's GeGLU mat-mats took
-/// 23.70 → 24.02 ms and 26B's routed ones 51.1 → 52.4.
+/// The dense form only. Measured on the H200 (ledger: 2026-12-01 qmm-bias-prefetch): dense E4B
+/// chunks 59.74 / 59.74 → 59.41 / 59.52 ms (its dense mat-mats 26.66 → 26.41 ms), 26B's and
+/// E2B's even; loaded ahead in the GeGLU and routed-expert forms as well, E4B's GeGLU mat-mats
+/// took 23.70 → 24.02 ms and 26B's routed ones 51.1 → 52.4.
 const QMM_COOP_BIAS_PF: BiasPrefetch = BiasPrefetch { dense: true, other: false };
 
 /// `pairs` value of `qmv_source` that picks qmv.wgsl's gated form.
