@@ -215,7 +215,8 @@ pub struct GeluParams {
 pub struct ArgmaxParams {
     pub vocab: u32,
     pub cap: f32,
-    /// Chunks of [`ARGMAX_CHUNK`] logits per row: [`argmax_chunks`].
+    /// Chunks of [`ARGMAX_CHUNK`](super::ARGMAX_CHUNK) logits per row:
+    /// [`argmax_chunks`](super::argmax_chunks).
     pub chunks: u32,
     pub _pad: u32,
 }

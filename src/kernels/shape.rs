@@ -70,7 +70,7 @@ pub const QMV_WG: u32 = 128;
 /// (≥ 65536 rows) 8 × 4 (the sweep with the weights read from memory: E2B 117.7 → 104.0 µs, E4B
 /// 183.7 → 170.8, ledger: 2026-11-30 lm-head-8x4; still the best with the integer loop, ledger:
 /// 2026-12-01 qmv-sweep-integer); the rest about two 32-value chunks
-/// per lane (lanes = the power of two ≥ chunks / 2, at most [`QMV_MAX_LANES`]), four rows per
+/// per lane (lanes = the power of two ≥ chunks / 2, at most `QMV_MAX_LANES`), four rows per
 /// team while that still leaves ≥ 256 workgroups (2 per SM), fewer otherwise.
 pub fn qmv_shape(rows: usize, cols: usize, x_stride: usize, tok: u32) -> Option<(Kernel, u32)> {
     if !cols.is_multiple_of(64) || !x_stride.is_multiple_of(4) {
@@ -145,7 +145,7 @@ const QMV_STAGE_BYTES: u32 = 16384;
 
 /// Whether a qmv tile may stage x in workgroup memory (qmv_core.wgsl's `qmv_dots_staged`, taken
 /// for rows of more than two chunks per lane): where four or more teams share a workgroup (each
-/// would read x itself) and a round of x fits [`QMV_STAGE_BYTES`] — for lanes ≤ 32 always, at
+/// would read x itself) and a round of x fits `QMV_STAGE_BYTES` — for lanes ≤ 32 always, at
 /// decode's CU 2 and verify's 4 tokens, so the decode and verify tiles of a matrix take the same
 /// loop (their rows are bitwise equal: tested).
 pub fn qmv_staged(tok: u32, lanes: u32, cu: u32) -> bool {
@@ -323,7 +323,7 @@ pub const QMM_MOE_TM: u32 = 4;
 /// - `qmm_coop`: the fewest of least modelled time (ledger: 2026-12-01 qmm-coop-split-model): one
 ///   128 × 128 tile fills an SM, so the tiles run in waves of [`QMM_COOP_WAVE`], each as long as
 ///   its range of k, and a split adds qmm_sum's pass over `splits + 1` partial outputs:
-///   t ≈ ⌈tiles · s / wave⌉ · (cols / s) · 0.056 µs + [s > 1] · (s + 1) · rows · tokens · 3.3e-6 µs
+///   t ≈ ⌈tiles · s / wave⌉ · (cols / s) · 0.056 µs + \[s > 1\] · (s + 1) · rows · tokens · 3.3e-6 µs
 ///   (fitted on the H200's kbench rows: within 10 % of 40 of the 44 measured times of 11 E2B/E4B
 ///   shapes × 4 splits, median 3 %, the 256-row k projection's 20–38 % under, as its fixed costs
 ///   are not modelled; it picks the fastest measured split of each shape, where the workgroup

@@ -153,7 +153,7 @@ impl Streamer {
     }
 
     /// Makes `round`'s experts resident in `layer`'s slots: plans, reads the misses (up to
-    /// [`PARALLEL_READS`] at once) and hands each to `write(slot, blob)`. Returns the slot of every
+    /// `PARALLEL_READS` at once) and hands each to `write(slot, blob)`. Returns the slot of every
     /// pair, [`SKIP`] for pairs of experts outside `round`.
     ///
     /// Callers write slots through their device queue in submission order (wgpu's

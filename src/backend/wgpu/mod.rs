@@ -10,7 +10,7 @@
 //!
 //! Matrix products pick a variant per step kind: prefill chunks the tiled mat-mat (`qmm` for
 //! 4-bit, the 8-token `matmul` tile otherwise), decode the mat-vec (`qmv` for 4-bit), verify
-//! the mat-vec's 4-token tile (see [`kernels::qmv_shape`]).
+//! the mat-vec's 4-token tile (see [`crate::kernels::qmv_shape`]).
 //!
 //! A decode step is a chain of dependent dispatches, each costing a barrier and its own
 //! latency, so the program is recorded with as few as the arithmetic allows (ledger: 2026-11-30
@@ -31,7 +31,7 @@
 //! when a step needs more distinct experts than there are slots). The dense shared-expert branch
 //! is submitted before the host waits, so it runs while the misses are read. With every expert
 //! resident, decode and verify steps run the dense branch's mat-vecs beside the experts' instead
-//! (no barrier between them: [`WgpuOptions::moe_overlap`]).
+//! (no barrier between them: [`Tuning::moe_overlap`]).
 //!
 //! Speculative verify steps run the decode form of every kernel for all their tokens (split
 //! attention, per-pair experts, the mat-vec's token tile), so each row's logits are bitwise a
@@ -535,7 +535,7 @@ impl WgpuBackend {
 
     /// Dispatches one decode step records.
     /// The layer from whose attention on a prompt step runs for its last token alone
-    /// ([`WgpuOptions::prompt_tail`]); None where every layer runs for every token.
+    /// ([`Tuning::prompt_tail`]); None where every layer runs for every token.
     pub fn prompt_tail_layer(&self) -> Option<usize> {
         self.tail.as_ref().map(|t| t.layer)
     }
@@ -553,7 +553,7 @@ impl WgpuBackend {
     }
 
     /// Dispatches of a decode step that make buffers ready for the next one to run beside
-    /// them ([`WgpuOptions::moe_overlap`]: two per MoE layer where it applies).
+    /// them ([`Tuning::moe_overlap`]: two per MoE layer where it applies).
     pub fn overlapped_pairs(&self) -> usize {
         self.program.iter().filter(|d| d.only != Only::Multi && !d.ready.is_empty()).count()
     }
