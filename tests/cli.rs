@@ -539,6 +539,35 @@ fn check_json(v: &serde_json::Value, n: usize) {
     assert_eq!(s["generated_tokens"], n);
 }
 
+/// The README's first command, as a newcomer runs it: the generated text on stdout and the stats
+/// line on stderr, nothing else — also without a desktop session (`XDG_RUNTIME_DIR` unset, where
+/// Mesa's device-select layer once printed a Wayland error twice while adapters were enumerated).
+#[test]
+fn first_command_prints_only_the_text_and_the_stats_line() {
+    let child = Command::new(BIN)
+        .args(["generate", "--prompt", "Tell me about kestrels."])
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("NODEVICE_SELECT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kestrel");
+    let mut child = child;
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let status = wait_bounded(&mut child, "generate with the embedded model", HANG);
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    if status.code() != Some(0) && stderr.contains("no GPU adapter") && !common::gpu_required() {
+        eprintln!("skipped: no adapter ({})", stderr.trim());
+        return;
+    }
+    assert_eq!(status.code(), Some(0), "stderr:\n{stderr}");
+    assert!(!stdout.trim().is_empty() && stdout.ends_with('\n'), "stdout: {stdout:?}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "stderr holds more than the stats line:\n{stderr}");
+    assert!(lines[0].starts_with("[wgpu on ") && lines[0].contains("tok/s"), "not the stats line: {}", lines[0]);
+}
+
 #[test]
 fn json_embedded_model() {
     for backend in ["cpu", "wgpu"] {
