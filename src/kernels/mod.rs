@@ -11,10 +11,12 @@
 //! can test both against the CPU reference (`tests/kernels.rs`).
 
 pub mod params;
+pub mod runner;
 pub mod shape;
 pub mod tuning;
 
 pub use params::*;
+pub use runner::KernelRunner;
 pub use shape::*;
 pub use tuning::{Tuning, WideFuse};
 

@@ -1,41 +1,49 @@
-//! One kernel, one dispatch, outside any model: the GPU half of the per-kernel differential tests
-//! (`tests/kernels.rs`, after llama.cpp's test-backend-ops) and the place per-kernel benchmarks
-//! will launch a single dispatch.
+//! One kernel, one dispatch, outside any model: the wgpu backend's [`KernelRunner`], which the
+//! per-kernel differential tests (`tests/kernels.rs`, after llama.cpp's test-backend-ops) run
+//! their case table through, and the timer of the single-kernel benchmarks (`benches/kernels.rs`).
 //!
 //! The harness knows nothing about what a kernel computes. The caller supplies what
 //! `Builder::record` (mod.rs) would bind: the storage buffers in binding order (see the kernel's
 //! WGSL header and [`Kernel::bindings`]), the params struct as bytes (the `*Params` mirrors in
-//! [`super::kernels`], e.g. `bytemuck::bytes_of(&MatmulParams { .. })`), the [`Step`] uniform and
-//! the workgroup grid (the same formula the real program uses). Every storage buffer is uploaded
-//! fresh, the kernel runs once in its own compute pass, and every storage buffer is read back, so
-//! a test can check both the outputs and that nothing else was written.
+//! [`crate::kernels::params`], e.g. `bytemuck::bytes_of(&MatmulParams { .. })`), the [`Step`]
+//! uniform and the workgroup grid (the same formula the real program uses). Every storage buffer
+//! is uploaded fresh, the kernel runs once in its own compute pass, and every storage buffer is
+//! read back, so a test can check both the outputs and that nothing else was written.
+//!
+//! Running is the backend-neutral [`KernelRunner`] contract; timing ([`KernelHarness::time`] and
+//! its cold, packed and chain forms) stays here, wgpu's own: it rests on timestamps inside a
+//! compute pass, the L2 and the SM clock of the device under it, and no other backend can time a
+//! kernel yet (the planned Metal backend is to be tested on the CPU through an MSL emulator,
+//! where a time means nothing). The benches build their rows from the same case table and time
+//! them here.
 
 use wgpu::util::DeviceExt;
 
 use super::context::Gpu;
 use super::pipelines::Pipelines;
 use crate::error::{Error, Result};
-use crate::kernels::{Bind, CopyParams, Kernel, Step, Tuning};
+use crate::kernels::runner::{check_buffers, storage_bindings};
+use crate::kernels::{Bind, CopyParams, DeviceLimits, Kernel, KernelRunner, Step, Tuning};
+
+pub use crate::kernels::runner::PARAMS2_AT;
 
 /// Untimed work before each timed kernel (see `KernelHarness::time`).
 const WARM_UP: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Untimed copies before the roofline is timed: long enough for the H200's clock to reach its
-/// boost from rest (it took two kbench processes' worth of work, a few seconds, in session 5).
+/// boost from rest (it took two kbench processes' worth of work, a few seconds: ledger:
+/// 2026-11-30 clock-ramp).
 const CLOCK_RAMP: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// A saturating copy before each timed pass: long enough to lift the SM clock to its boost. The
 /// H200's governor drops the clock within ≈ 0.5 s of light load (the host uploading a kernel's
 /// buffers) and raises it again only slowly under a chain of small dispatches, which read a
 /// third to half lower at 600–1300 MHz than at 1980 (nvidia-smi every 50 ms beside kbench,
-/// PERF_NOTES.md session 24); under a saturating load it reaches 1980 within 0.1 s.
+/// ledger: 2026-12-02 kbench-clock-burst); under a saturating load it reaches 1980 within 0.1 s.
 const CLOCK_BURST: std::time::Duration = std::time::Duration::from_millis(40);
 
 /// Bytes each buffer of the clock burst's copy holds.
 const CLOCK_BURST_BYTES: u64 = 64 << 20;
-
-/// Where a second params block starts in [`KernelHarness::run`]'s `params`.
-pub const PARAMS2_AT: usize = 256;
 
 /// A device plus the pipeline cache, for launching single kernels.
 pub struct KernelHarness {
@@ -65,7 +73,7 @@ impl KernelHarness {
 
     /// Number of storage bindings `kernel` takes (the `buffers` [`run`](Self::run) expects).
     pub fn storage_bindings(kernel: Kernel) -> usize {
-        kernel.bindings().iter().filter(|b| **b != Bind::Uniform).count()
+        storage_bindings(kernel)
     }
 
     /// Runs `kernel` once: `buffers` are the storage bindings in binding order (their initial
@@ -190,7 +198,8 @@ impl KernelHarness {
     /// consecutive dispatches cycle through the copies (`copies` · the buffers' bytes should
     /// exceed the L2: 50 MB on the H200). [`time`](Self::time) re-reads one copy, which stays in
     /// L2 when it fits: on matrices of a few MB that understated a decode step's mat-vec times
-    /// and misled the session-5 rule (PERF_NOTES.md, session 6).
+    /// and misled the mat-vec shape rule's first fit (ledger: 2026-11-30 qmv-shape-rule,
+    /// refitted in ledger: 2026-11-30 qmv-stage-x).
     #[allow(clippy::too_many_arguments)]
     pub fn time_cold(
         &mut self,
@@ -225,7 +234,7 @@ impl KernelHarness {
     ) -> Result<f64> {
         let label = kernel.label();
         self.timeable()?;
-        check_bindings(kernel, buffers)?;
+        check_buffers(kernel, buffers)?;
         let writable: Vec<bool> =
             kernel.bindings().iter().filter(|b| **b != Bind::Uniform).map(|b| *b == Bind::ReadWrite).collect();
         let align = u64::from(self.gpu.limits.min_storage_buffer_offset_alignment).max(4);
@@ -404,7 +413,7 @@ impl KernelHarness {
         };
         // Warm-up: at rest the GPU runs at a low clock and ramps up over seconds of work (the
         // H200's SM clock read 345 MHz before a kbench process; three consecutive processes
-        // measured the copy at 1.8, 2.6 and 4.0 TB/s as it rose, PERF_NOTES.md session 5):
+        // measured the copy at 1.8, 2.6 and 4.0 TB/s as it rose, ledger: 2026-11-30 clock-ramp):
         // untimed passes for `warm` first.
         let t0 = std::time::Instant::now();
         pass(false)?;
@@ -499,7 +508,7 @@ impl KernelHarness {
 
     /// `buffers` uploaded as `kernel`'s storage bindings (their number checked).
     fn upload(&self, kernel: Kernel, buffers: &[Vec<u8>]) -> Result<Vec<wgpu::Buffer>> {
-        check_bindings(kernel, buffers)?;
+        check_buffers(kernel, buffers)?;
         let label = kernel.label();
         Ok(buffers.iter().enumerate().map(|(i, b)| self.gpu.upload(&format!("{label} binding {i}"), b)).collect())
     }
@@ -578,12 +587,7 @@ impl KernelHarness {
     /// as between a decode step's dependent dispatches). Returns the read-write bindings'
     /// contents after the chain, in binding order, with an empty vector for each read-only one
     /// (the kernel cannot write those). The buffers keep what the chain left.
-    pub fn run_chain(
-        &mut self,
-        up: &Uploaded,
-        links: &[(Vec<u8>, (u32, u32, u32))],
-        step: Step,
-    ) -> Result<Vec<Vec<u8>>> {
+    pub fn run_chain(&mut self, up: &Uploaded, links: &[Link], step: Step) -> Result<Vec<Vec<u8>>> {
         let kernel = up.kernel;
         let label = kernel.label();
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -609,13 +613,7 @@ impl KernelHarness {
     /// GPU time of [`run_chain`](Self::run_chain)'s chain, in µs for the whole chain: `reps`
     /// chains between two timestamps after `reps` untimed ones in the same pass, after untimed
     /// passes for [`WARM_UP`]; the best of three (as [`time`](Self::time)). Nothing is read back.
-    pub fn time_chain(
-        &mut self,
-        up: &Uploaded,
-        links: &[(Vec<u8>, (u32, u32, u32))],
-        step: Step,
-        reps: u32,
-    ) -> Result<f64> {
+    pub fn time_chain(&mut self, up: &Uploaded, links: &[Link], step: Step, reps: u32) -> Result<f64> {
         let kernel = up.kernel;
         let label = kernel.label();
         self.timeable()?;
@@ -631,6 +629,52 @@ impl KernelHarness {
     }
 }
 
+/// The backend-neutral face of [`KernelHarness::run`] and [`KernelHarness::run_n`] (one pass of
+/// `reps` dispatches), which the kernel tests run every case through.
+impl KernelRunner for KernelHarness {
+    fn backend(&self) -> &str {
+        "wgpu"
+    }
+
+    fn describe(&self) -> String {
+        self.gpu.describe()
+    }
+
+    fn limits(&self) -> DeviceLimits {
+        self.gpu.device_limits()
+    }
+
+    fn coop_f16(&self) -> bool {
+        self.gpu.coop_f16()
+    }
+
+    fn run(
+        &mut self,
+        kernel: Kernel,
+        buffers: &[Vec<u8>],
+        params: &[u8],
+        step: Step,
+        grid: (u32, u32, u32),
+    ) -> Result<Vec<Vec<u8>>> {
+        KernelHarness::run(self, kernel, buffers, params, step, grid)
+    }
+
+    fn run_n(
+        &mut self,
+        kernel: Kernel,
+        buffers: &[Vec<u8>],
+        params: &[u8],
+        step: Step,
+        grid: (u32, u32, u32),
+        reps: u32,
+    ) -> Result<Vec<Vec<u8>>> {
+        KernelHarness::run_n(self, kernel, buffers, params, step, grid, reps)
+    }
+}
+
+/// One dispatch of a chain ([`KernelHarness::run_chain`]): its params bytes and its grid.
+pub type Link = (Vec<u8>, (u32, u32, u32));
+
 /// Storage buffers uploaded for one kernel, run over by [`KernelHarness::run_chain`] and
 /// [`KernelHarness::time_chain`].
 pub struct Uploaded {
@@ -639,26 +683,13 @@ pub struct Uploaded {
     lens: Vec<usize>,
 }
 
-/// An error naming `kernel` unless `buffers` has one entry per storage binding it takes.
-fn check_bindings(kernel: Kernel, buffers: &[Vec<u8>]) -> Result<()> {
-    let want = KernelHarness::storage_bindings(kernel);
-    if buffers.len() != want {
-        return Err(Error::Invalid(format!("{} takes {want} storage buffers, got {}", kernel.label(), buffers.len())));
-    }
-    Ok(())
-}
-
 /// Each buffer bound whole.
 fn whole(storage: &[wgpu::Buffer]) -> Vec<wgpu::BufferBinding<'_>> {
     storage.iter().map(wgpu::Buffer::as_entire_buffer_binding).collect()
 }
 
 /// Records `groups` (pipeline and bind group of each link) as dispatches of `links`' grids.
-fn record_chain(
-    pass: &mut wgpu::ComputePass,
-    groups: &[(wgpu::ComputePipeline, wgpu::BindGroup)],
-    links: &[(Vec<u8>, (u32, u32, u32))],
-) {
+fn record_chain(pass: &mut wgpu::ComputePass, groups: &[(wgpu::ComputePipeline, wgpu::BindGroup)], links: &[Link]) {
     for ((pipeline, group), (_, grid)) in groups.iter().zip(links) {
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, group, &[]);
