@@ -8,6 +8,14 @@
 //! cargo bench --bench kernels -- qmv     # only rows whose kernel label contains "qmv"
 //! ```
 //!
+//! Every row whose kernel has a test case is that case (`tests/kernel_cases/`, the table the
+//! kernel tests run) built at the row's shape with its inputs only (`Want::InputsOnly`: random
+//! 4-bit codes with finite scales, uniform activations, no CPU reference) and timed as the case
+//! launches it: the same buffers, params, step and grid the tests check on the same kernels.
+//! The probes with no test case (the stream and layout tables' bare read, the copy ladder, the
+//! grid barrier, the last-workgroup hand-off, the persistent chain, qkv_norm_rope's latency row)
+//! build their own inputs.
+//!
 //! The decode mat-vec shapes are those of E2B and E4B (q/k/v/o, gate/up/down, the LM head)
 //! plus the issue's 256 MiB matrix; every one runs through the decode kernel the backend picks
 //! (`qmv_shape`) and through the previous one-row-per-workgroup `matmul_q4_t1` for comparison,
@@ -20,18 +28,26 @@
 //! the per-pair moe_matmul it replaced), then the prefill attention on a 512-token chunk.
 //! The latency table times the small kernels a decode step is made of (rmsnorm with 0/1/3
 //! chained norms, qkv_norm_rope, split attention and its merge at 131–4097 keys, the 26B
-//! router's top-k) as chains of dependent dispatches, next to a 16-byte copy: what each costs inside a
-//! step beyond the barrier; a ladder under the norm (one workgroup's copies of 4 and 10 KiB,
-//! norms with only their sum) separates its memory rounds from its reductions. Weights are random bits with finite scales: timing only, the values
-//! are checked in tests/kernels.rs.
+//! router's top-k) as chains of dependent dispatches, next to a 16-byte copy: what each costs
+//! inside a step beyond the barrier; a ladder under the norm (one workgroup's copies of 4 and 10
+//! KiB, norms with only their sum) separates its memory rounds from its reductions.
 
-use kestrel::backend::wgpu::harness::KernelHarness;
+// The shared case table (tests/kernel_cases/); the benchmarks use part of it.
+#[path = "../tests/kernel_cases/mod.rs"]
+mod kernel_cases;
+
+use kernel_cases::attention::AttnCase;
+use kernel_cases::matmul::MatmulCase;
+use kernel_cases::moe::MoeMatmulCase;
+use kernel_cases::norms::NormCase;
+use kernel_cases::qmm::{GroupSumCase, SplitK};
+use kernel_cases::small::RouterCase;
+use kernel_cases::{seed_of, Case, Check, Dispatch, Launch, Rng, Want};
+use kestrel::backend::wgpu::harness::{KernelHarness, Link};
 use kestrel::kernels::{
-    attention_chunk, attention_chunk_coop, attention_short, attention_split, chain_layout, chain_params, fold_grid,
-    group_sum_groups_x, matmul_rows, qmm_shape, qmm_splits, qmv_moe_shape, qmv_shape, rmsnorm, rmsnorm_rows,
-    AttnParams, BarrierParams, ChainPrefetch, CopyParams, Format, GroupSumParams, Kernel, MatmulParams,
-    MoeMatmulParams, NormParams, QkvParams, RouterParams, Step, Tuning, ATTN_BQ, ATTN_COOP_BQ, ATTN_SPLITS,
-    HEAD_NORM_WG, MATMUL_ROWS, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK,
+    attention_chunk_coop, attention_short, attention_split, chain_layout, chain_params, qmm_shape, qmm_splits,
+    qmv_moe_shape, qmv_shape, rmsnorm, AttnParams, BarrierParams, ChainPrefetch, CopyParams, Format, Kernel, QkvParams,
+    Step, Tuning, ATTN_SPLITS, HEAD_NORM_WG, MATMUL_TOK, MATMUL_VERIFY_TOK, QMM_TOK,
 };
 
 struct Shape {
@@ -71,7 +87,10 @@ const SHAPES: &[Shape] = &[
 /// Bytes the decode mat-vec table's cold timing cycles through (several times the H200's L2).
 const ROTATE_BYTES: usize = 256 << 20;
 
-/// `n` f32s of value `v`, as bytes (the latency table's inputs: timing only).
+/// Tokens of the prefill tables: one chunk (the backend's default).
+const CHUNK: usize = 512;
+
+/// `n` f32s of value `v`, as bytes (the probes' inputs: timing only).
 fn filled_f32s(n: usize, v: f32) -> Vec<u8> {
     std::iter::repeat_n(v.to_le_bytes(), n).flatten().collect()
 }
@@ -87,6 +106,21 @@ fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     }
     v.truncate(n);
     v
+}
+
+/// `case` built for timing: its inputs only (no CPU reference), seeded by its name.
+fn inputs(case: &impl Case) -> Launch {
+    case.build(&mut Rng::new(seed_of(&case.name())), Want::InputsOnly)
+}
+
+/// Bytes of the launch's read-only buffers: what one dispatch must read at least.
+fn input_bytes(l: &Launch) -> usize {
+    l.bufs.iter().filter(|b| matches!(b.check, Check::Input)).map(|b| b.bytes.len()).sum()
+}
+
+/// GPU time of one dispatch of `d`, in µs ([`KernelHarness::time`]).
+fn time(h: &mut KernelHarness, d: &Dispatch, reps: u32) -> kestrel::Result<f64> {
+    h.time(d.kernel, &d.buffers, &d.params, d.step, d.grid, reps)
 }
 
 fn main() {
@@ -116,6 +150,23 @@ fn main() {
         }
     };
     println!("copy roofline (copy kernel, read + write): {copy:.0} GB/s\n");
+    matvec_table(&mut h, &filter, copy);
+    prefill_table(&mut h, &filter);
+    group_sum_table(&mut h, &filter);
+    residual_norm_table(&mut h, &filter);
+    experts_table(&mut h, &filter, copy);
+    prefill_attention_table(&mut h, &filter);
+    latency_table(&mut h, &filter);
+    stream_table(&mut h, &filter, copy);
+    layout_table(&mut h, &filter);
+    persistent_chain_table(&mut h, &filter, copy);
+}
+
+/// The decode (1 token) and verify (4 tokens) mat-vec of every shape (`MatmulCase` with `qmv`),
+/// the one-row-per-workgroup `matmul_q4_t1` beside them, the router's 8-bit `matmul_q8_t1`,
+/// and with `--sweep` every lanes × rows-per-team form of the decode qmv (the data behind
+/// `qmv_shape`'s rule).
+fn matvec_table(h: &mut KernelHarness, filter: &str, copy: f64) {
     // µs (L2): one copy of the buffers, re-read by every dispatch (it stays in the 50 MB L2 when
     // it fits); µs (memory): dispatches cycle through copies of ≥ 256 MiB in all, so each reads
     // its weights from memory as a decode step does. GB/s and % from the latter.
@@ -123,6 +174,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|");
     let max_groups = h.gpu().limits.max_compute_workgroups_per_dimension;
     let max_binding = h.gpu().limits.max_storage_buffer_binding_size as usize;
+    let sweep = std::env::args().any(|a| a == "--sweep");
     // KBENCH_SHAPES="256 MiB,E4B gate|up": only the decode shapes whose names contain one of these.
     let only: Vec<String> =
         std::env::var("KBENCH_SHAPES").map(|v| v.split(',').map(str::to_string).collect()).unwrap_or_default();
@@ -133,66 +185,47 @@ fn main() {
             println!("| {} | {rows} × {cols} | skipped: {w_bytes} bytes exceed one binding here | | | | |", sh.name);
             continue;
         }
-        let groups = rows * cols / 64;
-        // The router's rows also as 8-bit (twice the bytes; the 4-bit kernels read the first half).
-        let q8 = sh.name.contains("router");
-        let w = random_bytes(if q8 { 2 * w_bytes } else { w_bytes }, rows as u64 * 31 + cols as u64);
-        // bf16 0.01 everywhere: finite scales and biases.
-        let sb: Vec<u8> =
-            std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
-        let mut variants: Vec<(Kernel, u32, u32)> = Vec::new();
-        for tok in [1, MATMUL_VERIFY_TOK] {
-            if let Some((k, per_wg)) = qmv_shape(rows, cols, cols, tok) {
-                variants.push((k, per_wg, tok));
+        let case = |fmt, tile, qmv| MatmulCase { tile, qmv, ..MatmulCase::new(fmt, rows, cols, tile, 64) };
+        // (case, a qmv form forced instead of qmv_shape's: the sweep's, with its rows a workgroup)
+        let mut variants: Vec<(MatmulCase, Option<(Kernel, u32)>)> = Vec::new();
+        for tok in [1, MATMUL_VERIFY_TOK as usize] {
+            if qmv_shape(rows, cols, cols, tok as u32).is_some() {
+                variants.push((case(Format::Q4, tok, true), None));
             }
         }
-        variants.push((Kernel::Matmul(Format::Q4, 1), matmul_rows(1), 1));
-        if q8 {
-            variants.push((Kernel::Matmul(Format::Q8, 1), matmul_rows(1), 1));
+        variants.push((case(Format::Q4, 1, false), None));
+        // The router's rows also as 8-bit (twice the bytes).
+        if sh.name.contains("router") {
+            variants.push((case(Format::Q8, 1, false), None));
         }
-        // `--sweep`: every lanes × rows-per-team shape of the decode qmv (the data behind
-        // `qmv_shape`'s rule).
-        if std::env::args().any(|a| a == "--sweep") {
+        if sweep && qmv_shape(rows, cols, cols, 1).is_some() {
             for lanes in [8u32, 16, 32, 64, 128] {
                 for rpt in [1u32, 2, 4, 8] {
                     if (lanes as usize) <= cols / 32 * 2 {
-                        variants.push((
-                            Kernel::Qmv { tok: 1, lanes, rpt, pro: 0, digits: false },
-                            128 / lanes * rpt,
-                            1,
-                        ));
+                        let k = Kernel::Qmv { tok: 1, lanes, rpt, pro: 0, digits: false };
+                        variants.push((case(Format::Q4, 1, true), Some((k, 128 / lanes * rpt))));
                     }
                 }
             }
         }
-        for (kernel, per_wg, tok) in variants {
+        for (c, forced) in variants {
+            let kernel = forced.map_or_else(|| c.kernel(), |f| f.0);
             let label = kernel.label();
-            if !label.contains(&filter) {
+            if !label.contains(filter) {
                 continue;
             }
-            let w_read = if matches!(kernel, Kernel::Matmul(Format::Q8, _)) { 2 * w_bytes } else { w_bytes };
-            let bytes = (w_read + 2 * sb.len() + 4 * cols) as f64;
-            let n = tok as usize;
-            let x = random_bytes(4 * cols * n, 7).chunks(4).flat_map(|_| 0.5f32.to_le_bytes()).collect::<Vec<u8>>();
-            let y = vec![0u8; 4 * rows * n];
-            let p = MatmulParams {
-                rows: rows as u32,
-                cols: cols as u32,
-                gs: 64,
-                x_stride: cols as u32,
-                y_stride: rows as u32,
-                y_off: 0,
-                count_sel: 0,
-                k_splits: 0,
-            };
-            let step = Step { n_tokens: n as u32, n_out: 1, out_row0: n as u32 - 1, ..Default::default() };
-            let (gx, gz) = fold_grid((rows as u32).div_ceil(per_wg), max_groups);
+            let mut l = inputs(&c);
+            if let Some((k, per_wg)) = forced {
+                l.kernel = k;
+                l.grid.0 = (rows as u32).div_ceil(per_wg);
+            }
+            l.fold_x(max_groups);
+            let bytes = input_bytes(&l) as f64;
             let reps = if bytes > 1e8 { 20 } else { 200 };
-            let bufs = [w[..w_read].to_vec(), sb.clone(), sb.clone(), x, y];
             let copies = (ROTATE_BYTES / bytes as usize).clamp(1, 64);
-            let timed = h.time(kernel, &bufs, bytemuck::bytes_of(&p), step, (gx, 1, gz), reps).and_then(|warm| {
-                h.time_cold(kernel, &bufs, bytemuck::bytes_of(&p), step, (gx, 1, gz), reps, copies)
-                    .map(|cold| (warm, cold))
+            let d = l.into_dispatch();
+            let timed = time(h, &d, reps).and_then(|warm| {
+                h.time_cold(d.kernel, &d.buffers, &d.params, d.step, d.grid, reps, copies).map(|cold| (warm, cold))
             });
             match timed {
                 Ok((warm, us)) => {
@@ -208,267 +241,165 @@ fn main() {
             }
         }
     }
+}
 
-    // Prefill: one 512-token chunk (the backend's default) through the tiled mat-mat (qmm, both
-    // row tiles, the k loop whole or split into 2, 4, 8 ranges: the time is the split dispatch
-    // plus its qmm_sum) and the 8-token matmul tile. `*` marks the variant the backend picks.
-    let tokens = 512usize;
+/// Prefill: one 512-token chunk (the backend's default) through the tiled mat-mat (qmm, both
+/// row tiles, the k loop whole or split into 2, 4, 8 ranges: the time is the split dispatch
+/// plus its qmm_sum) and the 8-token matmul tile. `*` marks the variant the backend picks.
+fn prefill_table(h: &mut KernelHarness, filter: &str) {
+    let tokens = CHUNK;
     println!("\n| shape | rows × cols × tokens | kernel | k splits | µs | TFLOP/s | weight GB/s |");
     println!("|---|---|---|---|---|---|---|");
+    let max_groups = h.gpu().limits.max_compute_workgroups_per_dimension;
+    let coop = h.gpu().coop_f16();
     for sh in SHAPES.iter().filter(|s| s.rows < 65536 && s.rows * s.cols <= 64 << 20 && !s.name.contains("router")) {
         let (rows, cols) = (sh.rows, sh.cols);
-        let groups = rows * cols / 64;
-        let w = random_bytes(rows * cols / 2, rows as u64 * 17 + cols as u64);
-        let sb: Vec<u8> =
-            std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
-        let x: Vec<u8> = std::iter::repeat_n(0.5f32.to_le_bytes(), tokens * cols).flatten().collect();
-        let xsum: Vec<u8> = std::iter::repeat_n(32f32.to_le_bytes(), tokens * cols / 64).flatten().collect();
-        let p = MatmulParams {
-            rows: rows as u32,
-            cols: cols as u32,
-            gs: 64,
-            x_stride: cols as u32,
-            y_stride: rows as u32,
-            y_off: 0,
-            count_sel: 0,
-            k_splits: 0,
-        };
-        let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        let coop = h.gpu().coop_f16();
         let picked = qmm_shape(rows, coop);
         let picked = (picked.0, qmm_splits(coop, rows, cols, tokens, picked.1, picked.2));
-        let mut variants = Vec::new();
-        let mut tiles = vec![(Kernel::Qmm { tm: 8 }, 128, QMM_TOK), (Kernel::Qmm { tm: 4 }, 64, QMM_TOK)];
+        let qmm = |tm, coop| MatmulCase {
+            tile: QMM_TOK as usize,
+            qmm: Some(tm),
+            coop,
+            ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64)
+        };
+        let mut forms = vec![qmm(8, None), qmm(4, None)];
         if coop {
-            for (tb, rb) in [(1, 2), (2, 2), (1, 4), (2, 4)] {
-                tiles.push((Kernel::QmmCoop { tb, rb }, 32 * rb, 64 * tb));
-            }
+            forms.extend([(1, 2), (2, 2), (1, 4), (2, 4)].map(|t| qmm(4, Some(t))));
         }
-        for (kernel, per_wg, tok) in tiles {
-            for splits in [1u32, 2, 4, 8] {
-                if cols % (64 * splits as usize) == 0 {
-                    variants.push((kernel, per_wg, tok, splits));
-                }
-            }
-        }
-        variants.push((Kernel::Matmul(Format::Q4, MATMUL_TOK), matmul_rows(MATMUL_TOK), MATMUL_TOK, 1));
-        for (kernel, per_wg, tile, splits) in variants {
+        forms.push(MatmulCase { tile: MATMUL_TOK as usize, ..MatmulCase::new(Format::Q4, rows, cols, tokens, 64) });
+        for c in forms {
+            let kernel = c.kernel();
             let label = kernel.label();
-            if !label.contains(&filter) {
+            if !label.contains(filter) {
                 continue;
             }
-            let (gx, gz) = fold_grid((rows as u32).div_ceil(per_wg), max_groups);
-            let grid = (gx, (tokens as u32).div_ceil(tile) * splits, gz);
-            let y = vec![0u8; 4 * rows * tokens * splits as usize];
-            let ps = MatmulParams { k_splits: splits, ..p };
+            let mut l = inputs(&c);
+            l.fold_x(max_groups);
+            let weight_bytes: usize = l.bufs[..3].iter().map(|b| b.bytes.len()).sum();
             // The tensor-core form also reads x's group sums: their pass is part of its time.
-            let coop = matches!(kernel, Kernel::QmmCoop { .. });
-            let mut bufs = vec![w.clone(), sb.clone(), sb.clone(), x.clone(), y.clone()];
-            if coop {
-                bufs.push(xsum.clone());
-            }
-            let mut us = h.time(kernel, &bufs, bytemuck::bytes_of(&ps), step, grid, 10);
-            if coop {
-                let gp =
-                    GroupSumParams { cols: cols as u32, gs: 64, stride: cols as u32, mult: 1, ..Default::default() };
-                let sums = h.time(
-                    Kernel::GroupSum,
-                    &[x.clone(), xsum.clone()],
-                    bytemuck::bytes_of(&gp),
-                    step,
-                    (group_sum_groups_x(cols / 64), tokens as u32, 1),
-                    10,
-                );
-                us = us.and_then(|a| sums.map(|b| a + b));
-            }
-            if splits > 1 {
-                let out = vec![0u8; 4 * rows * tokens];
-                let sum = h.time(
-                    Kernel::QmmSum,
-                    &[y, out],
-                    bytemuck::bytes_of(&ps),
-                    step,
-                    ((rows as u32).div_ceil(256), tokens as u32, 1),
-                    10,
-                );
-                us = us.and_then(|a| sum.map(|b| a + b));
-            }
-            let mark = if (kernel, splits) == picked { " *" } else { "" };
-            match us {
-                Ok(us) => {
-                    let flops = 2.0 * (rows * cols * tokens) as f64;
-                    println!(
-                        "| {} | {rows} × {cols} × {tokens} | {label}{mark} | {splits} | {us:.1} | {:.2} | {:.0} |",
-                        sh.name,
-                        flops / us / 1e6,
-                        (w.len() + 2 * sb.len()) as f64 / us / 1e3
-                    );
+            let sums = match c.coop {
+                Some(_) => {
+                    let g = GroupSumCase { tokens, cols, gs: 64, pad: 0, mult: 1, n_out: None };
+                    Some(inputs(&g).into_dispatch())
                 }
-                Err(e) => {
-                    println!("| {} | {rows} × {cols} × {tokens} | {label} | {splits} | error: {e} | | |", sh.name)
+                None => None,
+            };
+            let splits: &[u32] = if c.qmm.is_some() { &[1, 2, 4, 8] } else { &[1] };
+            for &splits in splits.iter().filter(|&&s| cols.is_multiple_of(64 * s as usize)) {
+                let mut us = if splits > 1 {
+                    let sk = SplitK::new(&c, &l, splits);
+                    time(h, &sk.parts, 10).and_then(|a| time(h, &sk.sum, 10).map(|b| a + b))
+                } else {
+                    h.time(l.kernel, &l.buffers(), &l.params, l.step, l.grid, 10)
+                };
+                if let Some(s) = &sums {
+                    us = us.and_then(|a| time(h, s, 10).map(|b| a + b));
+                }
+                let mark = if (kernel, splits) == picked { " *" } else { "" };
+                match us {
+                    Ok(us) => {
+                        let flops = 2.0 * (rows * cols * tokens) as f64;
+                        println!(
+                            "| {} | {rows} × {cols} × {tokens} | {label}{mark} | {splits} | {us:.1} | {:.2} | {:.0} |",
+                            sh.name,
+                            flops / us / 1e6,
+                            weight_bytes as f64 / us / 1e3
+                        );
+                    }
+                    Err(e) => {
+                        println!("| {} | {rows} × {cols} × {tokens} | {label} | {splits} | error: {e} | | |", sh.name)
+                    }
                 }
             }
         }
     }
+}
 
-    // x's group sums for the tensor-core mat-mats (group_sum.wgsl), one 512-token chunk.
+/// x's group sums for the tensor-core mat-mats (group_sum.wgsl), one 512-token chunk.
+fn group_sum_table(h: &mut KernelHarness, filter: &str) {
+    let tokens = CHUNK;
     println!("\n| x of a 512-token chunk | cols | kernel | µs | GB/s |");
     println!("|---|---|---|---|---|");
     for cols in [1536usize, 2560, 6144, 10240] {
-        let x: Vec<u8> = (0..tokens * cols).flat_map(|i| ((i % 7) as f32 * 0.25).to_le_bytes()).collect();
-        let xsum = vec![0u8; 4 * tokens * cols / 64];
-        let gp = GroupSumParams { cols: cols as u32, gs: 64, stride: cols as u32, mult: 1, ..Default::default() };
-        let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        let kernel = Kernel::GroupSum;
-        let label = kernel.label();
-        if !label.contains(&filter) {
+        let c = GroupSumCase { tokens, cols, gs: 64, pad: 0, mult: 1, n_out: None };
+        let label = c.kernel().label();
+        if !label.contains(filter) {
             continue;
         }
-        match h.time(
-            kernel,
-            &[x.clone(), xsum.clone()],
-            bytemuck::bytes_of(&gp),
-            step,
-            (group_sum_groups_x(cols / 64), tokens as u32, 1),
-            10,
-        ) {
-            Ok(us) => println!(
-                "| {tokens} × {cols} | {cols} | {label} | {us:.1} | {:.0} |",
-                (x.len() + xsum.len()) as f64 / us / 1e3
-            ),
+        let d = inputs(&c).into_dispatch();
+        let moved: usize = d.buffers.iter().map(Vec::len).sum();
+        match time(h, &d, 10) {
+            Ok(us) => println!("| {tokens} × {cols} | {cols} | {label} | {us:.1} | {:.0} |", moved as f64 / us / 1e3),
             Err(e) => println!("| {tokens} × {cols} | {cols} | {label} | error: {e} | |"),
         }
     }
+}
 
-    // The chunk's residual norms, one 512-token chunk (E2B / E4B / 26B widths, mode 2 with its
-    // chained input norm; the 26B's with its three): rmsnorm.wgsl's decode form, and
-    // rmsnorm_rows.wgsl's chunk form on 64, 128 and 256 threads per row, without and with the
-    // chained outputs' group sums (what group_sum's dispatch per mat-mat input costs above).
+/// The chunk's residual norms, one 512-token chunk (E2B / E4B / 26B widths, mode 2 with its
+/// chained input norm; the 26B's with its three): rmsnorm.wgsl's decode form, and
+/// rmsnorm_rows.wgsl's chunk form on 64, 128 and 256 threads per row, without and with the
+/// chained outputs' group sums (what group_sum's dispatch per mat-mat input costs above).
+fn residual_norm_table(h: &mut KernelHarness, filter: &str) {
+    let tokens = CHUNK;
     println!("\n| residual norm of a 512-token chunk | chained | kernel | µs | GB/s |");
     println!("|---|---|---|---|---|");
-    for (n, chain) in [(1536usize, 1u32), (2560, 0), (2560, 1), (2816, 3)] {
-        let f32s = |len: usize, v: f32| -> Vec<u8> {
-            (0..len).flat_map(|i| (v + (i % 5) as f32 * 0.1).to_le_bytes()).collect()
-        };
-        let groups = n / 64;
-        let p = NormParams {
-            n: n as u32,
-            segs: 1,
-            x_stride: n as u32,
-            out_stride: n as u32,
-            w_off: 0,
-            mode: 2,
-            pre: 1.0,
-            post: 1.0,
-            eps: 1e-6,
-            chain,
-            w2_off: n as u32,
-            w3_off: 2 * n as u32,
-            w4_off: 3 * n as u32,
-            out2_stride: n as u32,
-            post2: 1.0,
-            post3: 1.0,
-            post4: 1.0,
-            gs: 64,
-            sums: ((1u32 << (chain + 1)) - 1) & !1,
-            sum_off: [0, 0, (tokens * groups) as u32, (2 * tokens * groups) as u32],
-            ..Default::default()
-        };
-        let out = || f32s(tokens * n, 0.0);
-        let bufs = vec![
-            f32s(tokens * n, 0.5),
-            f32s(4 * n, 1.0),
-            out(),
-            out(),
-            out(),
-            out(),
-            f32s(tokens * n, 0.2),
-            vec![0u8; 4 * 3 * tokens * groups],
-            f32s(4, 0.0),
-        ];
-        let step = Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, ..Default::default() };
-        let moved = (4 * tokens * n * (3 + chain as usize)) as f64;
-        let Kernel::RmsNorm { v, wg, .. } =
-            rmsnorm(n, h.gpu().limits.max_compute_invocations_per_workgroup, &Tuning::default())
-        else {
+    let max_wg = h.gpu().limits.max_compute_invocations_per_workgroup;
+    for (n, chain) in [(1536usize, 1usize), (2560, 0), (2560, 1), (2816, 3)] {
+        let norm = NormCase { chain: (chain > 0).then_some(0), chained: chain.max(1), ..NormCase::new(n, tokens, 2) };
+        let Kernel::RmsNorm { wg, .. } = rmsnorm(n, max_wg, &Tuning::default()) else {
             unreachable!("rmsnorm() is a norm")
         };
-        let rows = |wg| rmsnorm_rows(&p, wg).expect("the chunk's norms have vec4 rows");
-        let forms = [Kernel::RmsNorm { v, wg }].into_iter().chain([64, 128, 256].into_iter().flat_map(|wg| {
-            let Kernel::RmsNormRows { v4, .. } = rows(wg) else { unreachable!("rmsnorm_rows() is a rows norm") };
-            [false, true].map(|sums| Kernel::RmsNormRows { v4, wg, sums, parts: false })
+        let forms = [NormCase { wg, ..norm }].into_iter().chain([64, 128, 256].into_iter().flat_map(|wg| {
+            [None, Some(64)].map(|sums| NormCase { rows: Some(wg), sums, sums_chained_only: true, ..norm })
         }));
-        for kernel in forms {
-            let label = kernel.label();
-            if !label.contains(&filter) {
+        // x and the residual read, out and each chained output written.
+        let moved = (4 * tokens * n * (3 + chain)) as f64;
+        for c in forms {
+            let label = c.kernel().label();
+            if !label.contains(filter) {
                 continue;
             }
-            match h.time(kernel, &bufs, bytemuck::bytes_of(&p), step, (1, tokens as u32, 1), 10) {
+            match time(h, &inputs(&c).into_dispatch(), 10) {
                 Ok(us) => println!("| {tokens} × {n} | {chain} | {label} | {us:.1} | {:.0} |", moved / us / 1e3),
                 Err(e) => println!("| {tokens} × {n} | {chain} | {label} | error: {e} | |"),
             }
         }
     }
+}
 
-    // Routed experts, one decode token (26B-A4B: 128 experts, top 8): the fused gate_up half
-    // (704 rows of a 1408-row expert, 2816 cols) and down (2816 rows × 704), through the 4-bit
-    // decode kernel the backend picks (qmv_moe) and the per-pair kernel it replaced.
+/// Routed experts, one decode token (26B-A4B: 128 experts, top 8): the fused gate_up's gate
+/// half (704 rows of a 1408-row expert, 2816 cols) and down (2816 rows × 704), through the
+/// 4-bit decode kernel the backend picks (qmv_moe) and the per-pair kernel it replaced.
+fn experts_table(h: &mut KernelHarness, filter: &str, copy: f64) {
     println!(
         "\n| 26B experts (top 8 of 128, 1 token) | rows × cols per expert | kernel | µs | GB read | GB/s | % of copy |"
     );
     println!("|---|---|---|---|---|---|---|");
+    let max_binding = h.gpu().limits.max_storage_buffer_binding_size as usize;
     let (experts, top_k) = (128usize, 8usize);
-    for (name, rows, cols, stride, per_slot) in
-        [("gate (fused gate_up)", 704usize, 2816usize, 1408usize, false), ("down", 2816, 704, 2816, true)]
-    {
-        let total_rows = experts * stride;
-        if total_rows * cols / 2 > max_binding {
+    let m = |rows, cols| MoeMatmulCase::new(Format::Q4, experts, top_k, rows, cols, 1);
+    for (name, c) in [
+        ("gate (fused gate_up)", MoeMatmulCase { expert_stride: 2 * 704, ..m(704, 2816) }),
+        ("down", MoeMatmulCase { per_slot: true, ..m(2816, 704) }),
+    ] {
+        let (rows, cols) = (c.rows, c.cols);
+        if experts * c.expert_stride * cols / 2 > max_binding {
             println!("| {name} | {rows} × {cols} | skipped: the expert stack exceeds one binding here | | | | |");
             continue;
         }
-        let w = random_bytes(total_rows * cols / 2, 99 + rows as u64);
-        let sb: Vec<u8> =
-            std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), total_rows * cols / 64)
-                .flatten()
-                .collect();
-        let idx: Vec<u8> = (0..top_k as u32).flat_map(|j| (j * 13 % experts as u32).to_le_bytes()).collect();
-        let (x_tok, x_slot) = if per_slot { (top_k * cols, cols) } else { (cols, 0) };
-        let x: Vec<u8> = std::iter::repeat_n(0.5f32.to_le_bytes(), x_tok).flatten().collect();
-        let y = vec![0u8; 4 * top_k * rows];
-        let p = MoeMatmulParams {
-            rows: rows as u32,
-            cols: cols as u32,
-            gs: 64,
-            expert_stride: stride as u32,
-            row_off: 0,
-            top_k: top_k as u32,
-            x_tok_stride: x_tok as u32,
-            x_slot_stride: x_slot as u32,
-            y_stride: rows as u32,
-            group_stride: 0,
-            ..Default::default()
-        };
-        let step = Step { n_tokens: 1, n_out: 1, ..Default::default() };
         // Bytes one token reads: its 8 experts' rows, scales and biases.
         let bytes = (top_k * rows * (cols / 2 + 2 * 2 * cols / 64)) as f64;
-        let mut variants = vec![(Kernel::MoeMatmul(Format::Q4), MATMUL_ROWS)];
-        if let Some(v) = qmv_moe_shape(rows, cols, top_k, x_tok, x_slot, &Tuning::default()) {
-            variants.insert(0, v);
+        let (x_tok, x_slot) = c.x_strides();
+        let mut variants = vec![c];
+        if qmv_moe_shape(rows, cols, top_k, x_tok, x_slot, &Tuning::default()).is_some() {
+            variants.insert(0, MoeMatmulCase { qmv: true, ..c });
         }
-        for (kernel, per_wg) in variants {
-            let label = kernel.label();
-            if !label.contains(&filter) {
+        for c in variants {
+            let label = c.kernel().label();
+            if !label.contains(filter) {
                 continue;
             }
-            let grid = ((rows as u32).div_ceil(per_wg), top_k as u32, 1);
-            match h.time(
-                kernel,
-                &[w.clone(), sb.clone(), sb.clone(), idx.clone(), x.clone(), y.clone()],
-                bytemuck::bytes_of(&p),
-                step,
-                grid,
-                100,
-            ) {
+            match time(h, &inputs(&c).into_dispatch(), 100) {
                 Ok(us) => {
                     let gbs = bytes / us / 1e3;
                     println!(
@@ -481,12 +412,6 @@ fn main() {
             }
         }
     }
-
-    prefill_attention_table(&mut h, &filter);
-    latency_table(&mut h, &filter);
-    stream_table(&mut h, &filter, copy);
-    layout_table(&mut h, &filter);
-    persistent_chain_table(&mut h, &filter, copy);
 }
 
 /// What one dispatch can stream at a given size, in a dependent chain with its bytes read from
@@ -611,30 +536,18 @@ fn layout_table(h: &mut KernelHarness, filter: &str) {
             grid,
         );
     }
+    // The decode mat-vecs: the mat-vec table's cases (1 token), their weights' bytes.
     for name in ["E4B q|k|v", "E4B down", "E4B gate|up", "E2B q|k|v", "E2B down", "E2B gate|up"] {
         let sh = SHAPES.iter().find(|s| s.name == name).expect("a SHAPES entry");
         let (rows, cols) = (sh.rows, sh.cols);
-        let Some((kernel, per_wg)) = qmv_shape(rows, cols, cols, 1) else { continue };
-        let groups = rows * cols / 64;
-        let w = random_bytes(rows * cols / 2, rows as u64 * 31 + cols as u64);
-        let sb: Vec<u8> =
-            std::iter::repeat_n(half::bf16::from_f32(0.01).to_bits().to_le_bytes(), groups).flatten().collect();
-        let x: Vec<u8> = std::iter::repeat_n(0.5f32.to_le_bytes(), cols).flatten().collect();
-        let bytes = w.len() + 2 * sb.len();
-        let bufs = [w, sb.clone(), sb, x, vec![0u8; 4 * rows]];
-        let p = MatmulParams {
-            rows: rows as u32,
-            cols: cols as u32,
-            gs: 64,
-            x_stride: cols as u32,
-            y_stride: rows as u32,
-            y_off: 0,
-            count_sel: 0,
-            k_splits: 0,
-        };
-        let step = Step { n_tokens: 1, n_out: 1, out_row0: 0, ..Default::default() };
-        let (gx, gz) = fold_grid((rows as u32).div_ceil(per_wg), max_groups);
-        row(h, name, bytes, kernel, &bufs, bytemuck::bytes_of(&p), step, (gx, 1, gz));
+        if qmv_shape(rows, cols, cols, 1).is_none() {
+            continue;
+        }
+        let mut l = inputs(&MatmulCase { tile: 1, qmv: true, ..MatmulCase::new(Format::Q4, rows, cols, 1, 64) });
+        l.fold_x(max_groups);
+        let bytes = l.bufs[..3].iter().map(|b| b.bytes.len()).sum();
+        let d = l.into_dispatch();
+        row(h, name, bytes, d.kernel, &d.buffers, &d.params, d.step, d.grid);
     }
 }
 
@@ -644,10 +557,7 @@ fn layout_table(h: &mut KernelHarness, filter: &str) {
 /// TFLOP/s of the causal products it must do (2 · 2 · d flops per attended (query, key) pair
 /// per head).
 fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
-    let f32s = |n: usize, v: f32| -> Vec<u8> {
-        (0..n).flat_map(|i| (v * (1.0 + ((i * 7919) % 97) as f32 / 97.0)).to_le_bytes()).collect()
-    };
-    let tokens = 512usize;
+    let tokens = CHUNK;
     println!("\n| prefill attention | heads (q / kv) × d, window | tokens | kernel | µs | TFLOP/s |");
     println!("|---|---|---|---|---|---|");
     let shapes = [
@@ -657,48 +567,28 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
         ("E4B full", 8, 2, 512, 0),
     ];
     let coop = h.gpu().coop_f16();
-    let kernels = shapes.into_iter().flat_map(|s| {
-        let tc = attention_chunk_coop(s.3).filter(|_| coop).map(|k| (s, k, ATTN_COOP_BQ));
-        // And the tensor-core form that also writes its output's group sums (KESTREL_ATTN_SUMS).
-        let tc_sums = tc.map(|(s, _, bq)| (s, Kernel::AttentionCoop { d: s.3 as u32, sums: true }, bq));
-        [Some((s, attention_chunk(s.3), ATTN_BQ)), tc, tc_sums].into_iter().flatten()
-    });
-    for ((name, n_q, n_kv, d, window), kernel, bq) in kernels {
-        let label = kernel.label();
-        if !label.contains(filter) {
-            continue;
-        }
-        let slots = 1024usize;
-        let p = AttnParams {
-            d: d as u32,
-            n_heads: n_q as u32,
-            n_kv_heads: n_kv as u32,
-            slots: slots as u32,
-            window: window as u32,
-            n_splits: ATTN_SPLITS,
-            short_max: 0,
-            _pad: 0,
-        };
-        let step =
-            Step { n_tokens: tokens as u32, n_out: 1, out_row0: tokens as u32 - 1, pos0: 0, ..Default::default() };
-        let mut bufs = vec![
-            f32s(tokens * n_q * d, 0.05),
-            f32s(slots * n_kv * d, 0.05),
-            f32s(slots * n_kv * d, 0.3),
-            f32s(tokens * n_q * d, 0.0),
-        ];
-        if matches!(kernel, Kernel::AttentionCoop { sums: true, .. }) {
-            // Its output's sums over each 64-dim value stage.
-            bufs.push(f32s(tokens * n_q * d / 64, 0.0));
+    for (name, n_q, n_kv, d, window) in shapes {
+        let c = AttnCase::new(d, n_q, n_kv, tokens, 0, window, 1024);
+        // The SIMT kernel, then the tensor-core form and the one that also writes its output's
+        // group sums (KESTREL_ATTN_SUMS).
+        let mut forms = vec![c];
+        if coop && attention_chunk_coop(d).is_some() {
+            forms.extend([false, true].map(|sums| AttnCase { coop: true, sums, ..c }));
         }
         let pairs: usize = (0..tokens).map(|t| if window > 0 { (t + 1).min(window) } else { t + 1 }).sum();
         let flops = (4 * d * pairs * n_q) as f64;
-        match h.time(kernel, &bufs, bytemuck::bytes_of(&p), step, (n_q as u32, (tokens as u32).div_ceil(bq), 1), 20) {
-            Ok(us) => println!(
-                "| {name} | {n_q} / {n_kv} × {d}, {window} | {tokens} | {label} | {us:.1} | {:.2} |",
-                flops / us / 1e6
-            ),
-            Err(e) => println!("| {name} | {n_q} / {n_kv} × {d} | {tokens} | {label} | error: {e} | |"),
+        for c in forms {
+            let label = c.kernel().label();
+            if !label.contains(filter) {
+                continue;
+            }
+            match time(h, &inputs(&c).into_dispatch(), 20) {
+                Ok(us) => println!(
+                    "| {name} | {n_q} / {n_kv} × {d}, {window} | {tokens} | {label} | {us:.1} | {:.2} |",
+                    flops / us / 1e6
+                ),
+                Err(e) => println!("| {name} | {n_q} / {n_kv} × {d} | {tokens} | {label} | error: {e} | |"),
+            }
         }
     }
 }
@@ -707,10 +597,11 @@ fn prefill_attention_table(h: &mut KernelHarness, filter: &str) {
 /// and 528 workgroups (1, 2, 4 per H200 SM: all resident), each dispatch 1000 of them: what a
 /// persistent decode kernel would pay between phases, against the dependent dispatch (the copy
 /// row) it would replace. A run first counts the reads that saw stale data (on the H200 most
-/// did, session 7: such a barrier orders atomics only, not plain stores); the atomic form hands
-/// the slots over as atomics (session 20), the hand-off a WGSL "last workgroup" fusion needs. Only on
-/// a device with ≥ 132 SMs' worth of concurrent workgroups: elsewhere the grid would not be
-/// resident at once and the kernel would spin forever.
+/// did, ledger: 2026-11-30 grid-barrier-probe: such a barrier orders atomics only, not plain
+/// stores); the atomic form hands the slots over as atomics (ledger: 2026-12-02
+/// last-workgroup-handoff), the hand-off a WGSL "last workgroup" fusion needs. Only on a device
+/// with ≥ 132 SMs' worth of concurrent workgroups: elsewhere the grid would not be resident at
+/// once and the kernel would spin forever.
 fn grid_barrier_rows(h: &mut KernelHarness, filter: &str) {
     for atomic in [false, true] {
         let kernel = Kernel::GridBarrier { atomic };
@@ -786,119 +677,60 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
     let step = Step { n_tokens: 1, pos0: 130, n_out: 1, ..Default::default() };
     // The decode norm the backend records on this device (kernels::rmsnorm).
     let max_wg = h.gpu().limits.max_compute_invocations_per_workgroup;
-    let row = |h: &mut KernelHarness,
-               kernel: Kernel,
-               shape: String,
-               bufs: Vec<Vec<u8>>,
-               params: &[u8],
-               grid: (u32, u32, u32)| {
-        let label = kernel.label();
+    let Kernel::RmsNorm { wg: norm_wg, .. } = rmsnorm(1536, max_wg, &Tuning::default()) else {
+        unreachable!("rmsnorm() is a norm")
+    };
+    let row = |h: &mut KernelHarness, d: &Dispatch, shape: String| {
+        let label = d.kernel.label();
         if !label.contains(filter) {
             return;
         }
-        match h.time(kernel, &bufs, params, step, grid, 200) {
+        match time(h, d, 200) {
             Ok(us) => println!("| {label} | {shape} | {us:.2} |"),
             Err(e) => println!("| {label} | {shape} | error: {e} |"),
         }
     };
-    let p = CopyParams { n: 1, ..Default::default() };
-    row(h, Kernel::Copy, "16 bytes".into(), vec![f32s(4, 1.0), f32s(4, 0.0)], bytemuck::bytes_of(&p), (1, 1, 1));
-    // The ladder under a one-workgroup norm (session 12): one load and store per thread of one
-    // workgroup (4 KiB), three in turn (10 KiB: 2560 floats), the same bytes over 10 workgroups.
+    let copy = |vec4s: usize, grid: (u32, u32, u32)| Dispatch {
+        kernel: Kernel::Copy,
+        buffers: vec![f32s(4 * vec4s, 1.0), f32s(4 * vec4s, 0.0)],
+        params: bytemuck::bytes_of(&CopyParams { n: vec4s as u32, ..Default::default() }).to_vec(),
+        step,
+        grid,
+    };
+    row(h, &copy(1, (1, 1, 1)), "16 bytes".into());
+    // The ladder under a one-workgroup norm (ledger: 2026-12-01 latency-ladder): one load and
+    // store per thread of one workgroup (4 KiB), three in turn (10 KiB: 2560 floats), the same
+    // bytes over 3 workgroups.
     for (vec4s, wgs) in [(256usize, 1u32), (640, 1), (640, 3)] {
-        let p = CopyParams { n: vec4s as u32, ..Default::default() };
-        row(
-            h,
-            Kernel::Copy,
-            format!("{} KiB, {wgs} workgroup(s)", vec4s * 16 / 1024),
-            vec![f32s(4 * vec4s, 1.0), f32s(4 * vec4s, 0.0)],
-            bytemuck::bytes_of(&p),
-            (wgs, 1, 1),
-        );
+        row(h, &copy(vec4s, (wgs, 1, 1)), format!("{} KiB, {wgs} workgroup(s)", vec4s * 16 / 1024));
     }
     grid_barrier_rows(h, filter);
     last_workgroup_rows(h, filter);
     // Then a norm with only the sum: 1 value per thread, then 6, no weight and no residual
     // (mode 0), then with its weight.
-    for (n, w_off) in [(256usize, u32::MAX), (1536, u32::MAX), (1536, 0)] {
-        let p = NormParams {
-            n: n as u32,
-            segs: 1,
-            x_stride: n as u32,
-            out_stride: n as u32,
-            w_off,
-            mode: 0,
-            pre: 1.0,
-            post: 1.0,
-            eps: 1e-6,
-            ..Default::default()
-        };
-        let bufs = vec![
-            f32s(n, 0.5),
-            f32s(n, 1.0),
-            f32s(n, 0.0),
-            f32s(n, 0.0),
-            f32s(n, 0.0),
-            f32s(n, 0.0),
-            f32s(n, 0.0),
-            f32s(4, 0.0),
-            f32s(4, 0.0),
-        ];
-        let what = if w_off == u32::MAX { "no weight" } else { "weight" };
-        row(
-            h,
-            rmsnorm(n, max_wg, &Tuning::default()),
-            format!("n {n}, mode 0, {what}"),
-            bufs,
-            bytemuck::bytes_of(&p),
-            (1, 1, 1),
-        );
+    for (n, weight) in [(256usize, false), (1536, false), (1536, true)] {
+        let c = NormCase { weight, wg: norm_wg, ..NormCase::new(n, 1, 0) };
+        let what = if weight { "weight" } else { "no weight" };
+        if c.kernel().label().contains(filter) {
+            row(h, &inputs(&c).into_dispatch(), format!("n {n}, mode 0, {what}"));
+        }
     }
     // rmsnorm: a residual post-norm (mode 1) with 0, 1 and 3 chained norms, E2B/E4B/26B widths.
     for n in [1536usize, 2560, 2816] {
-        for chain in [0u32, 1, 3] {
-            let p = NormParams {
-                n: n as u32,
-                segs: 1,
-                x_stride: n as u32,
-                out_stride: n as u32,
-                w_off: 0,
-                mode: 1,
-                pre: 1.0,
-                post: 1.0,
-                eps: 1e-6,
-                chain,
-                w2_off: n as u32,
-                w3_off: 2 * n as u32,
-                w4_off: 3 * n as u32,
-                out2_stride: n as u32,
-                post2: 1.0,
-                post3: 1.0,
-                post4: 1.0,
-                ..Default::default()
+        for chain in [0usize, 1, 3] {
+            let c = NormCase {
+                chain: (chain > 0).then_some(0),
+                chained: chain.max(1),
+                wg: norm_wg,
+                ..NormCase::new(n, 1, 1)
             };
-            let bufs = vec![
-                f32s(n, 0.5),
-                f32s(4 * n, 1.0),
-                f32s(n, 0.1),
-                f32s(n, 0.0),
-                f32s(n, 0.0),
-                f32s(n, 0.0),
-                f32s(n, 0.2),
-                f32s(4, 0.0),
-                f32s(4, 0.0),
-            ];
-            row(
-                h,
-                rmsnorm(n, max_wg, &Tuning::default()),
-                format!("n {n}, chain {chain}"),
-                bufs,
-                bytemuck::bytes_of(&p),
-                (1, 1, 1),
-            );
+            if c.kernel().label().contains(filter) {
+                row(h, &inputs(&c).into_dispatch(), format!("n {n}, chain {chain}"));
+            }
         }
     }
-    // q, k, v heads of one token (E2B sliding: 8 + 1 + 1 heads of 256; full: of 512).
+    // q, k, v heads of one token (E2B sliding: 8 + 1 + 1 heads of 256; full: of 512). No case
+    // of its own: its test holds it bitwise to three head_norm_rope cases.
     for d in [256usize, 512] {
         let (n_q, n_kv, slots) = (8usize, 1usize, 640usize);
         let stride = (n_q + 2 * n_kv) * d;
@@ -916,7 +748,7 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
             slots: slots as u32,
             eps: 1e-6,
         };
-        let bufs = vec![
+        let buffers = vec![
             f32s(stride, 0.3),
             f32s(2 * d, 1.0),
             f32s(d, 0.5),
@@ -925,107 +757,98 @@ fn latency_table(h: &mut KernelHarness, filter: &str) {
             f32s(slots * n_kv * d, 0.0),
         ];
         for wg in [HEAD_NORM_WG, 128, 64].into_iter().filter(|&wg| d <= 4 * wg as usize) {
-            row(
-                h,
-                Kernel::QkvNormRope { wg },
-                format!("8 + 1 + 1 heads × {d}"),
-                bufs.clone(),
-                bytemuck::bytes_of(&p),
-                ((n_q + 2 * n_kv) as u32, 1, 1),
-            );
+            let qkv = Dispatch {
+                kernel: Kernel::QkvNormRope { wg },
+                buffers: buffers.clone(),
+                params: bytemuck::bytes_of(&p).to_vec(),
+                step,
+                grid: ((n_q + 2 * n_kv) as u32, 1, 1),
+            };
+            row(h, &qkv, format!("8 + 1 + 1 heads × {d}"));
         }
     }
-    // Decode attention at E2B's sliding heads (8 q heads on 1 kv head, d 256) over 131 keys
-    // (step.pos0 = 130), and at 1025 and 4097 keys: the split kernel, then the merge. Then the
-    // split kernel with one split at 32–256 keys: what a one-pass attention without the merge
-    // dispatch would cost at short contexts (PERF_NOTES.md, session 8, next step 1).
+    // Decode attention at E2B's sliding heads (8 q heads on 1 kv head, d 256) over 131 keys,
+    // and at 1025 and 4097 keys: the split kernel, then the merge (on AttnCase's one-token row
+    // at position keys − 1: its q, caches and output). Then the split kernel with one split at
+    // 32–256 keys: what a one-pass attention without the merge dispatch would cost at short
+    // contexts (the question attention_short answered: ledger: 2026-12-03 attention-short).
+    let (heads, slots) = (8usize, 4608usize);
     for (keys, splits) in
         [(131usize, ATTN_SPLITS), (1025, ATTN_SPLITS), (4097, ATTN_SPLITS), (32, 1), (131, 1), (256, 1)]
     {
-        let (d, heads, slots) = (256usize, 8usize, 4608usize);
-        let p = AttnParams {
-            d: d as u32,
-            n_heads: heads as u32,
-            n_kv_heads: 1,
-            slots: slots as u32,
-            window: 0,
-            n_splits: splits,
-            short_max: 0,
-            _pad: 0,
-        };
-        let at = Step { pos0: keys as u32 - 1, ..step };
-        let part = f32s(heads * splits as usize * (d + 2), 0.0);
-        let kernel = attention_split(d, false);
-        if kernel.label().contains(filter) {
-            let bufs = vec![f32s(heads * d, 0.1), f32s(slots * d, 0.2), f32s(slots * d, 0.3), part.clone()];
-            match h.time(kernel, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, splits, 1), 200) {
-                Ok(us) => {
-                    println!("| {} | {keys} keys in {splits} split(s), 8 heads × {d} | {us:.2} |", kernel.label())
-                }
-                Err(e) => println!("| {} | {keys} keys | error: {e} |", kernel.label()),
-            }
+        let d = 256;
+        let wanted = attention_split(d, false).label().contains(filter)
+            || (splits > 1 && Kernel::AttentionCombine.label().contains(filter));
+        if !wanted {
+            continue;
         }
-        if splits > 1 && Kernel::AttentionCombine.label().contains(filter) {
-            let bufs = vec![part, f32s(heads * d, 0.0)];
-            match h.time(Kernel::AttentionCombine, &bufs, bytemuck::bytes_of(&p), at, (heads as u32, 1, 1), 200) {
-                Ok(us) => println!("| attention_combine | {keys} keys in {splits} splits, 8 heads × {d} | {us:.2} |"),
-                Err(e) => println!("| attention_combine | error: {e} |"),
-            }
+        let l = inputs(&AttnCase::new(d, heads, 1, 1, keys - 1, 0, slots));
+        let [split, combine] = split_attention(&l, heads, d, &AttnParams { n_splits: splits, ..l.params_as() });
+        row(h, &split, format!("{keys} keys in {splits} split(s), 8 heads × {d}"));
+        if splits > 1 {
+            row(h, &combine, format!("{keys} keys in {splits} splits, 8 heads × {d}"));
         }
     }
     // attention_short (one dispatch per (head, token), every key) against attention_split +
     // attention_combine (two) at the same rows: 16–1025 keys at E2B's sliding heads (d 256),
     // 144 and 512 at its global ones (d 512), 8 q heads on 1 kv head. Which is cheaper by key
-    // count sets WgpuOptions::attn_short (PERF_NOTES.md, session 26).
+    // count sets WgpuOptions::attn_short (ledger: 2026-12-03 attention-short).
     let limits = h.gpu().device_limits();
     for (d, keys) in
         [(256usize, 16usize), (256, 64), (256, 144), (256, 256), (256, 512), (256, 1025), (512, 144), (512, 512)]
     {
-        let (heads, slots) = (8usize, 4608usize);
-        let at = Step { pos0: keys as u32 - 1, ..step };
-        let kv = vec![f32s(heads * d, 0.1), f32s(slots * d, 0.2), f32s(slots * d, 0.3)];
-        let long = AttnParams {
-            d: d as u32,
-            n_heads: heads as u32,
-            n_kv_heads: 1,
-            slots: slots as u32,
-            window: 0,
-            n_splits: ATTN_SPLITS,
-            short_max: 0,
-            _pad: 0,
-        };
-        let short = AttnParams { short_max: u32::MAX, ..long };
-        let part = f32s(heads * ATTN_SPLITS as usize * (d + 2), 0.0);
-        let mut runs = vec![(
-            attention_short(d, false, &limits),
-            short,
-            [kv.clone(), vec![f32s(heads * d, 0.0)]].concat(),
-            (heads as u32, 1, 1),
-        )];
-        runs.push((attention_split(d, false), long, [kv, vec![part.clone()]].concat(), (heads as u32, ATTN_SPLITS, 1)));
-        runs.push((Kernel::AttentionCombine, long, vec![part, f32s(heads * d, 0.0)], (heads as u32, 1, 1)));
-        for (kernel, p, bufs, grid) in runs.into_iter().filter(|r| r.0.label().contains(filter)) {
-            match h.time(kernel, &bufs, bytemuck::bytes_of(&p), at, grid, 200) {
-                Ok(us) => println!(
-                    "| {} | {keys} keys, 8 heads × {d}{} | {us:.2} |",
-                    kernel.label(),
-                    if p.short_max == 0 { format!(" in {ATTN_SPLITS} splits") } else { String::new() }
-                ),
-                Err(e) => println!("| {} | {keys} keys | error: {e} |", kernel.label()),
-            }
+        let short_kernel = attention_short(d, false, &limits);
+        let wanted = [short_kernel, attention_split(d, false), Kernel::AttentionCombine]
+            .iter()
+            .any(|k| k.label().contains(filter));
+        if !wanted {
+            continue;
         }
+        let l = inputs(&AttnCase::new(d, heads, 1, 1, keys - 1, 0, slots));
+        let long = AttnParams { n_splits: ATTN_SPLITS, ..l.params_as() };
+        let short = Dispatch {
+            kernel: short_kernel,
+            buffers: l.buffers(),
+            params: bytemuck::bytes_of(&AttnParams { short_max: u32::MAX, ..long }).to_vec(),
+            step: l.step,
+            grid: (heads as u32, 1, 1),
+        };
+        let [split, combine] = split_attention(&l, heads, d, &long);
+        row(h, &short, format!("{keys} keys, 8 heads × {d}"));
+        let shape = format!("{keys} keys, 8 heads × {d} in {ATTN_SPLITS} splits");
+        row(h, &split, shape.clone());
+        row(h, &combine, shape);
     }
     // The 26B router: top 8 of 128 experts.
-    let p = RouterParams { n_experts: 128, top_k: 8, _pad: [0; 2] };
-    let logits: Vec<u8> = (0..128).flat_map(|i| ((i * 37 % 128) as f32 * 0.01).to_le_bytes()).collect();
-    row(
-        h,
-        Kernel::RouterTopk,
-        "top 8 of 128".into(),
-        vec![logits, f32s(128, 1.0), vec![0u8; 32], f32s(8, 0.0)],
-        bytemuck::bytes_of(&p),
-        (1, 1, 1),
-    );
+    let c = RouterCase::new(128, 8, 1);
+    if c.kernel().label().contains(filter) {
+        row(h, &inputs(&c).into_dispatch(), "top 8 of 128".into());
+    }
+}
+
+/// Decode attention over case launch `l` (one token of `heads` heads × `d`; its q, caches and
+/// output): attention_split over `p.n_splits` key splits into their partials, then
+/// attention_combine merging them into o.
+fn split_attention(l: &Launch, heads: usize, d: usize, p: &AttnParams) -> [Dispatch; 2] {
+    let part = filled_f32s(heads * p.n_splits as usize * (d + 2), 0.0);
+    let params = bytemuck::bytes_of(p).to_vec();
+    let q_k_v = l.bufs[..3].iter().map(|b| b.bytes.clone());
+    [
+        Dispatch {
+            kernel: attention_split(d, false),
+            buffers: q_k_v.chain([part.clone()]).collect(),
+            params: params.clone(),
+            step: l.step,
+            grid: (heads as u32, p.n_splits, 1),
+        },
+        Dispatch {
+            kernel: Kernel::AttentionCombine,
+            buffers: vec![part, l.bufs[3].bytes.clone()],
+            params,
+            step: l.step,
+            grid: (heads as u32, 1, 1),
+        },
+    ]
 }
 
 /// Layers of the persistent_chain table's chains (4 stages each: MAX_CHAIN_STAGES in all).
@@ -1042,8 +865,9 @@ const CHAIN_LAYERS: usize = 32;
 /// where the first loads go. Each form's activations (outputs poisoned before it runs) are
 /// checked bitwise against the first's: the hand-off across the grid barrier on a real grid
 /// (the kernel test runs one workgroup). H200 only: the persistent grid must be resident at
-/// once. Session 23 found 264 workgroups of 256 threads not resident at once (the dispatch
-/// spun until killed): one workgroup per SM is what every form here uses.
+/// once. 264 workgroups of 256 threads were found not resident at once (the dispatch spun until
+/// killed; ledger: 2026-12-02 persistent-chain): one workgroup per SM is what every form here
+/// uses.
 fn persistent_chain_table(h: &mut KernelHarness, filter: &str, copy: f64) {
     let pf: u32 = std::env::var("KBENCH_CHAIN_PF").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
     if !(Kernel::PersistentChain { xcap: 10240, pf, wg: 256 }).label().contains(filter) {
@@ -1100,7 +924,7 @@ fn persistent_chain_table(h: &mut KernelHarness, filter: &str, copy: f64) {
                     continue;
                 }
             };
-            let per_stage = |wgs: Option<u32>| -> Vec<(Vec<u8>, (u32, u32, u32))> {
+            let per_stage = |wgs: Option<u32>| -> Vec<Link> {
                 layout
                     .stages
                     .iter()
@@ -1114,7 +938,7 @@ fn persistent_chain_table(h: &mut KernelHarness, filter: &str, copy: f64) {
                     .collect()
             };
             let persistent = |prefetch: ChainPrefetch| vec![(params(0, n, prefetch), (132, 1, 1))];
-            let forms: Vec<(&str, &str, Vec<(Vec<u8>, (u32, u32, u32))>)> = vec![
+            let forms: Vec<(&str, &str, Vec<Link>)> = vec![
                 ("one dispatch per stage", "rows / block", per_stage(None)),
                 ("one dispatch per stage", "132", per_stage(Some(132))),
                 ("persistent, loads after each barrier", "132", persistent(ChainPrefetch::After)),
