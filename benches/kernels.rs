@@ -1,7 +1,7 @@
 //! Single-kernel benchmarks: GPU time of one dispatch (timestamps inside a pass, `reps` back to
 //! back), the bytes it must read, the GB/s that implies, and the fraction of the copy
 //! bandwidth this device reaches through the same API (the `copy` kernel on 1 GiB, or the
-//! adapter's largest binding). Run on the H200 through the device tool:
+//! adapter's largest binding). On an NVIDIA machine, `tools/device/kbench.sh` runs it; anywhere:
 //!
 //! ```sh
 //! cargo bench --bench kernels            # all shapes
