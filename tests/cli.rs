@@ -568,6 +568,34 @@ fn first_command_prints_only_the_text_and_the_stats_line() {
     assert!(lines[0].starts_with("[wgpu on ") && lines[0].contains("tok/s"), "not the stats line: {}", lines[0]);
 }
 
+/// `--tuning` (after `KESTREL_TUNING`) reaches the backend and is reported in the `--json` stats;
+/// a bad setting fails before any device is opened, naming the key, the source and what it takes.
+#[test]
+fn tuning_is_validated_and_reported() {
+    fails(
+        &["generate", "--prompt-ids", "2,105", "--tuning", "qmv_digit=off"],
+        &["--tuning", "unknown tuning `qmv_digit`"],
+    );
+    fails(
+        &["generate", "--prompt-ids", "2,105", "--tuning", "norm_threads=300"],
+        &["norm_threads", "256, 512 or 1024"],
+    );
+    let o = Command::new(BIN)
+        .args(["generate", "--prompt-ids", "2,105", "--backend", "cpu"])
+        .env("KESTREL_TUNING", "attn_short")
+        .output()
+        .expect("run kestrel");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "a malformed KESTREL_TUNING was accepted:\n{err}");
+    assert!(err.contains("KESTREL_TUNING") && err.contains("not key=value"), "{err}");
+    let args =
+        ["generate", "--prompt-ids", "2,105", "--max-new", "2", "--json", "--tuning", "qmv_digits=off,attn_short=7"];
+    let Some(o) = succeeds(&args) else { return };
+    let t = &json_of(&o)["stats"]["tuning"];
+    assert_eq!((t["qmv_digits"].as_str(), t["attn_short"].as_str()), (Some("off"), Some("7")), "{t}");
+    assert_eq!(t["fuse_wide"].as_str(), Some("gated"), "an unset key is not at its default: {t}");
+}
+
 #[test]
 fn json_embedded_model() {
     for backend in ["cpu", "wgpu"] {

@@ -240,8 +240,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         println!("model: {}   device: {}", model.source, b.device_info());
         let changes = b.options().tuning.changes();
         let changed =
-            if changes.is_empty() { "defaults".to_string() } else { format!("changed {}", changes.join(",")) };
-        println!("tuning ({changed}): {}", b.options().tuning);
+            if changes.is_empty() { "defaults".to_string() } else { format!("changed: {}", changes.join(",")) };
+        println!("tuning: {} ({changed})", b.options().tuning);
         println!("| test | tok/s | ms/token | GB/token | GB/s | roofline (copy) GB/s | % of roofline |");
         println!("|---|---|---|---|---|---|---|");
         if let Some((t, _, _)) = pp {

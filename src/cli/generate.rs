@@ -40,6 +40,8 @@ pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn B
         bail!("--chunk {} is out of range: use 1..=1024", args.chunk);
     }
     let expert_slots = expert_slots(args, model)?;
+    // Validated whichever backend runs: a mistyped setting is an error, not silently unused.
+    let tuning = args.tuning()?;
     Ok(match args.backend {
         BackendKind::Cpu => {
             Box::new(CpuBackend::with_experts(model.cfg.clone(), model.weights.clone(), ctx, expert_slots)?)
@@ -50,7 +52,7 @@ pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn B
                 max_chunk: args.chunk,
                 max_binding: None,
                 expert_slots,
-                tuning: args.tuning()?,
+                tuning,
                 ..WgpuOptions::default()
             };
             Box::new(
