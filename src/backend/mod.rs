@@ -4,7 +4,7 @@
 //! at these positions" and returns what the caller asked to read back. That is the granularity a
 //! whole-step megakernel (the Metal backend) can implement with one launch, and it keeps every
 //! backend-specific detail (buffers, kernels, barriers) behind the trait. Per-operation code
-//! lives inside each backend: `cpu::ops` is the f32 oracle the kernels are tested against.
+//! lives inside each backend; the math they are all judged by is `crate::reference`.
 //!
 //! Speculative decoding adds `verify` (score the last accepted token and k drafts in one pass,
 //! their K/V staged, not cached) and `commit` (keep the first n staged rows); backends that

@@ -6,7 +6,7 @@
 //! hidden (`post_projection` output), which is the hidden input of the next step. All steps of
 //! a block use the same position and the same target K/V: the drafter writes no cache.
 //!
-//! Written with the CPU backend's ops (`backend::cpu::ops`: f64 sums, the same rope tables) so
+//! Written with the reference math (`crate::reference`: f64 sums, the same rope tables) so
 //! that it reads like the target's reference forward, and so that its differences from
 //! transformers are rounding only.
 
