@@ -5,7 +5,7 @@
 //! - [`loader`]: memory-mapped safetensors (HF bf16/f16/f32, MLX affine 4/8-bit), every tensor
 //!   checked against the shape the config implies.
 //! - [`tokenizer`], [`chat`]: text ↔ ids, the model's chat template.
-//! - [`reference`]: the f32 math every backend, the drafter and the tests are judged by.
+//! - [`reference`](mod@reference): the f32 math every backend, the drafter and the tests are judged by.
 //! - [`kernels`]: the backend-neutral kernel contracts: ids, params structs, the shape rules and
 //!   the [`kernels::Tuning`] a backend is built with.
 //! - [`backend`]: the step-shaped [`backend::Backend`] trait (prefill a chunk, decode a token)

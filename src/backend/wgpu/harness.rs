@@ -469,7 +469,7 @@ impl KernelHarness {
     /// the roofline benchmarks compare with. A slow device (software Vulkan, ~1 GB/s) keeps a
     /// one-copy figure instead of spending a minute on it.
     /// The first measurement of a process also brings the GPU to its working clock: the copy
-    /// runs for [`CLOCK_RAMP`] before it is timed (later kernels keep it there).
+    /// runs for `CLOCK_RAMP` (4 s) before it is timed (later kernels keep it there).
     pub fn copy_roofline(&mut self) -> Result<f64> {
         let quick = self.copy_bandwidth_kernel(1 << 30, 1, WARM_UP)?;
         if quick > 100.0 {
@@ -612,7 +612,7 @@ impl KernelHarness {
 
     /// GPU time of [`run_chain`](Self::run_chain)'s chain, in µs for the whole chain: `reps`
     /// chains between two timestamps after `reps` untimed ones in the same pass, after untimed
-    /// passes for [`WARM_UP`]; the best of three (as [`time`](Self::time)). Nothing is read back.
+    /// passes for `WARM_UP` (100 ms); the best of three (as [`time`](Self::time)). Nothing is read back.
     pub fn time_chain(&mut self, up: &Uploaded, links: &[Link], step: Step, reps: u32) -> Result<f64> {
         let kernel = up.kernel;
         let label = kernel.label();
