@@ -754,6 +754,46 @@ fn wgpu_matches_reference_ids() {
     }
 }
 
+/// `--backend msl-emu` (the Metal kernels compiled for the CPU) reproduces transformers' greedy
+/// ids for the long prompt, which wraps the sliding window twice, in both weight forms.
+#[test]
+fn msl_emu_matches_reference_ids() {
+    let long = prompt("long");
+    let ids = id_list(&long);
+    for (form, reference) in common::FORMS {
+        let r = &common::load_refs("tiny-e2b", reference)[2];
+        assert_eq!(r.prompt, long, "reference prompt 2 is the 'long' prompt");
+        let dir = common::fixtures().join("tiny-e2b").join(form);
+        let args = [
+            "generate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt-ids",
+            &ids,
+            "--max-new",
+            "48",
+            "--ignore-eos",
+            "--json",
+            "--backend",
+            "msl-emu",
+        ];
+        let v = json_of(&succeeds(&args).unwrap());
+        assert_eq!(ids_of(&v), r.generated, "tiny-e2b/{form} on msl-emu: ids differ from {reference}");
+        assert_eq!(v["stats"]["backend"], "msl-emu", "{v}");
+    }
+}
+
+/// Without an Apple GPU, `--backend metal` fails with one line that says what it needs and
+/// names both ways out.
+#[cfg(not(target_os = "macos"))]
+#[test]
+fn metal_backend_needs_an_apple_gpu() {
+    fails(
+        &["generate", "--backend", "metal", "--prompt", "hi"],
+        &["--backend metal", "Apple GPU", "--backend wgpu", "--backend msl-emu"],
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Installations (`kestrel install` / `verify`) and what loading rejects
 

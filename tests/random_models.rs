@@ -1,7 +1,7 @@
 //! Shapes no fixture covers: synthetic random-weight models (odd head dims, GQA 3:1, a PLE width
 //! that is not a multiple of 8, hidden sizes that leave some matrices bf16 in 4-bit form, tiny
-//! windows, several prefill chunks), bf16 and MLX 4/8-bit, run on the wgpu backend and on the
-//! CPU reference (itself checked against transformers in tests/fixtures.rs).
+//! windows, several prefill chunks), bf16 and MLX 4/8-bit, run on the wgpu backend, on the Metal
+//! kernels through the MSL emulator, and on the CPU reference (itself checked against transformers in tests/fixtures.rs).
 //!
 //! Teacher-forced: both backends see the CPU's greedy ids, and every step's logits must agree
 //! within 1e-3 (f32 on both sides, different summation orders; see tests/fixtures.rs). Argmax
@@ -11,6 +11,7 @@
 mod common;
 
 use kestrel::backend::cpu::CpuBackend;
+use kestrel::backend::metal::{MetalBackend, MetalOptions};
 use kestrel::backend::wgpu::WgpuOptions;
 use kestrel::backend::{Backend, Readback};
 use kestrel::model::Model;
@@ -72,13 +73,18 @@ fn config(case: usize) -> serde_json::Value {
 }
 
 fn check(model: &Model, label: &str) {
-    let mut cpu = CpuBackend::new(model.cfg.clone(), model.weights.clone(), 128);
-    let Some(mut gpu) = common::wgpu_backend(
+    let Some(gpu) = common::wgpu_backend(
         model,
         WgpuOptions { max_ctx: 128, max_chunk: 16, max_binding: Some(1 << 12), ..Default::default() },
     ) else {
         return;
     };
+    check_against_cpu(model, Box::new(gpu), label);
+}
+
+/// Teacher-forced comparison of `gpu` (any backend) with the CPU reference on `model`.
+fn check_against_cpu(model: &Model, mut gpu: Box<dyn Backend>, label: &str) {
+    let mut cpu = CpuBackend::new(model.cfg.clone(), model.weights.clone(), 128);
     let vocab = model.cfg.text.vocab_size;
     let prompt: Vec<u32> = (0..37u32).map(|i| (i * 7919 + 11) % vocab as u32).collect();
     let (mut worst, mut pos) = (0.0f32, 0);
@@ -117,6 +123,27 @@ fn random_shapes_wgpu_matches_cpu() {
             write_model(&dir, &config(case), &SynthOptions { bits, group_size: 64, seed: case as u64 }).unwrap();
             let model = Model::open(&dir).unwrap();
             check(&model, &format!("case {case} bits {bits:?}"));
+            std::fs::remove_dir_all(&dir).ok();
+        }
+    }
+}
+
+/// The Metal kernels, through the MSL emulator, on the dense random shapes (odd head dims
+/// included; MoE layers are not in the MSL kernels yet): bf16 and MLX 4/8-bit, against the CPU.
+#[test]
+fn random_shapes_msl_emu_matches_cpu() {
+    for case in [0, 1, 2] {
+        for bits in [None, Some(4), Some(8)] {
+            let dir = std::env::temp_dir().join(format!("kestrel-synth-msl-{}-{case}-{bits:?}", std::process::id()));
+            write_model(&dir, &config(case), &SynthOptions { bits, group_size: 64, seed: case as u64 }).unwrap();
+            let model = Model::open(&dir).unwrap();
+            let emu = MetalBackend::emulated(
+                model.cfg.clone(),
+                model.weights.clone(),
+                MetalOptions { max_ctx: 128, launch: None },
+            )
+            .unwrap_or_else(|e| panic!("case {case}: msl-emu does not build: {e}"));
+            check_against_cpu(&model, Box::new(emu), &format!("msl-emu case {case} bits {bits:?}"));
             std::fs::remove_dir_all(&dir).ok();
         }
     }

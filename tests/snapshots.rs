@@ -2,7 +2,8 @@
 //! that any change in what Kestrel generates shows up in review as a diff of `snapshots/*.snap`.
 //!
 //! Before a snapshot is checked, the backends are checked against each other and against
-//! transformers: cpu and wgpu must give the same ids for the same model, and those ids must be
+//! transformers: cpu, msl-emu and wgpu must give the same ids for the same model (one snapshot
+//! per model and form, shared by every backend), and those ids must be
 //! the first 32 of the fixture reference for the 'chat' prompt (reference prompt 0). So a snapshot
 //! only ever records output that is already known to be right.
 //!
@@ -12,6 +13,7 @@
 mod common;
 
 use kestrel::backend::cpu::CpuBackend;
+use kestrel::backend::metal::{MetalBackend, MetalOptions};
 use kestrel::backend::wgpu::WgpuOptions;
 use kestrel::backend::Backend;
 use kestrel::engine::{self, GenerateParams};
@@ -49,13 +51,20 @@ fn snapshot(name: &str, model: &Model, ids: &[u32]) {
     settings.bind(|| insta::assert_snapshot!(name, body));
 }
 
-/// Runs `model` on cpu and (when an adapter exists) wgpu, checks both against each other and
-/// against `expected`, and snapshots each as `<backend>__<label>`.
+/// Runs `model` on every backend that can run it here — cpu, msl-emu (the Metal kernels on the
+/// CPU) and, where an adapter exists, wgpu — checks each against `expected`, and records ONE
+/// snapshot, `label`, that they all match: a backend cannot drift from the others and keep a
+/// snapshot of its own.
 fn check(model: &Model, label: &str, expected: &[u32]) {
     let prompt = chat_prompt();
     let mut cpu = CpuBackend::new(model.cfg.clone(), model.weights.clone(), CTX);
     let cpu_ids = generate(&mut cpu, &prompt, model);
     assert_eq!(cpu_ids, expected, "cpu {label}: ids differ from the transformers reference");
+    let mut emu =
+        MetalBackend::emulated(model.cfg.clone(), model.weights.clone(), MetalOptions { max_ctx: CTX, launch: None })
+            .expect("the msl-emu backend builds (it needs clang++)");
+    let emu_ids = generate(&mut emu, &prompt, model);
+    assert_eq!(emu_ids, cpu_ids, "{label}: msl-emu and cpu ids differ");
     let wgpu_ids = common::wgpu_backend(
         model,
         WgpuOptions { max_ctx: CTX, max_chunk: 128, max_binding: None, ..Default::default() },
@@ -64,10 +73,7 @@ fn check(model: &Model, label: &str, expected: &[u32]) {
     if let Some(w) = &wgpu_ids {
         assert_eq!(w, &cpu_ids, "{label}: wgpu and cpu ids differ");
     }
-    snapshot(&format!("cpu__{label}"), model, &cpu_ids);
-    if let Some(w) = &wgpu_ids {
-        snapshot(&format!("wgpu__{label}"), model, w);
-    }
+    snapshot(label, model, &cpu_ids);
 }
 
 /// The first `NEW` ids transformers generated for the 'chat' prompt.

@@ -11,6 +11,7 @@
 //! draft also expose a [`DraftContext`](crate::spec::DraftContext).
 
 pub mod cpu;
+pub mod metal;
 pub mod wgpu;
 
 use crate::config::Config;
@@ -160,6 +161,10 @@ pub trait Backend {
 pub enum BackendKind {
     Wgpu,
     Cpu,
+    /// The raw-MSL kernels on an Apple GPU.
+    Metal,
+    /// The same MSL kernels compiled for the CPU (cross-checking; slow).
+    MslEmu,
 }
 
 impl std::str::FromStr for BackendKind {
@@ -168,11 +173,23 @@ impl std::str::FromStr for BackendKind {
         match s {
             "wgpu" => Ok(BackendKind::Wgpu),
             "cpu" => Ok(BackendKind::Cpu),
-            "metal" => {
-                Err("backend `metal` is not built yet: use `--backend wgpu` (Vulkan, Metal or DX12 through WGSL)"
-                    .into())
-            }
-            other => Err(format!("unknown backend `{other}`: choose `wgpu` (GPU) or `cpu` (f32 reference)")),
+            "metal" => Ok(BackendKind::Metal),
+            "msl-emu" => Ok(BackendKind::MslEmu),
+            other => Err(format!(
+                "unknown backend `{other}`: choose `wgpu` (GPU), `metal` (Apple GPU, raw MSL), `msl-emu` (the MSL kernels on the CPU) or `cpu` (f32 reference)"
+            )),
+        }
+    }
+}
+
+impl BackendKind {
+    /// The name `--backend` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Wgpu => "wgpu",
+            BackendKind::Cpu => "cpu",
+            BackendKind::Metal => "metal",
+            BackendKind::MslEmu => "msl-emu",
         }
     }
 }

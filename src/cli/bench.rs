@@ -26,11 +26,14 @@ const WARMUP_MIN_TIME: std::time::Duration = std::time::Duration::from_millis(50
 const WARMUP_MAX_PASSES: usize = 50;
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    if args.model.backend != BackendKind::Wgpu {
-        bail!("kestrel bench measures the wgpu backend (--backend wgpu)");
-    }
     if args.n_prompt == 0 && args.n_gen == 0 {
         bail!("nothing to measure: -p and -n are both 0");
+    }
+    if !args.compare.is_empty() {
+        return compare(&args);
+    }
+    if args.model.backend != BackendKind::Wgpu {
+        return plain(&args);
     }
     let model = load_model(&args.model)?;
     let max_pos = model.cfg.text.max_position_embeddings;
@@ -320,6 +323,170 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             for k in &profile {
                 println!("| {} | {} | {:.1} | {:.1} |", k.kernel, k.dispatches, k.micros, 100.0 * k.micros / gpu_us);
             }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the backend-neutral bench measures: pp (median, slowest, fastest tok/s), tg (tok/s and
+/// seconds per token) and the greedy ids tg produced.
+struct Measured {
+    device: String,
+    pp: Option<(f64, f64, f64)>,
+    tg: Option<(f64, f64)>,
+    ids: Vec<u32>,
+}
+
+/// pp and tg on any backend, as `generate` runs them: the prompt through `prefill_prompt`, then
+/// greedy decode of `n` tokens after a context of `--depth` tokens. One untimed pass first.
+fn measure(b: &mut dyn Backend, args: &BenchArgs) -> anyhow::Result<Measured> {
+    let vocab = b.config().text.vocab_size;
+    let depth = args.depth as usize;
+    let mut pp = None;
+    if args.n_prompt > 0 {
+        let prompt = ids(args.n_prompt, vocab);
+        b.reset();
+        b.prefill_prompt(&prompt, args.model.chunk, Readback::Argmax)?;
+        let mut rates = Vec::new();
+        for _ in 0..args.reps {
+            b.reset();
+            let t0 = Instant::now();
+            b.prefill_prompt(&prompt, args.model.chunk, Readback::Argmax)?;
+            rates.push(args.n_prompt as f64 / t0.elapsed().as_secs_f64());
+        }
+        rates.sort_by(f64::total_cmp);
+        pp = Some((rates[rates.len() / 2], rates[0], rates[rates.len() - 1]));
+    }
+    let mut tg = None;
+    let mut out = Vec::new();
+    if args.n_gen > 0 {
+        b.reset();
+        let tok = b.prefill_prompt(&ids(depth, vocab), args.model.chunk, Readback::Argmax)?.argmax[0];
+        let t0 = Instant::now();
+        b.decode_greedy(tok, depth, args.n_gen, &mut |id| {
+            out.push(id);
+            Ok(true)
+        })?;
+        let secs = t0.elapsed().as_secs_f64();
+        tg = Some((args.n_gen as f64 / secs, secs / args.n_gen as f64));
+    }
+    Ok(Measured { device: b.device_info(), pp, tg, ids: out })
+}
+
+fn ctx_of(args: &BenchArgs, model: &crate::model::Model) -> anyhow::Result<super::ModelArgs> {
+    let max_pos = model.cfg.text.max_position_embeddings;
+    let depth = args.depth as usize;
+    let ctx = args.model.ctx_for(max_pos).max(args.n_prompt.max(depth) + args.n_gen + 1).min(max_pos);
+    if depth + args.n_gen + 1 > ctx || args.n_prompt > ctx {
+        bail!(
+            "-p {}, --depth {depth} and -n {} need more positions than the model's {max_pos}",
+            args.n_prompt,
+            args.n_gen
+        );
+    }
+    let mut m = args.model.clone();
+    m.ctx = Some(ctx);
+    Ok(m)
+}
+
+fn measured_json(backend: &str, m: &Measured, args: &BenchArgs) -> serde_json::Value {
+    json!({
+        "backend": backend,
+        "device": m.device,
+        "pp": m.pp.map(|(t, lo, hi)| json!({"tokens": args.n_prompt, "tok_s": t, "repetitions": args.reps, "tok_s_min": lo, "tok_s_max": hi})),
+        "tg": m.tg.map(|(t, s)| json!({"tokens": args.n_gen, "tok_s": t, "ms_per_token": s * 1e3, "depth": args.depth})),
+    })
+}
+
+fn print_rows(backend: &str, m: &Measured, args: &BenchArgs) {
+    if let Some((t, _, _)) = m.pp {
+        println!("| {backend} | pp{} | {t:.2} | {:.3} |", args.n_prompt, 1e3 / t);
+    }
+    if let Some((t, s)) = m.tg {
+        println!("| {backend} | tg{} | {t:.2} | {:.3} |", args.n_gen, s * 1e3);
+    }
+}
+
+/// `kestrel bench --backend cpu|metal|msl-emu`: pp and tg only (the GPU figures — bytes per
+/// token against the copy roofline, per-kernel timestamps, verify and speculative costs — are
+/// the wgpu backend's instrumentation).
+fn plain(args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    if args.list_program || !args.skip.is_empty() || args.draft.is_some() {
+        bail!(
+            "--list-program, --skip and --draft instrument the wgpu backend: drop them, or use --backend wgpu (this run: --backend {})",
+            args.model.backend.name()
+        );
+    }
+    let model = load_model(&args.model)?;
+    let margs = ctx_of(args, &model)?;
+    let mut b = super::generate::open_backend(&margs, &model)?;
+    let m = measure(b.as_mut(), args)?;
+    let name = args.model.backend.name();
+    if args.json {
+        let mut v = measured_json(name, &m, args);
+        v["model"] = json!(model.source);
+        v["device_weight_bytes"] = json!(b.memory().weight_bytes);
+        v["device_state_bytes"] = json!(b.memory().state_bytes);
+        println!("{v}");
+    } else {
+        println!("model: {}   device: {}", model.source, m.device);
+        println!("| backend | test | tok/s | ms/token |");
+        println!("|---|---|---|---|");
+        print_rows(name, &m, args);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `kestrel bench --compare A,B`: both backends on the same model in one process, one after the
+/// other (never at once: they would share the machine), pp and tg of each, B's rate over A's,
+/// and whether their greedy ids agree.
+fn compare(args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let [a, bk] = args.compare[..] else {
+        bail!("--compare takes two backends, e.g. --compare metal,wgpu (got {})", args.compare.len());
+    };
+    if args.list_program || !args.skip.is_empty() || args.draft.is_some() {
+        bail!("--compare measures pp and tg only: drop --list-program, --skip and --draft");
+    }
+    let model = load_model(&args.model)?;
+    let mut results = Vec::new();
+    for kind in [a, bk] {
+        let mut margs = ctx_of(args, &model)?;
+        margs.backend = kind;
+        let mut b = super::generate::open_backend(&margs, &model)?;
+        results.push((kind.name(), measure(b.as_mut(), args)?));
+    }
+    let (ra, rb) = (&results[0].1, &results[1].1);
+    let agree = ra.ids == rb.ids;
+    let first_diff = ra.ids.iter().zip(&rb.ids).position(|(x, y)| x != y);
+    let ratio = |x: Option<f64>, y: Option<f64>| x.zip(y).map(|(x, y)| y / x);
+    let pp_ratio = ratio(ra.pp.map(|p| p.0), rb.pp.map(|p| p.0));
+    let tg_ratio = ratio(ra.tg.map(|t| t.0), rb.tg.map(|t| t.0));
+    if args.json {
+        let v = json!({
+            "model": model.source,
+            "backends": results.iter().map(|(n, m)| measured_json(n, m, args)).collect::<Vec<_>>(),
+            "pp_ratio": pp_ratio,
+            "tg_ratio": tg_ratio,
+            "tokens_agree": agree,
+            "first_difference": first_diff,
+        });
+        println!("{v}");
+    } else {
+        println!("model: {}", model.source);
+        for (n, m) in &results {
+            println!("{n}: {}", m.device);
+        }
+        println!("| backend | test | tok/s | ms/token |");
+        println!("|---|---|---|---|");
+        for (n, m) in &results {
+            print_rows(n, m, args);
+        }
+        let r = |x: Option<f64>| x.map_or("n/a".into(), |x| format!("{x:.3}"));
+        println!("{} / {}: pp {} ×, tg {} ×", bk.name(), a.name(), r(pp_ratio), r(tg_ratio));
+        match (agree, first_diff) {
+            (true, _) => println!("greedy tokens: the same {} ids", ra.ids.len()),
+            (false, Some(i)) => println!("greedy tokens: DIFFER from position {i}"),
+            (false, None) => println!("greedy tokens: DIFFER in length"),
         }
     }
     Ok(ExitCode::SUCCESS)

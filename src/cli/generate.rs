@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::{GenerateArgs, ModelArgs};
 use crate::backend::cpu::CpuBackend;
+use crate::backend::metal::{MetalBackend, MetalOptions};
 use crate::backend::wgpu::{WgpuBackend, WgpuOptions};
 use crate::backend::{Backend, BackendKind};
 use crate::chat::{self, Message};
@@ -59,6 +60,15 @@ pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn B
                 WgpuBackend::new(model.cfg.clone(), model.weights.clone(), opts)
                     .context("starting the wgpu backend")?,
             )
+        }
+        BackendKind::Metal | BackendKind::MslEmu => {
+            let opts = MetalOptions { max_ctx: ctx, launch: None };
+            let (cfg, w) = (model.cfg.clone(), model.weights.clone());
+            if args.backend == BackendKind::Metal {
+                Box::new(MetalBackend::on_gpu(cfg, w, opts).context("starting the metal backend")?)
+            } else {
+                Box::new(MetalBackend::emulated(cfg, w, opts).context("starting the msl-emu backend")?)
+            }
         }
     })
 }

@@ -101,6 +101,10 @@ pub struct BenchArgs {
     /// marginal cost in the pipelined step: bench with and without it). The output is wrong.
     #[arg(long, value_name = "LABEL,…", value_delimiter = ',')]
     pub skip: Vec<String>,
+    /// Run two backends on the same model in one process (e.g. `metal,wgpu`): pp and tg of
+    /// each, their ratio, and whether their greedy tokens agree.
+    #[arg(long, value_name = "A,B", value_delimiter = ',', value_parser = parse_backend)]
+    pub compare: Vec<BackendKind>,
 }
 
 #[derive(Args, Debug)]
@@ -126,7 +130,9 @@ pub struct ModelArgs {
     #[arg(long, value_name = "DIR")]
     pub model: Option<PathBuf>,
 
-    /// Backend: `wgpu` (GPU through Vulkan/Metal/DX12) or `cpu` (the f32 reference, slow).
+    /// Backend: `wgpu` (GPU through Vulkan/Metal/DX12), `metal` (raw-MSL kernels on an Apple GPU),
+    /// `msl-emu` (those MSL kernels compiled for the CPU; slow, for cross-checking) or `cpu` (the
+    /// f32 reference, slow).
     #[arg(long, default_value = "wgpu", value_parser = parse_backend)]
     pub backend: BackendKind,
 

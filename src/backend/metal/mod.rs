@@ -1,0 +1,269 @@
+//! The Metal backend: the raw-MSL kernels of `msl/`, one launch per decode step, run on an
+//! Apple GPU through wgpu's MSL passthrough (`--backend metal`) or on the CPU through the MSL
+//! emulator (`--backend msl-emu`, slow, for cross-checking the same `.metal` files).
+//!
+//! The host is small on purpose: [`pack`] lays the weights out once (arena + program table),
+//! and each step writes the token, the position and the two rope tables (computed by
+//! `crate::reference::rope_table`, as every backend does), clears the grid-barrier counter,
+//! launches `decode_step` and reads back what the caller asked for. The KV cache has the shared
+//! layout of `crate::kv::KvLayout`.
+//!
+//! Prefill runs the decode kernel once per prompt token (exact, and what a Mac would do until a
+//! multi-token MSL prefill exists). Speculative decoding (`verify`/`commit`/drafting) and MoE
+//! layers are not in the MSL kernels yet: those calls return errors that say so.
+
+pub mod device;
+pub mod emu;
+pub mod pack;
+pub mod passthrough;
+
+use std::sync::Arc;
+
+use crate::backend::{Backend, MemoryUse, Readback, StepOutput};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::kv::KvLayout;
+use crate::loader::ModelWeights;
+use crate::reference;
+
+pub use device::{Buf, EmuDevice, Launch, MslDevice, MslProgram};
+
+/// The `.metal` files of the decode program, in translation-unit order.
+pub const DECODE_FILES: [(&str, &str); 2] = [
+    ("grid_sync.metal", include_str!("../../../msl/grid_sync.metal")),
+    ("decode.metal", include_str!("../../../msl/decode.metal")),
+];
+
+/// The decode program with its host-supplied definitions.
+pub fn decode_program() -> MslProgram {
+    MslProgram {
+        files: DECODE_FILES.iter().map(|(n, t)| (*n, t.to_string())).collect(),
+        defines: vec![("KESTREL_MAX_HIDDEN", pack::MAX_HIDDEN.to_string())],
+    }
+}
+
+/// Options of a Metal-kernel backend.
+#[derive(Debug, Clone)]
+pub struct MetalOptions {
+    pub max_ctx: usize,
+    /// Grid of the decode launch; `None` picks the device's default.
+    pub launch: Option<Launch>,
+}
+
+/// The default emulator grid: four threadgroups of 64 threads (8 SIMD-groups). Enough groups
+/// that every grid barrier has real arrivals to wait for, few enough fibers to stay quick.
+pub const EMU_LAUNCH: Launch = Launch { groups: 4, threads: 64 };
+
+/// The Gemma 4 forward pass through the MSL kernels on `D`.
+pub struct MetalBackend {
+    cfg: Config,
+    dev: Box<dyn MslDevice>,
+    packed: pack::Packed,
+    launch: Launch,
+    max_ctx: usize,
+    inv_freq: [Vec<f32>; 2],
+    /// Positions written to the cache so far (`0..cached`).
+    cached: usize,
+    weight_bytes: u64,
+    state_bytes: u64,
+    last_hidden: Vec<f32>,
+    step_words: Vec<u32>,
+}
+
+impl MetalBackend {
+    /// On the MSL emulator.
+    pub fn emulated(cfg: Config, w: Arc<ModelWeights>, opts: MetalOptions) -> Result<Self> {
+        let launch = opts.launch.unwrap_or(EMU_LAUNCH);
+        Self::build(cfg, w, opts.max_ctx, launch, |sizes| {
+            Ok(Box::new(EmuDevice::new(&decode_program(), sizes, Default::default())?))
+        })
+    }
+
+    /// On the Metal GPU (through wgpu's MSL passthrough).
+    pub fn on_gpu(cfg: Config, w: Arc<ModelWeights>, opts: MetalOptions) -> Result<Self> {
+        let gpu = passthrough::MetalGpu::open()?;
+        let launch = opts.launch.unwrap_or_else(|| gpu.default_launch());
+        Self::build(cfg, w, opts.max_ctx, launch, move |sizes| {
+            Ok(Box::new(passthrough::PassthroughDevice::new(gpu, &decode_program(), sizes, launch)?))
+        })
+    }
+
+    fn build(
+        cfg: Config,
+        w: Arc<ModelWeights>,
+        max_ctx: usize,
+        launch: Launch,
+        device: impl FnOnce([usize; device::BUFFERS]) -> Result<Box<dyn MslDevice>>,
+    ) -> Result<Self> {
+        if launch.threads == 0 || !launch.threads.is_multiple_of(32) || launch.groups == 0 {
+            return Err(Error::Invalid(format!(
+                "launch of {} groups × {} threads: the kernels need whole SIMD-groups of 32 and at least one group",
+                launch.groups, launch.threads
+            )));
+        }
+        if w.expert_files.is_some() {
+            return Err(Error::Invalid(
+                "the Metal kernels do not stream experts yet: use --backend wgpu or --backend cpu for installations"
+                    .into(),
+            ));
+        }
+        pack::check_supported(&cfg)?;
+        // One token per step: a sliding ring of window + 1 slots suffices.
+        let kv = KvLayout::new(&cfg, max_ctx, 1);
+        let packed = pack::pack(&cfg, &w, &kv, launch.warps() as usize)?;
+        let sizes = [
+            packed.table.len() * 4,
+            packed.arena.len() * 4,
+            16,
+            packed.act_len * 4,
+            packed.kv_len * 4,
+            256, // word 0 arrivals, word 32 stall: separate 128-byte lines
+            packed.step_len * 4,
+            packed.out_len * 4,
+        ];
+        let mut dev = device(sizes)?;
+        dev.write(Buf::Table, 0, bytemuck::cast_slice(&packed.table))?;
+        dev.write(Buf::ArenaA, 0, bytemuck::cast_slice(&packed.arena))?;
+        let inv_freq = [cfg.text.rope_sliding.inv_freq(), cfg.text.rope_full.inv_freq()];
+        let weight_bytes = (packed.arena.len() * 4) as u64;
+        let state_bytes = ((packed.act_len + packed.kv_len) * 4) as u64;
+        let step_words = vec![0u32; packed.step_len];
+        Ok(MetalBackend {
+            cfg,
+            dev,
+            packed,
+            launch,
+            max_ctx,
+            inv_freq,
+            cached: 0,
+            weight_bytes,
+            state_bytes,
+            last_hidden: Vec::new(),
+            step_words,
+        })
+    }
+
+    /// The grid each step launches.
+    pub fn launch_shape(&self) -> Launch {
+        self.launch
+    }
+
+    /// Post-final-norm hidden state of the last step.
+    pub fn last_hidden(&self) -> &[f32] {
+        &self.last_hidden
+    }
+
+    /// One decode step of `token` at `pos`; reads back the logits when asked.
+    fn step(&mut self, token: u32, pos: usize, logits: bool) -> Result<(u32, Vec<f32>)> {
+        let s = &mut self.step_words;
+        s[0] = token;
+        s[1] = pos as u32;
+        let mut at = pack::STEP_ROPE;
+        for (k, inv) in self.inv_freq.iter().enumerate() {
+            let half = self.packed.rope_half[k];
+            let (mut cos, mut sin) = (vec![0.0f32; half], vec![0.0f32; half]);
+            reference::rope_table(inv, pos, &mut cos, &mut sin);
+            for (i, v) in cos.iter().chain(&sin).enumerate() {
+                s[at + i] = v.to_bits();
+            }
+            at += 2 * half;
+        }
+        self.dev.write(Buf::Step, 0, bytemuck::cast_slice(&self.step_words))?;
+        self.dev.write(Buf::Sync, 0, &[0u8; 256])?;
+        self.dev.launch("decode_step", self.launch)?;
+        let mut stall = [0u8; 4];
+        self.dev.read(Buf::Sync, 32 * 4, &mut stall)?;
+        if u32::from_le_bytes(stall) != 0 {
+            return Err(Error::Gpu(format!(
+                "{}: a grid barrier of decode_step timed out: the {} threadgroups were not all resident at once; launch fewer",
+                self.dev.name(),
+                self.launch.groups
+            )));
+        }
+        let mut word = [0u8; 4];
+        self.dev.read(Buf::Out, 0, &mut word)?;
+        let argmax = u32::from_le_bytes(word);
+        let h = self.cfg.text.hidden_size;
+        let mut hidden = vec![0.0f32; h];
+        self.dev.read(Buf::Out, self.packed.out_hidden() * 4, bytemuck::cast_slice_mut(&mut hidden))?;
+        self.last_hidden = hidden;
+        let mut out = Vec::new();
+        if logits {
+            out = vec![0.0f32; self.cfg.text.vocab_size];
+            self.dev.read(Buf::Out, pack::OUT_LOGITS * 4, bytemuck::cast_slice_mut(&mut out))?;
+        }
+        Ok((argmax, out))
+    }
+}
+
+impl Backend for MetalBackend {
+    fn name(&self) -> &str {
+        self.dev.name()
+    }
+    fn device_info(&self) -> String {
+        format!("{} ({} threadgroups × {} threads)", self.dev.info(), self.launch.groups, self.launch.threads)
+    }
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+    fn max_chunk(&self) -> usize {
+        512
+    }
+    fn max_context(&self) -> usize {
+        self.max_ctx
+    }
+    fn prefill(&mut self, tokens: &[u32], pos: usize, readback: Readback) -> Result<StepOutput> {
+        if tokens.is_empty() {
+            return Err(Error::Invalid("prefill of zero tokens".into()));
+        }
+        if pos + tokens.len() > self.max_ctx {
+            return Err(Error::Invalid(format!(
+                "position {} is past the context of {}",
+                pos + tokens.len(),
+                self.max_ctx
+            )));
+        }
+        if pos > self.cached {
+            return Err(Error::Invalid(format!(
+                "step at position {pos}, but the cache holds positions 0..{}: steps must continue the sequence",
+                self.cached
+            )));
+        }
+        let vocab = self.cfg.text.vocab_size;
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
+            return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary (size {vocab})")));
+        }
+        let mut out = StepOutput::default();
+        let n = tokens.len();
+        for (i, &tok) in tokens.iter().enumerate() {
+            let last = i + 1 == n;
+            let want_logits = match readback {
+                Readback::AllLogits => true,
+                Readback::LastLogits => last,
+                Readback::Argmax | Readback::Nothing => false,
+            };
+            let (am, logits) = self.step(tok, pos + i, want_logits)?;
+            self.cached = pos + i + 1;
+            match readback {
+                Readback::AllLogits => {
+                    out.argmax.push(am);
+                    out.logits.extend_from_slice(&logits);
+                }
+                Readback::LastLogits | Readback::Argmax if last => {
+                    out.argmax.push(am);
+                    out.logits = logits;
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+    fn reset(&mut self) {
+        // The cache contents become unused: attention only reads positions < the step's own.
+        self.cached = 0;
+        self.last_hidden.clear();
+    }
+    fn memory(&self) -> MemoryUse {
+        MemoryUse { weight_bytes: self.weight_bytes, state_bytes: self.state_bytes }
+    }
+}

@@ -1,0 +1,477 @@
+//! The Metal kernels' view of a model: weights packed into arena buffers and a program table of
+//! offsets, written once at load.
+//!
+//! Metal binds at most 31 buffers per kernel (wgpu-hal takes some), and a model has hundreds of
+//! matrices, so the kernels address every weight through one table instead of one binding each:
+//! a header (`H_*`, `A_*`), one record per layer (`L_*`) and one descriptor per matrix (`D_*`).
+//! The constants below mirror the enums at the top of `msl/decode.metal`; a test parses that file
+//! and compares, so the two cannot drift apart silently.
+//!
+//! Matrices keep their checkpoint bytes (bf16/f16/f32 rows, or MLX affine words with bf16 scales
+//! and biases): the kernels dequantise exactly as `crate::quant::dequant_row`. Norm vectors are
+//! stored as f32. Offsets count 4-byte words, so one arena reaches 16 GiB.
+
+use crate::config::{AttnKind, Config};
+use crate::error::{Error, Result};
+use crate::kv::KvLayout;
+use crate::loader::{Matrix, ModelWeights};
+use crate::quant::DType;
+
+// Header words.
+pub const H_HIDDEN: usize = 0;
+pub const H_VOCAB: usize = 1;
+pub const H_LAYERS: usize = 2;
+pub const H_EPS: usize = 3;
+pub const H_SOFTCAP: usize = 4;
+pub const H_PLE_DIM: usize = 5;
+pub const H_EMBED: usize = 6;
+pub const H_EMBED_SCALE: usize = 7;
+pub const H_PLE_EMBED: usize = 8;
+pub const H_PLE_PROJ: usize = 9;
+pub const H_PLE_NORM: usize = 10;
+pub const H_FINAL_NORM: usize = 11;
+pub const H_LAYER_BASE: usize = 12;
+pub const H_DESC_BASE: usize = 13;
+pub const H_ROPE_S: usize = 14;
+pub const H_ROPE_F: usize = 15;
+pub const H_INV_SQRT_H: usize = 16;
+pub const H_SQRT_PLE: usize = 17;
+pub const H_OUT_LOGITS: usize = 18;
+pub const H_OUT_HIDDEN: usize = 19;
+// Activation offsets (in floats of the `act` buffer), also header words.
+pub const A_Q: usize = 20;
+pub const A_K: usize = 21;
+pub const A_V: usize = 22;
+pub const A_ATT: usize = 23;
+pub const A_O: usize = 24;
+pub const A_GU: usize = 25;
+pub const A_M: usize = 26;
+pub const A_PLE: usize = 27;
+pub const A_PG: usize = 28;
+pub const A_PY: usize = 29;
+pub const A_BEST: usize = 30;
+pub const H_WORDS: usize = 32;
+
+// Layer record words.
+pub const L_KIND: usize = 0;
+pub const L_HEAD_DIM: usize = 1;
+pub const L_HEADS: usize = 2;
+pub const L_KV_HEADS: usize = 3;
+pub const L_K_OFF: usize = 4;
+pub const L_V_OFF: usize = 5;
+pub const L_SLOTS: usize = 6;
+pub const L_WRITES_KV: usize = 7;
+pub const L_K_EQ_V: usize = 8;
+pub const L_MLP: usize = 9;
+pub const L_IN_NORM: usize = 10;
+pub const L_Q_NORM: usize = 11;
+pub const L_K_NORM: usize = 12;
+pub const L_POST_ATTN: usize = 13;
+pub const L_PRE_FF: usize = 14;
+pub const L_POST_FF: usize = 15;
+pub const L_SCALAR: usize = 16;
+pub const L_Q: usize = 17;
+pub const L_K: usize = 18;
+pub const L_V: usize = 19;
+pub const L_O: usize = 20;
+pub const L_GATE: usize = 21;
+pub const L_UP: usize = 22;
+pub const L_DOWN: usize = 23;
+pub const L_PLE_GATE: usize = 24;
+pub const L_PLE_PROJ: usize = 25;
+pub const L_PLE_POST: usize = 26;
+pub const L_WINDOW: usize = 27;
+pub const L_WORDS: usize = 32;
+
+// Matrix descriptor words.
+pub const D_FMT: usize = 0;
+pub const D_ROWS: usize = 1;
+pub const D_COLS: usize = 2;
+pub const D_W: usize = 3;
+pub const D_S: usize = 4;
+pub const D_B: usize = 5;
+pub const D_GROUP: usize = 6;
+pub const D_ARENA: usize = 7;
+pub const D_WORDS: usize = 8;
+
+// Matrix formats (D_FMT).
+pub const FMT_F32: u32 = 32;
+pub const FMT_BF16: u32 = 16;
+pub const FMT_F16: u32 = 17;
+pub const FMT_Q4: u32 = 4;
+pub const FMT_Q8: u32 = 8;
+
+/// "No such weight" in a table word.
+pub const NONE: u32 = u32::MAX;
+
+/// Largest hidden size the kernels' threadgroup arrays hold (26B-A4B: 2816). Two arrays of it
+/// (22.5 KiB) fit the 32 KiB of threadgroup memory every Apple GPU has.
+pub const MAX_HIDDEN: usize = 2816;
+
+/// Layout of the per-step `step` buffer (words): token, position, then the rope tables.
+pub const STEP_ROPE: usize = 4;
+/// `out` buffer: word 0 the argmax, logits from here on.
+pub const OUT_LOGITS: usize = 4;
+
+/// Everything the kernels need that does not change per step.
+pub struct Packed {
+    pub table: Vec<u32>,
+    /// Arena A: dense weights and norm vectors.
+    pub arena: Vec<u32>,
+    /// Floats of the `act` buffer.
+    pub act_len: usize,
+    /// Floats of the `kv` buffer.
+    pub kv_len: usize,
+    /// Words of the `step` buffer.
+    pub step_len: usize,
+    /// Words of the `out` buffer.
+    pub out_len: usize,
+    /// Half head_dim of the sliding and the full rope (their cos/sin tables are this long).
+    pub rope_half: [usize; 2],
+}
+
+impl Packed {
+    /// Word offset of the post-final-norm hidden state in `out`.
+    pub fn out_hidden(&self) -> usize {
+        self.table[H_OUT_HIDDEN] as usize
+    }
+}
+
+struct Builder {
+    arena: Vec<u32>,
+    descs: Vec<u32>,
+}
+
+impl Builder {
+    fn bytes(&mut self, b: &[u8]) -> u32 {
+        let off = self.arena.len();
+        let mut words = vec![0u32; b.len().div_ceil(4)];
+        bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..b.len()].copy_from_slice(b);
+        self.arena.extend_from_slice(&words);
+        off as u32
+    }
+
+    fn vec(&mut self, v: &[f32]) -> u32 {
+        let off = self.arena.len();
+        self.arena.extend(v.iter().map(|x| x.to_bits()));
+        off as u32
+    }
+
+    /// Appends `m` and its descriptor; returns the descriptor index.
+    fn matrix(&mut self, m: &Matrix) -> Result<u32> {
+        let (rows, cols) = (m.rows(), m.cols());
+        let d = match m {
+            Matrix::Float { t, .. } => {
+                let fmt = match t.dtype() {
+                    DType::F32 => FMT_F32,
+                    DType::BF16 => FMT_BF16,
+                    DType::F16 => FMT_F16,
+                    other => {
+                        return Err(Error::Invalid(format!(
+                            "matrix {} is {}, which the Metal kernels do not read",
+                            m.name(),
+                            other.name()
+                        )))
+                    }
+                };
+                if fmt != FMT_F32 && cols % 2 != 0 {
+                    return Err(Error::Invalid(format!(
+                        "matrix {} has an odd column count {cols}: the Metal kernels read 16-bit rows in word pairs",
+                        m.name()
+                    )));
+                }
+                let w = self.bytes(t.bytes());
+                [fmt, rows as u32, cols as u32, w, 0, 0, 0, 0]
+            }
+            Matrix::Quant { w, scales, biases, layout } => {
+                if layout.bits != 4 && layout.bits != 8 {
+                    return Err(Error::Invalid(format!(
+                        "matrix {} is {}-bit: the Metal kernels read 4- and 8-bit MLX weights",
+                        m.name(),
+                        layout.bits
+                    )));
+                }
+                if layout.group_size % layout.values_per_word() != 0 || cols % layout.group_size != 0 {
+                    return Err(Error::Invalid(format!(
+                        "matrix {}: group size {} does not tile its {cols} columns in whole words",
+                        m.name(),
+                        layout.group_size
+                    )));
+                }
+                let wo = self.bytes(w.bytes());
+                let so = self.bytes(scales.bytes());
+                let bo = self.bytes(biases.bytes());
+                [layout.bits, rows as u32, cols as u32, wo, so, bo, layout.group_size as u32, 0]
+            }
+        };
+        let idx = self.descs.len() / D_WORDS;
+        self.descs.extend_from_slice(&d);
+        Ok(idx as u32)
+    }
+}
+
+/// Checks that the kernels can run `cfg` at all (before any weight is copied).
+pub fn check_supported(cfg: &Config) -> Result<()> {
+    let t = &cfg.text;
+    if t.hidden_size > MAX_HIDDEN {
+        return Err(Error::Invalid(format!(
+            "hidden size {} is larger than the Metal kernels' threadgroup copy of the residual ({MAX_HIDDEN})",
+            t.hidden_size
+        )));
+    }
+    if t.enable_moe_block {
+        return Err(Error::Invalid(
+            "the Metal kernels do not run MoE layers yet: use --backend wgpu or --backend cpu for this model".into(),
+        ));
+    }
+    for l in &cfg.layers {
+        if l.head_dim > 512 || l.head_dim % 2 != 0 {
+            return Err(Error::Invalid(format!(
+                "layer {}: head_dim {} is not one the Metal kernels hold in SIMD-group registers (even, at most 512)",
+                l.index, l.head_dim
+            )));
+        }
+        if l.n_heads % l.n_kv_heads != 0 {
+            return Err(Error::Invalid(format!(
+                "layer {}: {} heads over {} KV heads",
+                l.index, l.n_heads, l.n_kv_heads
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Packs `w` for the kernels, with the KV caches laid out as `kv`; `warps` is the most
+/// SIMD-groups a launch will have (the argmax partials).
+pub fn pack(cfg: &Config, w: &ModelWeights, kv: &KvLayout, warps: usize) -> Result<Packed> {
+    check_supported(cfg)?;
+    let t = &cfg.text;
+    let h = t.hidden_size;
+    let mut b = Builder { arena: Vec::new(), descs: Vec::new() };
+    let mut head = vec![0u32; H_WORDS];
+    let f = |x: f32| x.to_bits();
+
+    head[H_HIDDEN] = h as u32;
+    head[H_VOCAB] = t.vocab_size as u32;
+    head[H_LAYERS] = cfg.layers.len() as u32;
+    head[H_EPS] = f(t.rms_norm_eps);
+    head[H_SOFTCAP] = f(t.final_logit_softcapping.unwrap_or(0.0));
+    head[H_EMBED] = b.matrix(&w.embed)?;
+    head[H_EMBED_SCALE] = f(crate::reference::embed_scale(h));
+    head[H_INV_SQRT_H] = f((h as f64).powf(-0.5) as f32);
+    head[H_FINAL_NORM] = b.vec(&w.final_norm);
+    let pd = if cfg.has_ple() { t.hidden_size_per_layer_input } else { 0 };
+    head[H_PLE_DIM] = pd as u32;
+    match &w.ple {
+        Some(p) if pd > 0 => {
+            head[H_PLE_EMBED] = b.matrix(&p.embed)?;
+            head[H_PLE_PROJ] = b.matrix(&p.model_projection)?;
+            head[H_PLE_NORM] = b.vec(&p.projection_norm);
+            head[H_SQRT_PLE] = f((pd as f64).sqrt() as f32);
+        }
+        _ => {
+            head[H_PLE_EMBED] = NONE;
+            head[H_PLE_PROJ] = NONE;
+            head[H_PLE_NORM] = NONE;
+        }
+    }
+
+    // KV caches: K then V of each owning layer, in cache order.
+    let mut cache_off = Vec::new();
+    let mut kv_len = 0usize;
+    for c in &kv.caches {
+        let n = c.slots * c.slot_elems();
+        cache_off.push((kv_len, kv_len + n));
+        kv_len += 2 * n;
+    }
+
+    let mut layers = Vec::with_capacity(cfg.layers.len() * L_WORDS);
+    let (mut max_q, mut max_kv, mut max_mlp) = (0, 0, 0);
+    for (l, lw) in cfg.layers.iter().zip(&w.layers) {
+        let mut r = vec![0u32; L_WORDS];
+        let cache = kv.read_cache[l.index];
+        r[L_KIND] = (l.kind == AttnKind::Full) as u32;
+        r[L_HEAD_DIM] = l.head_dim as u32;
+        r[L_HEADS] = l.n_heads as u32;
+        r[L_KV_HEADS] = l.n_kv_heads as u32;
+        r[L_K_OFF] = cache_off[cache].0 as u32;
+        r[L_V_OFF] = cache_off[cache].1 as u32;
+        r[L_SLOTS] = kv.caches[cache].slots as u32;
+        r[L_WRITES_KV] = l.owns_kv() as u32;
+        r[L_K_EQ_V] = (l.owns_kv() && lw.v_proj.is_none()) as u32;
+        r[L_MLP] = l.mlp_width as u32;
+        r[L_WINDOW] = t.sliding_window as u32;
+        r[L_IN_NORM] = b.vec(&lw.input_norm);
+        r[L_Q_NORM] = b.vec(&lw.q_norm);
+        r[L_K_NORM] = lw.k_norm.as_ref().map_or(NONE, |v| b.vec(v));
+        r[L_POST_ATTN] = b.vec(&lw.post_attn_norm);
+        r[L_PRE_FF] = b.vec(&lw.pre_ff_norm);
+        r[L_POST_FF] = b.vec(&lw.post_ff_norm);
+        r[L_SCALAR] = f(lw.layer_scalar);
+        r[L_Q] = b.matrix(&lw.q_proj)?;
+        r[L_K] = match &lw.k_proj {
+            Some(m) => b.matrix(m)?,
+            None => NONE,
+        };
+        r[L_V] = match &lw.v_proj {
+            Some(m) => b.matrix(m)?,
+            None => NONE,
+        };
+        r[L_O] = b.matrix(&lw.o_proj)?;
+        r[L_GATE] = b.matrix(&lw.gate_proj)?;
+        r[L_UP] = b.matrix(&lw.up_proj)?;
+        r[L_DOWN] = b.matrix(&lw.down_proj)?;
+        match (&lw.ple, pd > 0) {
+            (Some(p), true) => {
+                r[L_PLE_GATE] = b.matrix(&p.input_gate)?;
+                r[L_PLE_PROJ] = b.matrix(&p.projection)?;
+                r[L_PLE_POST] = b.vec(&p.post_norm);
+            }
+            _ => {
+                r[L_PLE_GATE] = NONE;
+                r[L_PLE_PROJ] = NONE;
+                r[L_PLE_POST] = NONE;
+            }
+        }
+        max_q = max_q.max(l.q_dim());
+        max_kv = max_kv.max(l.kv_dim());
+        max_mlp = max_mlp.max(l.mlp_width);
+        layers.extend_from_slice(&r);
+    }
+
+    // Activations: each region its own, so no stage overwrites what another still reads.
+    let mut act_len = 0usize;
+    let mut region = |n: usize| {
+        let o = act_len;
+        act_len += n.div_ceil(4) * 4;
+        o as u32
+    };
+    head[A_Q] = region(max_q);
+    head[A_K] = region(max_kv);
+    head[A_V] = region(max_kv);
+    head[A_ATT] = region(max_q);
+    head[A_O] = region(h);
+    head[A_GU] = region(max_mlp);
+    head[A_M] = region(h);
+    head[A_PLE] = region(cfg.layers.len() * pd);
+    head[A_PG] = region(pd);
+    head[A_PY] = region(h);
+    head[A_BEST] = region(2 * warps);
+
+    let rope_half = [t.rope_sliding.head_dim / 2, t.rope_full.head_dim / 2];
+    head[H_ROPE_S] = STEP_ROPE as u32;
+    head[H_ROPE_F] = (STEP_ROPE + 2 * rope_half[0]) as u32;
+    let step_len = STEP_ROPE + 2 * (rope_half[0] + rope_half[1]);
+    head[H_OUT_LOGITS] = OUT_LOGITS as u32;
+    head[H_OUT_HIDDEN] = (OUT_LOGITS + t.vocab_size) as u32;
+    let out_len = OUT_LOGITS + t.vocab_size + h;
+
+    head[H_LAYER_BASE] = H_WORDS as u32;
+    head[H_DESC_BASE] = (H_WORDS + layers.len()) as u32;
+    let mut table = head;
+    table.extend_from_slice(&layers);
+    table.extend_from_slice(&b.descs);
+    Ok(Packed { table, arena: b.arena, act_len, kv_len, step_len, out_len, rope_half })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `NAME = value` of the enums at the top of decode.metal equals the constant here.
+    #[test]
+    fn table_layout_matches_the_msl() {
+        let msl = include_str!("../../../msl/decode.metal");
+        let ours: &[(&str, usize)] = &[
+            ("H_HIDDEN", H_HIDDEN),
+            ("H_VOCAB", H_VOCAB),
+            ("H_LAYERS", H_LAYERS),
+            ("H_EPS", H_EPS),
+            ("H_SOFTCAP", H_SOFTCAP),
+            ("H_PLE_DIM", H_PLE_DIM),
+            ("H_EMBED", H_EMBED),
+            ("H_EMBED_SCALE", H_EMBED_SCALE),
+            ("H_PLE_EMBED", H_PLE_EMBED),
+            ("H_PLE_PROJ", H_PLE_PROJ),
+            ("H_PLE_NORM", H_PLE_NORM),
+            ("H_FINAL_NORM", H_FINAL_NORM),
+            ("H_LAYER_BASE", H_LAYER_BASE),
+            ("H_DESC_BASE", H_DESC_BASE),
+            ("H_ROPE_S", H_ROPE_S),
+            ("H_ROPE_F", H_ROPE_F),
+            ("H_INV_SQRT_H", H_INV_SQRT_H),
+            ("H_SQRT_PLE", H_SQRT_PLE),
+            ("H_OUT_LOGITS", H_OUT_LOGITS),
+            ("H_OUT_HIDDEN", H_OUT_HIDDEN),
+            ("A_Q", A_Q),
+            ("A_K", A_K),
+            ("A_V", A_V),
+            ("A_ATT", A_ATT),
+            ("A_O", A_O),
+            ("A_GU", A_GU),
+            ("A_M", A_M),
+            ("A_PLE", A_PLE),
+            ("A_PG", A_PG),
+            ("A_PY", A_PY),
+            ("A_BEST", A_BEST),
+            ("H_WORDS", H_WORDS),
+            ("L_KIND", L_KIND),
+            ("L_HEAD_DIM", L_HEAD_DIM),
+            ("L_HEADS", L_HEADS),
+            ("L_KV_HEADS", L_KV_HEADS),
+            ("L_K_OFF", L_K_OFF),
+            ("L_V_OFF", L_V_OFF),
+            ("L_SLOTS", L_SLOTS),
+            ("L_WRITES_KV", L_WRITES_KV),
+            ("L_K_EQ_V", L_K_EQ_V),
+            ("L_MLP", L_MLP),
+            ("L_IN_NORM", L_IN_NORM),
+            ("L_Q_NORM", L_Q_NORM),
+            ("L_K_NORM", L_K_NORM),
+            ("L_POST_ATTN", L_POST_ATTN),
+            ("L_PRE_FF", L_PRE_FF),
+            ("L_POST_FF", L_POST_FF),
+            ("L_SCALAR", L_SCALAR),
+            ("L_Q", L_Q),
+            ("L_K", L_K),
+            ("L_V", L_V),
+            ("L_O", L_O),
+            ("L_GATE", L_GATE),
+            ("L_UP", L_UP),
+            ("L_DOWN", L_DOWN),
+            ("L_PLE_GATE", L_PLE_GATE),
+            ("L_PLE_PROJ", L_PLE_PROJ),
+            ("L_PLE_POST", L_PLE_POST),
+            ("L_WINDOW", L_WINDOW),
+            ("L_WORDS", L_WORDS),
+            ("D_FMT", D_FMT),
+            ("D_ROWS", D_ROWS),
+            ("D_COLS", D_COLS),
+            ("D_W", D_W),
+            ("D_S", D_S),
+            ("D_B", D_B),
+            ("D_GROUP", D_GROUP),
+            ("D_ARENA", D_ARENA),
+            ("D_WORDS", D_WORDS),
+            ("FMT_F32", FMT_F32 as usize),
+            ("FMT_BF16", FMT_BF16 as usize),
+            ("FMT_F16", FMT_F16 as usize),
+            ("FMT_Q4", FMT_Q4 as usize),
+            ("FMT_Q8", FMT_Q8 as usize),
+        ];
+        // The enum bodies: `enum : uint { A = 0, B = 1, … };`
+        let mut theirs = std::collections::BTreeMap::new();
+        for body in msl.split("enum : uint {").skip(1) {
+            let body = &body[..body.find("};").expect("enum closes")];
+            for item in body.split(',') {
+                if let Some((k, v)) = item.split_once('=') {
+                    theirs.insert(k.trim().to_string(), v.trim().parse::<usize>().expect("numeric enum value"));
+                }
+            }
+        }
+        for &(name, value) in ours {
+            assert_eq!(theirs.get(name), Some(&value), "{name} differs between pack.rs and decode.metal");
+        }
+        assert_eq!(theirs.len(), ours.len(), "decode.metal has table words pack.rs does not know");
+    }
+}
