@@ -11,6 +11,7 @@ mod common;
 
 use common::*;
 use kestrel::backend::cpu::CpuBackend;
+use kestrel::backend::metal::{MetalBackend, MetalOptions};
 use kestrel::backend::wgpu::WgpuOptions;
 use kestrel::backend::{Backend, Readback};
 use kestrel::engine::speculative::{self, SpecStats};
@@ -154,6 +155,86 @@ fn wgpu_verify_logits_are_bitwise_sequential_decode() {
     });
 }
 
+/// The Metal kernels through the MSL emulator, on the dense pair's target (MoE layers are not
+/// in the MSL kernels yet).
+#[test]
+fn msl_emu_verify_logits_are_bitwise_sequential_decode() {
+    check_verify_bitwise_on(&PAIRS[1..], "msl-emu", &|m| Some(msl_emu(m)));
+}
+
+fn msl_emu(m: &Model) -> Box<dyn Backend> {
+    Box::new(
+        MetalBackend::emulated(m.cfg.clone(), m.weights.clone(), MetalOptions { max_ctx: 256, launch: None })
+            .expect("the msl-emu backend builds (it needs clang++)"),
+    )
+}
+
+/// Speculative == greedy on the Metal kernels (through the MSL emulator), the dense pair, both
+/// forms, the long prompt and 64 new tokens (the 16-token window crossed several times), k = 1
+/// and 3. The dense pair's drafter is random, so what this shows is that the verify/commit path
+/// keeps the target's own tokens across the ring; its accepted drafts, if any, are counted.
+#[test]
+fn msl_emu_speculative_equals_greedy() {
+    let (target, assistant) = PAIRS[1];
+    for (form, reference) in FORMS {
+        let (model, drafter) = open_pair(target, assistant, form);
+        let r = &load_refs(target, reference)[2];
+        let p = GenerateParams { max_new: 64, ..params(model.stop_ids.clone(), true) };
+        let want = greedy_on(msl_emu(&model).as_mut(), &r.prompt, &p);
+        assert_eq!(want[..48], r.generated[..], "msl-emu {target}/{form}: greedy differs from {reference}");
+        for k in [1, 3] {
+            let (got, st) = speculative_on(msl_emu(&model).as_mut(), &drafter, k, &r.prompt, &p);
+            assert_eq!(got, want, "msl-emu {target}/{form} k={k}: speculative output differs from greedy");
+            let accepted: usize = st.accepted.iter().sum();
+            let drafted_out = st.from_draft.iter().filter(|&&d| d).count();
+            assert_eq!(drafted_out, accepted, "msl-emu {target}/{form} k={k}: accepted drafts vs tokens from drafts");
+            eprintln!("msl-emu {target}+{assistant} {form} k={k}: 64 tokens equal greedy; {accepted} drafts accepted, {:.2} tokens/pass", st.tokens_per_pass());
+        }
+    }
+}
+
+/// The accept path on the Metal kernels: with the dense pair's random drafter nothing is
+/// accepted, so here the drafts are greedy's own next tokens, the last of every other round made
+/// wrong: verify, accept the matching prefix, commit, continue — 64 tokens across the 16-token
+/// window, which must be greedy's, with drafts accepted in every round.
+#[test]
+fn msl_emu_accepted_drafts_keep_greedy_output() {
+    let (target, _) = PAIRS[1];
+    let model = open_model(target, "mlx-4bit");
+    let r = &load_refs(target, "dequant4bit_reference")[2];
+    let p = GenerateParams { max_new: 64, ..params(model.stop_ids.clone(), true) };
+    let want = greedy_on(msl_emu(&model).as_mut(), &r.prompt, &p);
+    let mut b = msl_emu(&model);
+    let vocab = model.cfg.text.vocab_size as u32;
+    let mut next = b.prefill(&r.prompt, 0, Readback::Argmax).unwrap().argmax[0];
+    let mut pos = r.prompt.len();
+    let mut got = vec![next];
+    let (mut round, mut accepted_total) = (0, 0);
+    while got.len() < want.len() {
+        let k = 3.min(want.len() - got.len());
+        let mut drafts: Vec<u32> = want[got.len()..got.len() + k].to_vec();
+        if round % 2 == 1 {
+            *drafts.last_mut().unwrap() = (drafts[k - 1] + 1) % vocab;
+        }
+        let mut tokens = vec![next];
+        tokens.extend_from_slice(&drafts);
+        let v = b.verify(&tokens, pos, false).unwrap();
+        let n = drafts.iter().zip(&v.argmax).take_while(|(d, t)| d == t).count();
+        assert_eq!(n, if round % 2 == 1 { k - 1 } else { k }, "round {round}: accepted drafts");
+        b.commit(n + 1).unwrap();
+        got.extend_from_slice(&drafts[..n]);
+        next = v.argmax[n];
+        if got.len() < want.len() {
+            got.push(next);
+        }
+        pos += n + 1;
+        accepted_total += n;
+        round += 1;
+    }
+    assert_eq!(got, want, "msl-emu {target}: verify/commit with accepted drafts differs from greedy");
+    eprintln!("msl-emu {target}: {} tokens in {round} verify passes, {accepted_total} drafts accepted", got.len());
+}
+
 /// The same with every norm its own dispatch: residual norms (the decode path of hidden sizes
 /// past PRO_MAX_HIDDEN (E4B, 26B), which the fixtures' small hidden sizes would otherwise never
 /// run) and the KV-sharing layers' q norm (head_norm_rope, not inside attention_split). The
@@ -246,7 +327,12 @@ fn prefill(b: &mut dyn Backend, prompt: &[u32]) {
 /// sequential decode steps (lossless speculation needs the target's argmax exactly), and a
 /// decode after committing 2 of the 5 rows continues as the sequential run did.
 fn check_verify_bitwise(tag: &str, make: &dyn Fn(&Model) -> Option<Box<dyn Backend>>) {
-    for (target, _) in PAIRS {
+    check_verify_bitwise_on(&PAIRS, tag, make)
+}
+
+/// `check_verify_bitwise` on the targets of `pairs` only.
+fn check_verify_bitwise_on(pairs: &[(&str, &str)], tag: &str, make: &dyn Fn(&Model) -> Option<Box<dyn Backend>>) {
+    for &(target, _) in pairs {
         for form in ["hf", "mlx-4bit"] {
             let model = open_model(target, form);
             let r = &load_refs(target, "reference")[2];

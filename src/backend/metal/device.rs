@@ -65,7 +65,7 @@ pub trait MslDevice {
     /// Copies `data` into `buf` at byte `offset`.
     fn write(&mut self, buf: Buf, offset: usize, data: &[u8]) -> Result<()>;
     /// Copies `out.len()` bytes of `buf` from byte `offset` (after every launch so far).
-    fn read(&mut self, buf: Buf, offset: usize, out: &mut [u8]) -> Result<()>;
+    fn read(&self, buf: Buf, offset: usize, out: &mut [u8]) -> Result<()>;
     /// Runs `kernel` over all eight buffers.
     fn launch(&mut self, kernel: &str, launch: Launch) -> Result<()>;
 }
@@ -109,7 +109,7 @@ impl MslDevice for EmuDevice {
         b[offset..offset + data.len()].copy_from_slice(data);
         Ok(())
     }
-    fn read(&mut self, buf: Buf, offset: usize, out: &mut [u8]) -> Result<()> {
+    fn read(&self, buf: Buf, offset: usize, out: &mut [u8]) -> Result<()> {
         let b = &self.bufs[buf as usize];
         range_check(buf, offset, out.len(), b.len())?;
         out.copy_from_slice(&b[offset..offset + out.len()]);

@@ -9,8 +9,14 @@
 //! layout of `crate::kv::KvLayout`.
 //!
 //! Prefill runs the decode kernel once per prompt token (exact, and what a Mac would do until a
-//! multi-token MSL prefill exists). Speculative decoding (`verify`/`commit`/drafting) and MoE
-//! layers are not in the MSL kernels yet: those calls return errors that say so.
+//! multi-token MSL prefill exists). `verify` does the same for its k + 1 tokens: its rows are
+//! decode steps, so bitwise decode's by construction, but it reads the weights k + 1 times (the
+//! one-launch verify kernel is not written yet). Its K/V rows land in the cache past the committed
+//! length, where nothing reads them: attention reads positions up to its own, each rewritten by
+//! the step that owns it, and the sliding rings hold window + `MAX_VERIFY` slots, so a rejected
+//! row never overwrites a position a later query needs (`crate::kv`). `commit(n)` then only moves
+//! the committed length. The MTP drafter reads K/V and hidden states back (`DraftContext`). MoE
+//! layers are not in the MSL kernels yet: such models are refused with an error that says so.
 
 pub mod device;
 pub mod emu;
@@ -20,7 +26,7 @@ pub mod passthrough;
 use std::sync::Arc;
 
 use crate::backend::{Backend, MemoryUse, Readback, StepOutput};
-use crate::config::Config;
+use crate::config::{AttnKind, Config};
 use crate::error::{Error, Result};
 use crate::kv::KvLayout;
 use crate::loader::ModelWeights;
@@ -50,6 +56,9 @@ pub struct MetalOptions {
     pub launch: Option<Launch>,
 }
 
+/// Most tokens one `verify` takes (the last accepted token and up to 7 drafts).
+pub const MAX_VERIFY: usize = 8;
+
 /// The default emulator grid: four threadgroups of 64 threads (8 SIMD-groups). Enough groups
 /// that every grid barrier has real arrivals to wait for, few enough fibers to stay quick.
 pub const EMU_LAUNCH: Launch = Launch { groups: 4, threads: 64 };
@@ -57,6 +66,8 @@ pub const EMU_LAUNCH: Launch = Launch { groups: 4, threads: 64 };
 /// The Gemma 4 forward pass through the MSL kernels on `D`.
 pub struct MetalBackend {
     cfg: Config,
+    weights: Arc<ModelWeights>,
+    kv: KvLayout,
     dev: Box<dyn MslDevice>,
     packed: pack::Packed,
     launch: Launch,
@@ -66,8 +77,11 @@ pub struct MetalBackend {
     cached: usize,
     weight_bytes: u64,
     state_bytes: u64,
+    /// Post-final-norm hidden states of the last step's rows, `[rows][hidden]`.
     last_hidden: Vec<f32>,
     step_words: Vec<u32>,
+    /// Rows the last `verify` ran (what `commit` may keep).
+    staged: usize,
 }
 
 impl MetalBackend {
@@ -108,8 +122,8 @@ impl MetalBackend {
             ));
         }
         pack::check_supported(&cfg)?;
-        // One token per step: a sliding ring of window + 1 slots suffices.
-        let kv = KvLayout::new(&cfg, max_ctx, 1);
+        // One token per step, but a verify writes up to MAX_VERIFY rows past the committed ones.
+        let kv = KvLayout::new(&cfg, max_ctx, MAX_VERIFY);
         let packed = pack::pack(&cfg, &w, &kv, launch.warps() as usize)?;
         let sizes = [
             packed.table.len() * 4,
@@ -130,6 +144,8 @@ impl MetalBackend {
         let step_words = vec![0u32; packed.step_len];
         Ok(MetalBackend {
             cfg,
+            weights: w,
+            kv,
             dev,
             packed,
             launch,
@@ -140,6 +156,7 @@ impl MetalBackend {
             state_bytes,
             last_hidden: Vec::new(),
             step_words,
+            staged: 0,
         })
     }
 
@@ -148,12 +165,31 @@ impl MetalBackend {
         self.launch
     }
 
-    /// Post-final-norm hidden state of the last step.
-    pub fn last_hidden(&self) -> &[f32] {
-        &self.last_hidden
+    /// Checks a step of `tokens` at `pos`: within the context, continuing the cached sequence,
+    /// every id in the vocabulary.
+    fn check_step(&self, tokens: &[u32], pos: usize) -> Result<()> {
+        if pos + tokens.len() > self.max_ctx {
+            return Err(Error::Invalid(format!(
+                "position {} is past the context of {}",
+                pos + tokens.len(),
+                self.max_ctx
+            )));
+        }
+        if pos > self.cached {
+            return Err(Error::Invalid(format!(
+                "step at position {pos}, but the cache holds positions 0..{}: steps must continue the sequence",
+                self.cached
+            )));
+        }
+        let vocab = self.cfg.text.vocab_size;
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
+            return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary (size {vocab})")));
+        }
+        Ok(())
     }
 
-    /// One decode step of `token` at `pos`; reads back the logits when asked.
+    /// One decode step of `token` at `pos`; reads back the logits when asked and appends the
+    /// step's hidden state to `last_hidden`.
     fn step(&mut self, token: u32, pos: usize, logits: bool) -> Result<(u32, Vec<f32>)> {
         let s = &mut self.step_words;
         s[0] = token;
@@ -184,9 +220,9 @@ impl MetalBackend {
         self.dev.read(Buf::Out, 0, &mut word)?;
         let argmax = u32::from_le_bytes(word);
         let h = self.cfg.text.hidden_size;
-        let mut hidden = vec![0.0f32; h];
-        self.dev.read(Buf::Out, self.packed.out_hidden() * 4, bytemuck::cast_slice_mut(&mut hidden))?;
-        self.last_hidden = hidden;
+        let at = self.last_hidden.len();
+        self.last_hidden.resize(at + h, 0.0);
+        self.dev.read(Buf::Out, self.packed.out_hidden() * 4, bytemuck::cast_slice_mut(&mut self.last_hidden[at..]))?;
         let mut out = Vec::new();
         if logits {
             out = vec![0.0f32; self.cfg.text.vocab_size];
@@ -216,23 +252,9 @@ impl Backend for MetalBackend {
         if tokens.is_empty() {
             return Err(Error::Invalid("prefill of zero tokens".into()));
         }
-        if pos + tokens.len() > self.max_ctx {
-            return Err(Error::Invalid(format!(
-                "position {} is past the context of {}",
-                pos + tokens.len(),
-                self.max_ctx
-            )));
-        }
-        if pos > self.cached {
-            return Err(Error::Invalid(format!(
-                "step at position {pos}, but the cache holds positions 0..{}: steps must continue the sequence",
-                self.cached
-            )));
-        }
-        let vocab = self.cfg.text.vocab_size;
-        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
-            return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary (size {vocab})")));
-        }
+        self.check_step(tokens, pos)?;
+        self.last_hidden.clear();
+        self.staged = 0;
         let mut out = StepOutput::default();
         let n = tokens.len();
         for (i, &tok) in tokens.iter().enumerate() {
@@ -261,9 +283,99 @@ impl Backend for MetalBackend {
     fn reset(&mut self) {
         // The cache contents become unused: attention only reads positions < the step's own.
         self.cached = 0;
+        self.staged = 0;
         self.last_hidden.clear();
     }
     fn memory(&self) -> MemoryUse {
         MemoryUse { weight_bytes: self.weight_bytes, state_bytes: self.state_bytes }
+    }
+    fn verify(&mut self, tokens: &[u32], pos: usize, with_logits: bool) -> Result<StepOutput> {
+        if tokens.is_empty() || tokens.len() > MAX_VERIFY {
+            return Err(Error::Invalid(format!("verify of {} tokens: 1..={MAX_VERIFY} are supported", tokens.len())));
+        }
+        if pos != self.cached {
+            return Err(Error::Invalid(format!(
+                "verify at position {pos}, but the cache holds positions 0..{}: a verify continues the committed sequence",
+                self.cached
+            )));
+        }
+        self.check_step(tokens, pos)?;
+        self.last_hidden.clear();
+        let mut out = StepOutput::default();
+        let mut result = Ok(());
+        for (i, &tok) in tokens.iter().enumerate() {
+            match self.step(tok, pos + i, with_logits) {
+                Ok((am, logits)) => {
+                    out.argmax.push(am);
+                    out.logits.extend_from_slice(&logits);
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        // The rows stay past the committed length, success or not, until `commit`.
+        self.staged = if result.is_ok() { tokens.len() } else { 0 };
+        result.map(|()| out)
+    }
+    fn max_verify(&self) -> usize {
+        MAX_VERIFY
+    }
+    fn commit(&mut self, n: usize) -> Result<()> {
+        if n > self.staged {
+            return Err(Error::Invalid(format!("commit of {n} rows, the last verify staged {}", self.staged)));
+        }
+        self.cached += n;
+        self.staged = 0;
+        Ok(())
+    }
+    fn draft_context(&self) -> Option<&dyn crate::spec::DraftContext> {
+        Some(self)
+    }
+}
+
+impl crate::spec::DraftContext for MetalBackend {
+    fn hidden_size(&self) -> usize {
+        self.cfg.text.hidden_size
+    }
+    fn cached_len(&self) -> usize {
+        self.cached
+    }
+    fn token_embedding(&self, token: u32) -> Result<Vec<f32>> {
+        self.weights.scaled_embedding(&self.cfg, token)
+    }
+    fn producer_kv(&self, kind: AttnKind, positions: std::ops::Range<usize>) -> Result<crate::spec::KvRows> {
+        let layer = self.cfg.producer(kind).ok_or_else(|| {
+            Error::Invalid(format!("the target has no cache-owning {kind:?} layer for the drafter to read"))
+        })?;
+        let c = self.kv.read_cache[layer];
+        let cs = &self.kv.caches[c];
+        if positions.end > self.cached || (kind == AttnKind::Sliding && positions.len() > cs.slots) {
+            return Err(Error::Invalid(format!(
+                "K/V of positions {positions:?} requested, the cache holds 0..{} (ring of {})",
+                self.cached, cs.slots
+            )));
+        }
+        let (k_off, v_off) = self.packed.cache_offsets[c];
+        let row = cs.slot_elems();
+        let read = |base: usize| -> Result<Vec<f32>> {
+            let mut out = vec![0.0f32; positions.len() * row];
+            for (i, p) in positions.clone().enumerate() {
+                let at = (base + cs.slot(p) * row) * 4;
+                self.dev.read(Buf::Kv, at, bytemuck::cast_slice_mut(&mut out[i * row..(i + 1) * row]))?;
+            }
+            Ok(out)
+        };
+        Ok(crate::spec::KvRows {
+            start: positions.start,
+            k: read(k_off)?,
+            v: read(v_off)?,
+            n_kv_heads: cs.n_kv_heads,
+            head_dim: cs.head_dim,
+        })
+    }
+    fn last_hidden(&self) -> Result<Vec<f32>> {
+        Ok(self.last_hidden.clone())
     }
 }

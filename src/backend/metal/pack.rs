@@ -128,6 +128,8 @@ pub struct Packed {
     pub out_len: usize,
     /// Half head_dim of the sliding and the full rope (their cos/sin tables are this long).
     pub rope_half: [usize; 2],
+    /// Float offsets of each cache's K and V in the `kv` buffer, in `KvLayout::caches` order.
+    pub cache_offsets: Vec<(usize, usize)>,
 }
 
 impl Packed {
@@ -371,7 +373,7 @@ pub fn pack(cfg: &Config, w: &ModelWeights, kv: &KvLayout, warps: usize) -> Resu
     let mut table = head;
     table.extend_from_slice(&layers);
     table.extend_from_slice(&b.descs);
-    Ok(Packed { table, arena: b.arena, act_len, kv_len, step_len, out_len, rope_half })
+    Ok(Packed { table, arena: b.arena, act_len, kv_len, step_len, out_len, rope_half, cache_offsets: cache_off })
 }
 
 #[cfg(test)]

@@ -157,7 +157,7 @@ impl MslDevice for PassthroughDevice {
         self.gpu.queue.write_buffer(&self.bufs[buf as usize], offset as u64, data);
         Ok(())
     }
-    fn read(&mut self, buf: Buf, offset: usize, out: &mut [u8]) -> Result<()> {
+    fn read(&self, buf: Buf, offset: usize, out: &mut [u8]) -> Result<()> {
         let len = (out.len() as u64).next_multiple_of(4);
         let staging = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
