@@ -21,10 +21,20 @@
 //                                every backend; sliding layers are rings of `slots` positions
 //   5 sync   coherent(device) device atomic_uint*  word 0: grid-barrier arrivals (cleared by the host
 //                                before each launch); word 32: stall code (0 = none)
-//   6 step   device const uint*  this step: [0] token, [1] position, then f32 rope cos|sin of
-//                                the sliding and the full rope at H_ROPE_S / H_ROPE_F
+//   6 step   device const uint*  this step: [0] token, [1] position, [2] resume (0, or layer + 1:
+//                                continue a split step at that layer's stage f), [3] stop (a layer:
+//                                end after its stage e, x saved to A_X; NONE: run to the end),
+//                                then f32 rope cos|sin of the sliding and the full rope at
+//                                H_ROPE_S / H_ROPE_F, then (streamed experts) the slot of each
+//                                expert of the layer being resumed at H_STEP_MAP
 //   7 out    device float*       [0] argmax (uint bits), logits at H_OUT_LOGITS, the
 //                                post-final-norm hidden state at H_OUT_HIDDEN
+//
+// Streamed experts (an installation with fewer slots than experts): the host must read each MoE
+// layer's routing before it can load the chosen experts, so it splits the step there: a launch
+// stops after the layer's stage e (router scores written, x saved), the host routes exactly as
+// `route` does, fills the slots, writes the slot map and resumes at stage f. With every expert
+// resident the step stays one launch.
 //
 // Launch: G threadgroups × T threads (T a multiple of 32), ALL co-resident (the stages meet at
 // grid barriers: `grid_sync.metal`); the default shape is one threadgroup per GPU core, the most
@@ -41,6 +51,8 @@
 //   d  o_proj rows                                                 → O        | barrier
 //   e  x += norm(O); x̂ = norm(x); gate & up rows, gelu(g)·u        → GU       | barrier
 //   f  down rows                                                   → M        | barrier
+//      [MoE: stage e also scores the router, f routes (each group alike) and runs the routed
+//       experts' gate & up → EGU, a stage f2 their down rows → ED | barrier; g combines]
 //   g  x += norm(M); [PLE] gate rows, gelu(g)·ple                  → PG       | barrier
 //   h  [PLE] projection rows                                       → PY       | barrier
 //   i  x += norm(PY); x *= layer_scalar   (every group, no barrier: next layer's stage a)
@@ -60,16 +72,19 @@ enum : uint {
     H_FINAL_NORM = 11, H_LAYER_BASE = 12, H_DESC_BASE = 13, H_ROPE_S = 14, H_ROPE_F = 15,
     H_INV_SQRT_H = 16, H_SQRT_PLE = 17, H_OUT_LOGITS = 18, H_OUT_HIDDEN = 19,
     A_Q = 20, A_K = 21, A_V = 22, A_ATT = 23, A_O = 24, A_GU = 25, A_M = 26, A_PLE = 27,
-    A_PG = 28, A_PY = 29, A_BEST = 30,
-    H_WORDS = 32,
+    A_PG = 28, A_PY = 29, A_BEST = 30, A_SCORES = 31, A_EGU = 32, A_ED = 33, A_X = 34, H_STEP_MAP = 35,
+    H_WORDS = 40,
 };
 enum : uint {
     L_KIND = 0, L_HEAD_DIM = 1, L_HEADS = 2, L_KV_HEADS = 3, L_K_OFF = 4, L_V_OFF = 5,
     L_SLOTS = 6, L_WRITES_KV = 7, L_K_EQ_V = 8, L_MLP = 9, L_IN_NORM = 10, L_Q_NORM = 11,
     L_K_NORM = 12, L_POST_ATTN = 13, L_PRE_FF = 14, L_POST_FF = 15, L_SCALAR = 16, L_Q = 17,
     L_K = 18, L_V = 19, L_O = 20, L_GATE = 21, L_UP = 22, L_DOWN = 23, L_PLE_GATE = 24,
-    L_PLE_PROJ = 25, L_PLE_POST = 26, L_WINDOW = 27,
-    L_WORDS = 32,
+    L_PLE_PROJ = 25, L_PLE_POST = 26, L_WINDOW = 27, L_MOE = 28, L_ROUTER = 29, L_ROUTER_SCALE = 30,
+    L_EXPERT_SCALE = 31, L_PRE_NORM_2 = 32, L_POST_NORM_1 = 33, L_POST_NORM_2 = 34, L_E_GATE = 35, L_E_UP = 36,
+    L_E_DOWN = 37, L_E_GATE_STRIDE = 38, L_E_UP_BASE = 39, L_E_WIDTH = 40, L_TOPK = 41, L_EXPERTS = 42,
+    L_E_DOWN_STRIDE = 43, L_E_SLOT_WORDS = 44, L_E_SLOT_MAP = 45,
+    L_WORDS = 48,
 };
 enum : uint { D_FMT = 0, D_ROWS = 1, D_COLS = 2, D_W = 3, D_S = 4, D_B = 5, D_GROUP = 6, D_ARENA = 7, D_WORDS = 8 };
 // D_FMT values: 4 and 8 are MLX affine bits; the float formats have their own codes.
@@ -77,6 +92,9 @@ enum : uint { FMT_F32 = 32, FMT_BF16 = 16, FMT_F16 = 17, FMT_Q4 = 4, FMT_Q8 = 8 
 constant constexpr uint NONE = 0xffffffffu;
 // Most head elements a lane holds in registers (head_dim ≤ 512).
 constant constexpr uint MAX_PER_LANE = 16;
+// Most routed experts per token, and most experts a router ranks (the host checks both).
+constant constexpr uint MAX_TOPK = 16;
+constant constexpr uint MAX_EXPERTS = 256;
 
 // ---- launch coordinates ----
 struct Ctx {
@@ -247,6 +265,92 @@ inline void group_residual(threadgroup float* x, coherent(device) device const f
     threadgroup_barrier(mem_flags::mem_threadgroup);
 }
 
+// ---- MoE: inputs computed on the fly, routing, the combined residual ----
+// norm(x)[i] · w[i] · post, read where a mat-vec reads x: the router's and the experts' inputs
+// have no room of their own in threadgroup memory, and this is the arithmetic a stored copy
+// would hold ((x · r) · w, then · post, which is exact for post = 1).
+struct NormedX {
+    threadgroup const float* x;
+    float r;
+    device const uint* wa;
+    uint w_off;
+    float post;
+    float operator[](uint i) const { return x[i] * r * as_type<float>(wa[w_off + i]) * post; }
+};
+
+// Σ_k w_k · y_k[i] over the routed experts, in routing order (as the reference sums them).
+struct RoutedSum {
+    coherent(device) device const float* ed;
+    threadgroup const float* w;
+    uint k, h;
+    float operator[](uint i) const {
+        float v = 0.0f;
+        for (uint j = 0; j < k; ++j) v += w[j] * ed[j * h + i];
+        return v;
+    }
+};
+
+// norm_1(dense)[i] + norm_2(routed)[i]: a MoE layer's feed-forward output before post_ff_norm.
+struct MoeOut {
+    coherent(device) device const float* m;
+    float r1;
+    device const uint* wa;
+    uint pn1;
+    RoutedSum rs;
+    float r2;
+    uint pn2;
+    float operator[](uint i) const {
+        return m[i] * r1 * as_type<float>(wa[pn1 + i]) + rs[i] * r2 * as_type<float>(wa[pn2 + i]);
+    }
+};
+
+// Where expert e's weights are: stacked checkpoint matrices (rows e · stride on), or an
+// installation's blobs (slot s's copy `s · slot_words` words on; the slot from the host's map
+// when experts stream, the expert itself when every one is resident).
+inline uint expert_slot(device const uint* L, device const uint* step, device const uint* table, uint e) {
+    return L[L_E_SLOT_MAP] != 0u ? step[table[H_STEP_MAP] + e] : e;
+}
+inline Mat at_slot(Mat m, uint slot, uint slot_words) {
+    m.w += slot * slot_words;
+    m.s += slot * slot_words;
+    m.b += slot * slot_words;
+    return m;
+}
+
+// Top-k of the router's scores (ties: the lower expert first), softmax weights over the chosen
+// ones renormalised, × per_expert_scale: `sel`/`selw` in threadgroup memory. One thread of each
+// group ranks (k · E comparisons); every group computes the same choice from the same scores.
+inline void route(coherent(device) device const float* scores, uint n_experts, uint k, device const uint* wa,
+                  uint scale_off, threadgroup uint* sel, threadgroup float* selw, uint lid) {
+    if (lid == 0u) {
+        float m = -INFINITY;
+        for (uint e = 0; e < n_experts; ++e) m = max(m, scores[e]);
+        uint taken[MAX_EXPERTS / 32];
+        for (uint i = 0; i < MAX_EXPERTS / 32; ++i) taken[i] = 0u;
+        float p[MAX_TOPK];
+        float z = 0.0f;
+        for (uint j = 0; j < k; ++j) {
+            uint best = 0;
+            float bv = -INFINITY;
+            bool found = false;
+            for (uint e = 0; e < n_experts; ++e) {
+                bool free = (taken[e / 32u] & (1u << (e % 32u))) == 0u;
+                if (free && (!found || scores[e] > bv)) {
+                    best = e;
+                    bv = scores[e];
+                    found = true;
+                }
+            }
+            taken[best / 32u] |= 1u << (best % 32u);
+            sel[j] = best;
+            p[j] = precise::exp(bv - m);
+            z += p[j];
+        }
+        for (uint j = 0; j < k; ++j) selw[j] = p[j] / z * as_type<float>(wa[scale_off + sel[j]]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+}
+
 // ---- per-head q/k/v finishing: norm, rope, cache write ----
 // One SIMD-group per head vector of length d (lane l holds elements l + 32j, j < ⌈d/32⌉). `cs`
 // holds the rope's d/2 cos then d/2 sin values of this position. The rope pairs element i with
@@ -351,6 +455,8 @@ kernel void decode_step(device const uint* table [[buffer(0)]],
     threadgroup float x[KESTREL_MAX_HIDDEN];  // the residual stream (every group's own copy)
     threadgroup float xn[KESTREL_MAX_HIDDEN]; // its normed form, the input of the next mat-vecs
     threadgroup float red[32];
+    threadgroup uint sel[16];   // MoE: the routed experts of this layer (MAX_TOPK)
+    threadgroup float selw[16]; // and their weights
     Ctx c;
     c.tg = tg; c.ngroups = ngroups; c.lid = lid; c.nthreads = nthreads; c.sg = sg; c.nsg = nsg; c.lane = lane;
     const uint w0 = c.warp(), nw = c.warps();
@@ -362,10 +468,19 @@ kernel void decode_step(device const uint* table [[buffer(0)]],
     const float eps = as_type<float>(table[H_EPS]);
     const uint token = step[0];
     const uint pos = step[1];
+    const uint resume = step[2] == 0u ? NONE : step[2] - 1u;
+    const uint stop = step[3];
     const uint pd = table[H_PLE_DIM];
 
+    if (resume != NONE) {
+        // A split step continues: x as the stopped launch saved it; the per-layer inputs and the
+        // caches are still in device memory.
+        for (uint i = lid; i < H; i += nthreads) x[i] = act[table[A_X] + i];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+
     // ---- embedding: x = E[token] · √H (every group; no barrier needed)
-    {
+    if (resume == NONE) {
         Mat e = mat_at(table, table[H_EMBED]);
         device const uint* ea = arena_of(e, wa, wb);
         float scale = as_type<float>(table[H_EMBED_SCALE]);
@@ -374,7 +489,7 @@ kernel void decode_step(device const uint* table [[buffer(0)]],
     }
 
     // ---- per-layer inputs: ple = (norm(W_plmp · x · H^-½) + E_ple[token] · √P) · 2^-½
-    if (pd != 0u) {
+    if (pd != 0u && resume == NONE) {
         matvec(mat_at(table, table[H_PLE_PROJ]), wa, wb, (threadgroup const float*)x, act + table[A_PLE],
                as_type<float>(table[H_INV_SQRT_H]), w0, nw, lane);
         grid_barrier(arrivals, ngroups, phase, lid, stall);
@@ -396,12 +511,14 @@ kernel void decode_step(device const uint* table [[buffer(0)]],
     }
 
     const uint n_layers = table[H_LAYERS];
-    for (uint li = 0; li < n_layers; ++li) {
+    for (uint li = resume == NONE ? 0u : resume; li < n_layers; ++li) {
         device const uint* L = table + table[H_LAYER_BASE] + li * L_WORDS;
         const uint d = L[L_HEAD_DIM], nh = L[L_HEADS], nkv = L[L_KV_HEADS];
         const bool writes = L[L_WRITES_KV] != 0u;
         const uint qd = nh * d, kvd = nkv * d;
+        const bool resumed = li == resume;
 
+        if (!resumed) {
         // ---- a: x̂ = norm(x); q | k | v rows
         group_norm(x, xn, wa, L[L_IN_NORM], H, eps, c, red);
         {
@@ -462,30 +579,113 @@ kernel void decode_step(device const uint* table [[buffer(0)]],
                act + table[A_O], 1.0f, w0, nw, lane);
         grid_barrier(arrivals, ngroups, phase, lid, stall);
 
-        // ---- e: x += norm(o); x̂ = norm(x); gelu(gate x̂) · (up x̂)
+        // ---- e: x += norm(o); x̂ = norm(x); gelu(gate x̂) · (up x̂) [MoE: and the router's scores]
         group_residual(x, act + table[A_O], wa, L[L_POST_ATTN], H, eps, c, red);
         group_norm(x, xn, wa, L[L_PRE_FF], H, eps, c, red);
-        {
+        }
+        const bool moe = L[L_MOE] != 0u;
+        // MoE layers route on, and feed their experts, the residual x normed without a weight.
+        const float rx = moe ? rms_scale(group_sumsq((threadgroup const float*)x, H, c, red), H, eps) : 1.0f;
+        if (!resumed) {
             Mat mg = mat_at(table, L[L_GATE]);
             Mat mu = mat_at(table, L[L_UP]);
             uint mw = L[L_MLP];
-            for (uint r = 4u * w0; r < mw; r += 4u * nw) {
-                float4 g = quad_dot(mg, arena_of(mg, wa, wb), r, (threadgroup const float*)xn, lane);
-                float4 u = quad_dot(mu, arena_of(mu, wa, wb), r, (threadgroup const float*)xn, lane);
-                if (lane == 0u) {
-                    for (uint j = 0; j < 4u && r + j < mw; ++j) act[table[A_GU] + r + j] = gelu_tanh(g[j]) * u[j];
+            uint nd = (mw + 3u) / 4u;
+            uint nr = moe ? (L[L_EXPERTS] + 3u) / 4u : 0u;
+            for (uint t = w0; t < nd + nr; t += nw) {
+                if (t < nd) {
+                    uint r = 4u * t;
+                    float4 g = quad_dot(mg, arena_of(mg, wa, wb), r, (threadgroup const float*)xn, lane);
+                    float4 u = quad_dot(mu, arena_of(mu, wa, wb), r, (threadgroup const float*)xn, lane);
+                    if (lane == 0u) {
+                        for (uint j = 0; j < 4u && r + j < mw; ++j) act[table[A_GU] + r + j] = gelu_tanh(g[j]) * u[j];
+                    }
+                } else {
+                    // Router: scores = W_r (norm(x) · scale · H^-½).
+                    uint r = 4u * (t - nd);
+                    Mat mr = mat_at(table, L[L_ROUTER]);
+                    NormedX rin = {x, rx, wa, L[L_ROUTER_SCALE], as_type<float>(table[H_INV_SQRT_H])};
+                    float4 v = quad_dot(mr, arena_of(mr, wa, wb), r, rin, lane);
+                    if (lane == 0u) {
+                        for (uint j = 0; j < 4u && r + j < mr.rows; ++j) act[table[A_SCORES] + r + j] = v[j];
+                    }
+                }
+            }
+        }
+        if (!resumed) {
+            grid_barrier(arrivals, ngroups, phase, lid, stall);
+            if (li == stop) {
+                // The host routes this layer and loads its experts, then resumes at stage f.
+                if (tg == 0u) {
+                    for (uint i = lid; i < H; i += nthreads) act[table[A_X] + i] = x[i];
+                }
+                return;
+            }
+        }
+
+        // ---- f: down [MoE: route; the routed experts' gate & up, gelu(g)·u]
+        const uint topk = moe ? L[L_TOPK] : 0u, ew = L[L_E_WIDTH];
+        if (moe) route(act + table[A_SCORES], L[L_EXPERTS], topk, wa, L[L_EXPERT_SCALE], sel, selw, lid);
+        {
+            Mat md = mat_at(table, L[L_DOWN]);
+            uint nd = (H + 3u) / 4u;
+            uint qe = (ew + 3u) / 4u;
+            for (uint t = w0; t < nd + topk * qe; t += nw) {
+                if (t < nd) {
+                    uint r = 4u * t;
+                    float4 v = quad_dot(md, arena_of(md, wa, wb), r,
+                                        (coherent(device) device const float*)(act + table[A_GU]), lane);
+                    if (lane == 0u) {
+                        for (uint j = 0; j < 4u && r + j < H; ++j) act[table[A_M] + r + j] = v[j];
+                    }
+                } else {
+                    uint kk = (t - nd) / qe, r = 4u * ((t - nd) % qe);
+                    uint e = expert_slot(L, step, table, sel[kk]);
+                    Mat mg = at_slot(mat_at(table, L[L_E_GATE]), e, L[L_E_SLOT_WORDS]);
+                    Mat mu = at_slot(mat_at(table, L[L_E_UP]), e, L[L_E_SLOT_WORDS]);
+                    NormedX xe = {x, rx, wa, L[L_PRE_NORM_2], 1.0f};
+                    uint g0 = e * L[L_E_GATE_STRIDE];
+                    float4 g = quad_dot(mg, arena_of(mg, wa, wb), g0 + r, xe, lane);
+                    float4 u = quad_dot(mu, arena_of(mu, wa, wb), g0 + L[L_E_UP_BASE] + r, xe, lane);
+                    if (lane == 0u) {
+                        for (uint j = 0; j < 4u && r + j < ew; ++j) {
+                            act[table[A_EGU] + kk * ew + r + j] = gelu_tanh(g[j]) * u[j];
+                        }
+                    }
                 }
             }
         }
         grid_barrier(arrivals, ngroups, phase, lid, stall);
 
-        // ---- f: down
-        matvec(mat_at(table, L[L_DOWN]), wa, wb, (coherent(device) device const float*)(act + table[A_GU]),
-               act + table[A_M], 1.0f, w0, nw, lane);
-        grid_barrier(arrivals, ngroups, phase, lid, stall);
+        if (moe) {
+            // ---- f2: the routed experts' down rows
+            uint qh = (H + 3u) / 4u;
+            for (uint t = w0; t < topk * qh; t += nw) {
+                uint kk = t / qh, r = 4u * (t % qh);
+                uint e = expert_slot(L, step, table, sel[kk]);
+                Mat me = at_slot(mat_at(table, L[L_E_DOWN]), e, L[L_E_SLOT_WORDS]);
+                float4 v = quad_dot(me, arena_of(me, wa, wb), e * L[L_E_DOWN_STRIDE] + r,
+                                    (coherent(device) device const float*)(act + table[A_EGU] + kk * ew), lane);
+                if (lane == 0u) {
+                    for (uint j = 0; j < 4u && r + j < H; ++j) act[table[A_ED] + kk * H + r + j] = v[j];
+                }
+            }
+            grid_barrier(arrivals, ngroups, phase, lid, stall);
+        }
 
-        // ---- g: x += norm(m); per-layer input gate
-        group_residual(x, act + table[A_M], wa, L[L_POST_FF], H, eps, c, red);
+        // ---- g: x += norm(m) [MoE: m = norm_1(dense) + norm_2(Σ routed)]; per-layer input gate
+        if (moe) {
+            coherent(device) device const float* m = act + table[A_M];
+            RoutedSum rs = {act + table[A_ED], selw, topk, H};
+            float r1 = rms_scale(group_sumsq(m, H, c, red), H, eps);
+            float r2 = rms_scale(group_sumsq(rs, H, c, red), H, eps);
+            MoeOut mo = {m, r1, wa, L[L_POST_NORM_1], rs, r2, L[L_POST_NORM_2]};
+            float r3 = rms_scale(group_sumsq(mo, H, c, red), H, eps);
+            for (uint i = lid; i < H; i += nthreads) x[i] += mo[i] * r3 * as_type<float>(wa[L[L_POST_FF] + i]);
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+        } else {
+            group_residual(x, act + table[A_M], wa, L[L_POST_FF], H, eps, c, red);
+        }
         if (L[L_PLE_GATE] != NONE) {
             Mat mg = mat_at(table, L[L_PLE_GATE]);
             device const uint* ga = arena_of(mg, wa, wb);

@@ -881,6 +881,35 @@ fn install_then_verify_and_generate() {
     assert!(v["stats"]["experts"]["bytes_read_per_token"].as_f64().unwrap() > 0.0);
 }
 
+/// `--backend msl-emu` on an installation, experts streamed through 4 slots (tiny-moe routes
+/// 4 of 16): the long prompt's 48 reference ids, with experts read from disk.
+#[test]
+fn msl_emu_streams_experts_and_matches_reference_ids() {
+    let inst = Installed::new("msl");
+    let long = prompt("long");
+    let r = &common::load_refs("tiny-moe", "dequant4bit_reference")[2];
+    assert_eq!(r.prompt, long);
+    let ids = id_list(&long);
+    let args = [
+        "generate",
+        "--model",
+        inst.s(),
+        "--backend",
+        "msl-emu",
+        "--expert-slots",
+        "4",
+        "--prompt-ids",
+        &ids,
+        "--max-new",
+        "48",
+        "--ignore-eos",
+        "--json",
+    ];
+    let v = json_of(&succeeds(&args).unwrap());
+    assert_eq!(ids_of(&v), r.generated, "tiny-moe installed, msl-emu, 4 slots: ids differ from the reference");
+    assert!(v["stats"]["experts"]["misses"].as_u64().unwrap() > 0, "{v}");
+}
+
 #[test]
 fn install_refuses_existing_destination_and_installed_source() {
     let inst = Installed::new("exists");

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 
 use common::*;
 use kestrel::backend::cpu::CpuBackend;
+use kestrel::backend::metal::{MetalBackend, MetalOptions};
 use kestrel::backend::wgpu::WgpuOptions;
 use kestrel::backend::{Backend, Readback};
 use kestrel::install::{self, InstallOptions};
@@ -104,6 +105,20 @@ type MakeBackend = dyn Fn(&Model, ExpertSlots) -> Option<Box<dyn Backend>>;
 
 /// Checks one backend kind over every mode of one fixture form, on the reference prompts `which`.
 fn check_form(name: &str, form: &str, reference: &str, backend: &str, which: &[usize], make: &MakeBackend) {
+    check_form_from(name, form, reference, backend, which, 0, make)
+}
+
+/// `check_form` over the modes with at least `min_slots` slots (a backend that needs a token's
+/// top-k resident at once; its refusal of fewer is checked on its own).
+fn check_form_from(
+    name: &str,
+    form: &str,
+    reference: &str,
+    backend: &str,
+    which: &[usize],
+    min_slots: usize,
+    make: &MakeBackend,
+) {
     let refs: Vec<(usize, PromptRef)> =
         load_refs(name, reference).into_iter().enumerate().filter(|(i, _)| which.contains(i)).collect();
     let (_tmp, dir) = install_fixture(name, form, backend);
@@ -112,6 +127,9 @@ fn check_form(name: &str, form: &str, reference: &str, backend: &str, which: &[u
     let (e, k) = (source.cfg.text.num_experts, source.cfg.text.top_k_experts);
     let mut baseline: Option<Vec<Vec<Vec<f32>>>> = None;
     for mode in modes(e, k) {
+        if matches!(mode.slots, ExpertSlots::Some(n) if n < min_slots) {
+            continue;
+        }
         let model = if mode.installed { &installed } else { &source };
         let Some(mut b) = make(model, mode.slots) else { return };
         let label = format!("{backend} {name}/{form} {}", mode.label);
@@ -215,6 +233,36 @@ fn wgpu_streamed_experts_match_transformers() {
             });
         }
     }
+}
+
+/// The Metal kernels through the MSL emulator: the checkpoint's stacked experts, an
+/// installation with every expert resident (one launch per step), and streamed through as many
+/// slots as experts and through 2k − 1 (the step split after each MoE layer's router, the host
+/// loading the routed experts): ids equal transformers', logits bitwise equal across the modes.
+/// Every MoE fixture, both forms, the long prompt (40 tokens, crossing the window).
+#[test]
+fn msl_emu_streamed_experts_match_transformers() {
+    for name in MODELS {
+        for (form, reference) in FORMS {
+            let k = open_model(name, form).cfg.text.top_k_experts;
+            check_form_from(name, form, reference, "msl-emu", &[2], k, &|m, slots| {
+                let opts = MetalOptions { max_ctx: 256, expert_slots: slots, ..Default::default() };
+                Some(Box::new(MetalBackend::emulated(m.cfg.clone(), m.weights.clone(), opts).unwrap()))
+            });
+        }
+    }
+}
+
+/// Fewer slots than a token's top-k: the Metal kernels route one token's experts at once, so
+/// such a build is refused with an error naming the flag and the least that works.
+#[test]
+fn msl_emu_refuses_fewer_slots_than_top_k() {
+    let (_tmp, dir) = install_fixture("tiny-moe", "mlx-4bit", "msl-few");
+    let m = Model::open(&dir).unwrap();
+    let k = m.cfg.text.top_k_experts;
+    let opts = MetalOptions { max_ctx: 64, expert_slots: ExpertSlots::Some(k - 1), ..Default::default() };
+    let e = MetalBackend::emulated(m.cfg.clone(), m.weights.clone(), opts).err().expect("refused");
+    assert!(e.to_string().contains("--expert-slots") && e.to_string().contains(&k.to_string()), "{e}");
 }
 
 /// Decode and verify steps of a resident MoE model run the dense branch's two mat-vecs beside

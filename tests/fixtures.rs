@@ -127,33 +127,27 @@ fn cpu_reference_matches_transformers() {
     );
 }
 
-/// The Metal kernels (one launch per token) through the MSL emulator: every dense fixture, both
-/// weight forms, every prompt row and step within the form's tolerance, greedy ids exact. The
-/// MoE fixtures are refused by the backend (MoE layers are not in the MSL kernels yet), which
-/// `msl_emu_refuses_moe_with_a_clear_error` checks.
+/// The Metal kernels (one launch per token) through the MSL emulator: every fixture model
+/// (dense and MoE, experts resident), both weight forms, every prompt row and step within the
+/// form's tolerance, greedy ids exact.
 #[test]
 fn msl_emu_matches_transformers() {
     run_all(
-        &["tiny-e2b", "tiny-e4b"],
+        &["tiny-e2b", "tiny-e4b", "tiny-moe"],
         &mut |m| {
             Some(Box::new(
-                MetalBackend::emulated(m.cfg.clone(), m.weights.clone(), MetalOptions { max_ctx: 256, launch: None })
-                    .expect("the msl-emu backend builds (it needs clang++)"),
+                MetalBackend::emulated(
+                    m.cfg.clone(),
+                    m.weights.clone(),
+                    MetalOptions { max_ctx: 256, ..Default::default() },
+                )
+                .expect("the msl-emu backend builds (it needs clang++)"),
             ))
         },
         128,
         Readback::AllLogits,
         "msl-emu",
     );
-}
-
-#[test]
-fn msl_emu_refuses_moe_with_a_clear_error() {
-    let m = open_model("tiny-moe", "hf");
-    let e = MetalBackend::emulated(m.cfg.clone(), m.weights.clone(), MetalOptions { max_ctx: 256, launch: None })
-        .err()
-        .expect("MoE is refused");
-    assert!(e.to_string().contains("MoE") && e.to_string().contains("--backend wgpu"), "{e}");
 }
 
 /// `Backend::prefill_prompt`, the prompt loop of generate, the speculative driver and the bench:

@@ -128,11 +128,11 @@ fn random_shapes_wgpu_matches_cpu() {
     }
 }
 
-/// The Metal kernels, through the MSL emulator, on the dense random shapes (odd head dims
-/// included; MoE layers are not in the MSL kernels yet): bf16 and MLX 4/8-bit, against the CPU.
+/// The Metal kernels, through the MSL emulator, on every random shape (odd head dims, MoE with
+/// fused HF and split MLX experts): bf16 and MLX 4/8-bit, against the CPU.
 #[test]
 fn random_shapes_msl_emu_matches_cpu() {
-    for case in [0, 1, 2] {
+    for case in 0..4 {
         for bits in [None, Some(4), Some(8)] {
             let dir = std::env::temp_dir().join(format!("kestrel-synth-msl-{}-{case}-{bits:?}", std::process::id()));
             write_model(&dir, &config(case), &SynthOptions { bits, group_size: 64, seed: case as u64 }).unwrap();
@@ -140,7 +140,7 @@ fn random_shapes_msl_emu_matches_cpu() {
             let emu = MetalBackend::emulated(
                 model.cfg.clone(),
                 model.weights.clone(),
-                MetalOptions { max_ctx: 128, launch: None },
+                MetalOptions { max_ctx: 128, ..Default::default() },
             )
             .unwrap_or_else(|e| panic!("case {case}: msl-emu does not build: {e}"));
             check_against_cpu(&model, Box::new(emu), &format!("msl-emu case {case} bits {bits:?}"));

@@ -60,9 +60,12 @@ fn check(model: &Model, label: &str, expected: &[u32]) {
     let mut cpu = CpuBackend::new(model.cfg.clone(), model.weights.clone(), CTX);
     let cpu_ids = generate(&mut cpu, &prompt, model);
     assert_eq!(cpu_ids, expected, "cpu {label}: ids differ from the transformers reference");
-    let mut emu =
-        MetalBackend::emulated(model.cfg.clone(), model.weights.clone(), MetalOptions { max_ctx: CTX, launch: None })
-            .expect("the msl-emu backend builds (it needs clang++)");
+    let mut emu = MetalBackend::emulated(
+        model.cfg.clone(),
+        model.weights.clone(),
+        MetalOptions { max_ctx: CTX, ..Default::default() },
+    )
+    .expect("the msl-emu backend builds (it needs clang++)");
     let emu_ids = generate(&mut emu, &prompt, model);
     assert_eq!(emu_ids, cpu_ids, "{label}: msl-emu and cpu ids differ");
     let wgpu_ids = common::wgpu_backend(

@@ -62,7 +62,7 @@ pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn B
             )
         }
         BackendKind::Metal | BackendKind::MslEmu => {
-            let opts = MetalOptions { max_ctx: ctx, launch: None };
+            let opts = MetalOptions { max_ctx: ctx, launch: None, expert_slots };
             let (cfg, w) = (model.cfg.clone(), model.weights.clone());
             if args.backend == BackendKind::Metal {
                 Box::new(MetalBackend::on_gpu(cfg, w, opts).context("starting the metal backend")?)

@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::kv::KvLayout;
 use crate::loader::ModelWeights;
 use crate::reference;
+use crate::streamer::{ExpertSlots, StreamStats, Streamer};
 
 pub use device::{Buf, EmuDevice, Launch, MslDevice, MslProgram};
 
@@ -54,6 +55,14 @@ pub struct MetalOptions {
     pub max_ctx: usize,
     /// Grid of the decode launch; `None` picks the device's default.
     pub launch: Option<Launch>,
+    /// An installation's experts: slots per MoE layer (streamed), or all resident.
+    pub expert_slots: ExpertSlots,
+}
+
+impl Default for MetalOptions {
+    fn default() -> Self {
+        MetalOptions { max_ctx: 4096, launch: None, expert_slots: ExpertSlots::All }
+    }
 }
 
 /// Most tokens one `verify` takes (the last accepted token and up to 7 drafts).
@@ -82,13 +91,16 @@ pub struct MetalBackend {
     step_words: Vec<u32>,
     /// Rows the last `verify` ran (what `commit` may keep).
     staged: usize,
+    /// Streamed experts: the slot caches, and the bytes from one blob to the next.
+    streamer: Option<Streamer>,
+    expert_stride: usize,
 }
 
 impl MetalBackend {
     /// On the MSL emulator.
     pub fn emulated(cfg: Config, w: Arc<ModelWeights>, opts: MetalOptions) -> Result<Self> {
         let launch = opts.launch.unwrap_or(EMU_LAUNCH);
-        Self::build(cfg, w, opts.max_ctx, launch, |sizes| {
+        Self::build(cfg, w, &opts, launch, |sizes| {
             Ok(Box::new(EmuDevice::new(&decode_program(), sizes, Default::default())?))
         })
     }
@@ -97,7 +109,7 @@ impl MetalBackend {
     pub fn on_gpu(cfg: Config, w: Arc<ModelWeights>, opts: MetalOptions) -> Result<Self> {
         let gpu = passthrough::MetalGpu::open()?;
         let launch = opts.launch.unwrap_or_else(|| gpu.default_launch());
-        Self::build(cfg, w, opts.max_ctx, launch, move |sizes| {
+        Self::build(cfg, w, &opts, launch, move |sizes| {
             Ok(Box::new(passthrough::PassthroughDevice::new(gpu, &decode_program(), sizes, launch)?))
         })
     }
@@ -105,30 +117,46 @@ impl MetalBackend {
     fn build(
         cfg: Config,
         w: Arc<ModelWeights>,
-        max_ctx: usize,
+        opts: &MetalOptions,
         launch: Launch,
         device: impl FnOnce([usize; device::BUFFERS]) -> Result<Box<dyn MslDevice>>,
     ) -> Result<Self> {
+        let max_ctx = opts.max_ctx;
         if launch.threads == 0 || !launch.threads.is_multiple_of(32) || launch.groups == 0 {
             return Err(Error::Invalid(format!(
                 "launch of {} groups × {} threads: the kernels need whole SIMD-groups of 32 and at least one group",
                 launch.groups, launch.threads
             )));
         }
-        if w.expert_files.is_some() {
-            return Err(Error::Invalid(
-                "the Metal kernels do not stream experts yet: use --backend wgpu or --backend cpu for installations"
-                    .into(),
-            ));
-        }
         pack::check_supported(&cfg)?;
+        // An installation's experts: every one resident (slot = expert), or streamed through
+        // `slots` per layer, which must hold one token's top-k (a step routes one token at a time).
+        let (installed, streamer) = match (&w.expert_files, opts.expert_slots) {
+            (None, _) => (None, None),
+            (Some(files), ExpertSlots::All) => (Some((files.clone(), files.layout.n_experts, false)), None),
+            (Some(files), ExpertSlots::Some(n)) => {
+                let n = n.min(files.layout.n_experts);
+                let k = cfg.text.top_k_experts;
+                if n < k {
+                    return Err(Error::Invalid(format!(
+                        "--expert-slots {n} is fewer than the {k} experts a token routes to: the Metal kernels need at least {k}"
+                    )));
+                }
+                (Some((files.clone(), n, true)), Some(Streamer::new(files.clone(), n)))
+            }
+        };
         // One token per step, but a verify writes up to MAX_VERIFY rows past the committed ones.
         let kv = KvLayout::new(&cfg, max_ctx, MAX_VERIFY);
-        let packed = pack::pack(&cfg, &w, &kv, launch.warps() as usize)?;
+        let inst = installed.as_ref().map(|(f, slots, streamed)| pack::InstalledExperts {
+            layout: &f.layout,
+            slots: *slots,
+            streamed: *streamed,
+        });
+        let packed = pack::pack(&cfg, &w, &kv, launch.warps() as usize, inst.as_ref())?;
         let sizes = [
             packed.table.len() * 4,
             packed.arena.len() * 4,
-            16,
+            packed.arena_b.len() * 4,
             packed.act_len * 4,
             packed.kv_len * 4,
             256, // word 0 arrivals, word 32 stall: separate 128-byte lines
@@ -138,11 +166,22 @@ impl MetalBackend {
         let mut dev = device(sizes)?;
         dev.write(Buf::Table, 0, bytemuck::cast_slice(&packed.table))?;
         dev.write(Buf::ArenaA, 0, bytemuck::cast_slice(&packed.arena))?;
+        dev.write(Buf::ArenaB, 0, bytemuck::cast_slice(&packed.arena_b))?;
+        if let Some((files, _, false)) = &installed {
+            // Every expert resident: blob e in slot e, read once now.
+            let stride = files.layout.blob_stride as usize;
+            for (&layer, &region) in &packed.expert_regions {
+                files.for_each_expert(layer, |e, blob| dev.write(Buf::ArenaB, region + e as usize * stride, blob))?;
+            }
+        }
         let inv_freq = [cfg.text.rope_sliding.inv_freq(), cfg.text.rope_full.inv_freq()];
-        let weight_bytes = (packed.arena.len() * 4) as u64;
+        let weight_bytes = ((packed.arena.len() + packed.arena_b.len()) * 4) as u64;
         let state_bytes = ((packed.act_len + packed.kv_len) * 4) as u64;
         let step_words = vec![0u32; packed.step_len];
+        let expert_stride = installed.as_ref().map_or(0, |(f, _, _)| f.layout.blob_stride as usize);
         Ok(MetalBackend {
+            streamer,
+            expert_stride,
             cfg,
             weights: w,
             kv,
@@ -163,6 +202,53 @@ impl MetalBackend {
     /// The grid each step launches.
     pub fn launch_shape(&self) -> Launch {
         self.launch
+    }
+
+    /// One launch of `decode_step` with the step words as they are; reports a stalled barrier.
+    fn launch_once(&mut self) -> Result<()> {
+        self.dev.write(Buf::Step, 0, bytemuck::cast_slice(&self.step_words))?;
+        self.dev.write(Buf::Sync, 0, &[0u8; 256])?;
+        self.dev.launch("decode_step", self.launch)?;
+        let mut stall = [0u8; 4];
+        self.dev.read(Buf::Sync, 32 * 4, &mut stall)?;
+        if u32::from_le_bytes(stall) != 0 {
+            return Err(Error::Gpu(format!(
+                "{}: a grid barrier of decode_step timed out: the {} threadgroups were not all resident at once; launch fewer",
+                self.dev.name(),
+                self.launch.groups
+            )));
+        }
+        Ok(())
+    }
+
+    /// After a launch stopped at MoE `layer`: routes as the kernel will (`route` in
+    /// decode.metal: the first maximum of the untaken scores, k times), has the streamer make
+    /// those experts resident, and writes their slots into the step's slot map.
+    fn load_routed(&mut self, layer: usize) -> Result<()> {
+        let t = &self.cfg.text;
+        let (e, k) = (t.num_experts, t.top_k_experts);
+        let mut scores = vec![0.0f32; e];
+        self.dev.read(
+            Buf::Act,
+            self.packed.table[pack::A_SCORES] as usize * 4,
+            bytemuck::cast_slice_mut(&mut scores),
+        )?;
+        let chosen = route(&scores, k);
+        let streamer = self.streamer.as_mut().expect("stops only where experts stream");
+        let rounds = streamer.rounds(layer, &chosen);
+        let [round] = &rounds[..] else {
+            return Err(Error::Invalid(format!("layer {layer}: {} experts need {} rounds of slots", k, rounds.len())));
+        };
+        let region = self.packed.expert_regions[&layer];
+        let (dev, stride) = (&mut self.dev, self.expert_stride);
+        let slots = streamer.load(layer, round, &chosen, &mut |slot, blob| {
+            dev.write(Buf::ArenaB, region + slot as usize * stride, blob)
+        })?;
+        let map = self.packed.table[pack::H_STEP_MAP] as usize;
+        for (&ex, &slot) in chosen.iter().zip(&slots) {
+            self.step_words[map + ex as usize] = slot;
+        }
+        Ok(())
     }
 
     /// Checks a step of `tokens` at `pos`: within the context, continuing the cached sequence,
@@ -204,17 +290,23 @@ impl MetalBackend {
             }
             at += 2 * half;
         }
-        self.dev.write(Buf::Step, 0, bytemuck::cast_slice(&self.step_words))?;
-        self.dev.write(Buf::Sync, 0, &[0u8; 256])?;
-        self.dev.launch("decode_step", self.launch)?;
-        let mut stall = [0u8; 4];
-        self.dev.read(Buf::Sync, 32 * 4, &mut stall)?;
-        if u32::from_le_bytes(stall) != 0 {
-            return Err(Error::Gpu(format!(
-                "{}: a grid barrier of decode_step timed out: the {} threadgroups were not all resident at once; launch fewer",
-                self.dev.name(),
-                self.launch.groups
-            )));
+        // With streamed experts the step stops after each MoE layer's router, and the host
+        // loads that layer's experts before resuming; otherwise one launch.
+        let stops: Vec<usize> =
+            if self.streamer.is_some() { self.packed.expert_regions.keys().copied().collect() } else { Vec::new() };
+        let mut resume = 0u32;
+        for i in 0..=stops.len() {
+            let stop = stops.get(i).map_or(pack::NONE, |&l| l as u32);
+            self.step_words[pack::STEP_RESUME] = resume;
+            self.step_words[pack::STEP_STOP] = stop;
+            self.launch_once()?;
+            if let Some(&layer) = stops.get(i) {
+                self.load_routed(layer)?;
+                resume = layer as u32 + 1;
+            }
+        }
+        if let Some(s) = &mut self.streamer {
+            s.count_tokens(1);
         }
         let mut word = [0u8; 4];
         self.dev.read(Buf::Out, 0, &mut word)?;
@@ -230,6 +322,25 @@ impl MetalBackend {
         }
         Ok((argmax, out))
     }
+}
+
+/// The experts `route` in decode.metal picks from `scores`: k times the first maximum among the
+/// experts not yet taken (comparisons only, so host and kernel agree exactly).
+fn route(scores: &[f32], k: usize) -> Vec<u32> {
+    let mut taken = vec![false; scores.len()];
+    let mut out = Vec::with_capacity(k);
+    for _ in 0..k {
+        let mut best: Option<(usize, f32)> = None;
+        for (e, &v) in scores.iter().enumerate() {
+            if !taken[e] && best.is_none_or(|(_, bv)| v > bv) {
+                best = Some((e, v));
+            }
+        }
+        let (e, _) = best.expect("k ≤ the expert count");
+        taken[e] = true;
+        out.push(e as u32);
+    }
+    out
 }
 
 impl Backend for MetalBackend {
@@ -332,6 +443,9 @@ impl Backend for MetalBackend {
     }
     fn draft_context(&self) -> Option<&dyn crate::spec::DraftContext> {
         Some(self)
+    }
+    fn stream_stats(&self) -> Option<StreamStats> {
+        self.streamer.as_ref().map(|s| s.stats())
     }
 }
 

@@ -14,7 +14,8 @@
 use crate::config::{AttnKind, Config};
 use crate::error::{Error, Result};
 use crate::kv::KvLayout;
-use crate::loader::{Matrix, ModelWeights};
+use crate::loader::installed::{ExpertLayout, PartLayout};
+use crate::loader::{ExpertGateUp, Matrix, ModelWeights};
 use crate::quant::DType;
 
 // Header words.
@@ -50,7 +51,12 @@ pub const A_PLE: usize = 27;
 pub const A_PG: usize = 28;
 pub const A_PY: usize = 29;
 pub const A_BEST: usize = 30;
-pub const H_WORDS: usize = 32;
+pub const A_SCORES: usize = 31;
+pub const A_EGU: usize = 32;
+pub const A_ED: usize = 33;
+pub const A_X: usize = 34;
+pub const H_STEP_MAP: usize = 35;
+pub const H_WORDS: usize = 40;
 
 // Layer record words.
 pub const L_KIND: usize = 0;
@@ -81,7 +87,25 @@ pub const L_PLE_GATE: usize = 24;
 pub const L_PLE_PROJ: usize = 25;
 pub const L_PLE_POST: usize = 26;
 pub const L_WINDOW: usize = 27;
-pub const L_WORDS: usize = 32;
+pub const L_MOE: usize = 28;
+pub const L_ROUTER: usize = 29;
+pub const L_ROUTER_SCALE: usize = 30;
+pub const L_EXPERT_SCALE: usize = 31;
+pub const L_PRE_NORM_2: usize = 32;
+pub const L_POST_NORM_1: usize = 33;
+pub const L_POST_NORM_2: usize = 34;
+pub const L_E_GATE: usize = 35;
+pub const L_E_UP: usize = 36;
+pub const L_E_DOWN: usize = 37;
+pub const L_E_GATE_STRIDE: usize = 38;
+pub const L_E_UP_BASE: usize = 39;
+pub const L_E_WIDTH: usize = 40;
+pub const L_TOPK: usize = 41;
+pub const L_EXPERTS: usize = 42;
+pub const L_E_DOWN_STRIDE: usize = 43;
+pub const L_E_SLOT_WORDS: usize = 44;
+pub const L_E_SLOT_MAP: usize = 45;
+pub const L_WORDS: usize = 48;
 
 // Matrix descriptor words.
 pub const D_FMT: usize = 0;
@@ -101,6 +125,10 @@ pub const FMT_F16: u32 = 17;
 pub const FMT_Q4: u32 = 4;
 pub const FMT_Q8: u32 = 8;
 
+/// Most routed experts per token and most experts a router ranks (`route` in decode.metal).
+pub const MAX_TOPK: usize = 16;
+pub const MAX_EXPERTS: usize = 256;
+
 /// "No such weight" in a table word.
 pub const NONE: u32 = u32::MAX;
 
@@ -108,7 +136,10 @@ pub const NONE: u32 = u32::MAX;
 /// (22.5 KiB) fit the 32 KiB of threadgroup memory every Apple GPU has.
 pub const MAX_HIDDEN: usize = 2816;
 
-/// Layout of the per-step `step` buffer (words): token, position, then the rope tables.
+/// Layout of the per-step `step` buffer (words): token, position, resume, stop, then the rope
+/// tables, then the slot map of streamed experts.
+pub const STEP_RESUME: usize = 2;
+pub const STEP_STOP: usize = 3;
 pub const STEP_ROPE: usize = 4;
 /// `out` buffer: word 0 the argmax, logits from here on.
 pub const OUT_LOGITS: usize = 4;
@@ -118,6 +149,8 @@ pub struct Packed {
     pub table: Vec<u32>,
     /// Arena A: dense weights and norm vectors.
     pub arena: Vec<u32>,
+    /// Arena B: the routed experts (empty without MoE layers).
+    pub arena_b: Vec<u32>,
     /// Floats of the `act` buffer.
     pub act_len: usize,
     /// Floats of the `kv` buffer.
@@ -130,6 +163,16 @@ pub struct Packed {
     pub rope_half: [usize; 2],
     /// Float offsets of each cache's K and V in the `kv` buffer, in `KvLayout::caches` order.
     pub cache_offsets: Vec<(usize, usize)>,
+    /// Installed experts: each MoE layer's slot region in arena B (byte offset).
+    pub expert_regions: std::collections::BTreeMap<usize, usize>,
+}
+
+/// An installation's experts as the kernels see them: `slots` blobs per MoE layer in arena B;
+/// `streamed` when the host fills them per step (a slot map), else slot = expert.
+pub struct InstalledExperts<'a> {
+    pub layout: &'a ExpertLayout,
+    pub slots: usize,
+    pub streamed: bool,
 }
 
 impl Packed {
@@ -140,27 +183,76 @@ impl Packed {
 }
 
 struct Builder {
-    arena: Vec<u32>,
+    /// Arenas A and B.
+    arenas: [Vec<u32>; 2],
     descs: Vec<u32>,
 }
 
 impl Builder {
-    fn bytes(&mut self, b: &[u8]) -> u32 {
-        let off = self.arena.len();
+    fn bytes(&mut self, arena: usize, b: &[u8]) -> Result<u32> {
+        let a = &mut self.arenas[arena];
+        let off = a.len();
         let mut words = vec![0u32; b.len().div_ceil(4)];
         bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..b.len()].copy_from_slice(b);
-        self.arena.extend_from_slice(&words);
-        off as u32
+        a.extend_from_slice(&words);
+        u32::try_from(off).map_err(|_| {
+            Error::Invalid("the weights pass 16 GiB in one arena: more arenas are needed for this model".into())
+        })
     }
 
     fn vec(&mut self, v: &[f32]) -> u32 {
-        let off = self.arena.len();
-        self.arena.extend(v.iter().map(|x| x.to_bits()));
+        let a = &mut self.arenas[0];
+        let off = a.len();
+        a.extend(v.iter().map(|x| x.to_bits()));
         off as u32
     }
 
-    /// Appends `m` and its descriptor; returns the descriptor index.
+    /// Reserves `bytes` of zeros in `arena`; returns the byte offset.
+    fn zeros(&mut self, arena: usize, bytes: usize) -> Result<usize> {
+        let at = self.bytes(arena, &[])? as usize * 4;
+        self.arenas[arena].resize(self.arenas[arena].len() + bytes.div_ceil(4), 0);
+        Ok(at)
+    }
+
+    /// The descriptor of expert part `p` of the blob at byte `region` (slot 0; the kernels add
+    /// a slot's offset).
+    fn blob_part(&mut self, region: usize, p: &PartLayout) -> Result<u32> {
+        let word = |off: u64| -> Result<u32> {
+            let at = region as u64 + off;
+            if !at.is_multiple_of(4) {
+                return Err(Error::Invalid(format!("expert part `{}` is not word-aligned in its blob", p.role)));
+            }
+            u32::try_from(at / 4).map_err(|_| Error::Invalid("the experts pass 16 GiB in arena B".into()))
+        };
+        let (fmt, s, b, group) = match p.bits() {
+            Some(bits) => {
+                let (s, b) = p.scales.zip(p.biases).ok_or_else(|| {
+                    Error::Invalid(format!("quantised expert part `{}` lacks scales or biases", p.role))
+                })?;
+                (bits, word(s.0)?, word(b.0)?, p.group_size as u32)
+            }
+            None => {
+                let fmt = match p.dtype() {
+                    DType::F32 => FMT_F32,
+                    DType::F16 => FMT_F16,
+                    _ => FMT_BF16,
+                };
+                (fmt, 0, 0, 0)
+            }
+        };
+        let d = [fmt, p.rows as u32, p.cols as u32, word(p.w.0)?, s, b, group, 1];
+        let idx = self.descs.len() / D_WORDS;
+        self.descs.extend_from_slice(&d);
+        Ok(idx as u32)
+    }
+
+    /// Appends `m` to arena A and its descriptor; returns the descriptor index.
     fn matrix(&mut self, m: &Matrix) -> Result<u32> {
+        self.matrix_in(0, m)
+    }
+
+    /// Appends `m` to arena `arena` and its descriptor; returns the descriptor index.
+    fn matrix_in(&mut self, arena: usize, m: &Matrix) -> Result<u32> {
         let (rows, cols) = (m.rows(), m.cols());
         let d = match m {
             Matrix::Float { t, .. } => {
@@ -182,8 +274,8 @@ impl Builder {
                         m.name()
                     )));
                 }
-                let w = self.bytes(t.bytes());
-                [fmt, rows as u32, cols as u32, w, 0, 0, 0, 0]
+                let w = self.bytes(arena, t.bytes())?;
+                [fmt, rows as u32, cols as u32, w, 0, 0, 0, arena as u32]
             }
             Matrix::Quant { w, scales, biases, layout } => {
                 if layout.bits != 4 && layout.bits != 8 {
@@ -200,10 +292,10 @@ impl Builder {
                         layout.group_size
                     )));
                 }
-                let wo = self.bytes(w.bytes());
-                let so = self.bytes(scales.bytes());
-                let bo = self.bytes(biases.bytes());
-                [layout.bits, rows as u32, cols as u32, wo, so, bo, layout.group_size as u32, 0]
+                let wo = self.bytes(arena, w.bytes())?;
+                let so = self.bytes(arena, scales.bytes())?;
+                let bo = self.bytes(arena, biases.bytes())?;
+                [layout.bits, rows as u32, cols as u32, wo, so, bo, layout.group_size as u32, arena as u32]
             }
         };
         let idx = self.descs.len() / D_WORDS;
@@ -221,10 +313,11 @@ pub fn check_supported(cfg: &Config) -> Result<()> {
             t.hidden_size
         )));
     }
-    if t.enable_moe_block {
-        return Err(Error::Invalid(
-            "the Metal kernels do not run MoE layers yet: use --backend wgpu or --backend cpu for this model".into(),
-        ));
+    if t.enable_moe_block && (t.top_k_experts > MAX_TOPK || t.num_experts > MAX_EXPERTS) {
+        return Err(Error::Invalid(format!(
+            "{} experts, top-{}: the Metal kernels route at most {MAX_EXPERTS} experts and {MAX_TOPK} per token",
+            t.num_experts, t.top_k_experts
+        )));
     }
     for l in &cfg.layers {
         if l.head_dim > 512 || l.head_dim % 2 != 0 {
@@ -245,11 +338,17 @@ pub fn check_supported(cfg: &Config) -> Result<()> {
 
 /// Packs `w` for the kernels, with the KV caches laid out as `kv`; `warps` is the most
 /// SIMD-groups a launch will have (the argmax partials).
-pub fn pack(cfg: &Config, w: &ModelWeights, kv: &KvLayout, warps: usize) -> Result<Packed> {
+pub fn pack(
+    cfg: &Config,
+    w: &ModelWeights,
+    kv: &KvLayout,
+    warps: usize,
+    installed: Option<&InstalledExperts>,
+) -> Result<Packed> {
     check_supported(cfg)?;
     let t = &cfg.text;
     let h = t.hidden_size;
-    let mut b = Builder { arena: Vec::new(), descs: Vec::new() };
+    let mut b = Builder { arenas: [Vec::new(), Vec::new()], descs: Vec::new() };
     let mut head = vec![0u32; H_WORDS];
     let f = |x: f32| x.to_bits();
 
@@ -288,6 +387,7 @@ pub fn pack(cfg: &Config, w: &ModelWeights, kv: &KvLayout, warps: usize) -> Resu
     }
 
     let mut layers = Vec::with_capacity(cfg.layers.len() * L_WORDS);
+    let mut expert_regions = std::collections::BTreeMap::new();
     let (mut max_q, mut max_kv, mut max_mlp) = (0, 0, 0);
     for (l, lw) in cfg.layers.iter().zip(&w.layers) {
         let mut r = vec![0u32; L_WORDS];
@@ -335,6 +435,82 @@ pub fn pack(cfg: &Config, w: &ModelWeights, kv: &KvLayout, warps: usize) -> Resu
                 r[L_PLE_POST] = NONE;
             }
         }
+        for w in &mut r[L_MOE..=L_EXPERTS] {
+            *w = NONE;
+        }
+        r[L_MOE] = 0;
+        if let Some(moe) = &lw.moe {
+            let layer = l.index;
+            let iw = t.moe_intermediate_size;
+            r[L_MOE] = 1;
+            r[L_ROUTER] = b.matrix(&moe.router_proj)?;
+            r[L_ROUTER_SCALE] = b.vec(&moe.router_scale);
+            r[L_EXPERT_SCALE] = b.vec(&moe.per_expert_scale);
+            r[L_PRE_NORM_2] = b.vec(&moe.pre_norm_2);
+            r[L_POST_NORM_1] = b.vec(&moe.post_norm_1);
+            r[L_POST_NORM_2] = b.vec(&moe.post_norm_2);
+            match (&moe.experts, installed) {
+                (Some(st), _) => {
+                    // Expert e's gate rows start at e · stride; its up rows `up_base` rows later in
+                    // the up matrix (the same fused matrix in HF form, their own in MLX form).
+                    match &st.gate_up {
+                        ExpertGateUp::Fused(m) => {
+                            let d = b.matrix_in(1, m)?;
+                            (r[L_E_GATE], r[L_E_UP], r[L_E_GATE_STRIDE], r[L_E_UP_BASE]) =
+                                (d, d, 2 * iw as u32, iw as u32);
+                        }
+                        ExpertGateUp::Split { gate, up } => {
+                            r[L_E_GATE] = b.matrix_in(1, gate)?;
+                            r[L_E_UP] = b.matrix_in(1, up)?;
+                            (r[L_E_GATE_STRIDE], r[L_E_UP_BASE]) = (iw as u32, 0);
+                        }
+                    }
+                    r[L_E_DOWN] = b.matrix_in(1, &st.down)?;
+                    (r[L_E_DOWN_STRIDE], r[L_E_SLOT_WORDS], r[L_E_SLOT_MAP]) = (h as u32, 0, 0);
+                }
+                (None, Some(inst)) => {
+                    // Each slot holds one blob: the parts at fixed offsets, one expert's rows each.
+                    let lay = inst.layout;
+                    if !lay.blob_stride.is_multiple_of(4) {
+                        return Err(Error::Invalid(format!(
+                            "expert blob stride {} is not whole words",
+                            lay.blob_stride
+                        )));
+                    }
+                    let region = b.zeros(1, inst.slots * lay.blob_stride as usize)?;
+                    expert_regions.insert(layer, region);
+                    let part = |b: &mut Builder, role: &str| -> Result<u32> {
+                        let p = lay
+                            .part(role)
+                            .ok_or_else(|| Error::Invalid(format!("expert layout has no `{role}` part")))?;
+                        b.blob_part(region, p)
+                    };
+                    match lay.part("gate_up") {
+                        Some(_) => {
+                            let d = part(&mut b, "gate_up")?;
+                            (r[L_E_GATE], r[L_E_UP], r[L_E_UP_BASE]) = (d, d, iw as u32);
+                        }
+                        None => {
+                            r[L_E_GATE] = part(&mut b, "gate")?;
+                            r[L_E_UP] = part(&mut b, "up")?;
+                            r[L_E_UP_BASE] = 0;
+                        }
+                    }
+                    r[L_E_DOWN] = part(&mut b, "down")?;
+                    (r[L_E_GATE_STRIDE], r[L_E_DOWN_STRIDE]) = (0, 0);
+                    r[L_E_SLOT_WORDS] = (lay.blob_stride / 4) as u32;
+                    r[L_E_SLOT_MAP] = inst.streamed as u32;
+                }
+                (None, None) => {
+                    return Err(Error::Invalid(
+                        "MoE layer without expert weights (an installation opened without its expert files)".into(),
+                    ))
+                }
+            }
+            r[L_E_WIDTH] = iw as u32;
+            r[L_TOPK] = t.top_k_experts as u32;
+            r[L_EXPERTS] = t.num_experts as u32;
+        }
         max_q = max_q.max(l.q_dim());
         max_kv = max_kv.max(l.kv_dim());
         max_mlp = max_mlp.max(l.mlp_width);
@@ -359,11 +535,18 @@ pub fn pack(cfg: &Config, w: &ModelWeights, kv: &KvLayout, warps: usize) -> Resu
     head[A_PG] = region(pd);
     head[A_PY] = region(h);
     head[A_BEST] = region(2 * warps);
+    let (e, k, iw) =
+        if t.enable_moe_block { (t.num_experts, t.top_k_experts, t.moe_intermediate_size) } else { (0, 0, 0) };
+    head[A_SCORES] = region(e);
+    head[A_EGU] = region(k * iw);
+    head[A_ED] = region(k * h);
+    head[A_X] = region(h);
 
     let rope_half = [t.rope_sliding.head_dim / 2, t.rope_full.head_dim / 2];
     head[H_ROPE_S] = STEP_ROPE as u32;
     head[H_ROPE_F] = (STEP_ROPE + 2 * rope_half[0]) as u32;
-    let step_len = STEP_ROPE + 2 * (rope_half[0] + rope_half[1]);
+    head[H_STEP_MAP] = (STEP_ROPE + 2 * (rope_half[0] + rope_half[1])) as u32;
+    let step_len = head[H_STEP_MAP] as usize + e;
     head[H_OUT_LOGITS] = OUT_LOGITS as u32;
     head[H_OUT_HIDDEN] = (OUT_LOGITS + t.vocab_size) as u32;
     let out_len = OUT_LOGITS + t.vocab_size + h;
@@ -373,7 +556,19 @@ pub fn pack(cfg: &Config, w: &ModelWeights, kv: &KvLayout, warps: usize) -> Resu
     let mut table = head;
     table.extend_from_slice(&layers);
     table.extend_from_slice(&b.descs);
-    Ok(Packed { table, arena: b.arena, act_len, kv_len, step_len, out_len, rope_half, cache_offsets: cache_off })
+    let [arena, arena_b] = b.arenas;
+    Ok(Packed {
+        table,
+        arena,
+        arena_b,
+        act_len,
+        kv_len,
+        step_len,
+        out_len,
+        rope_half,
+        cache_offsets: cache_off,
+        expert_regions,
+    })
 }
 
 #[cfg(test)]
@@ -416,6 +611,11 @@ mod tests {
             ("A_PG", A_PG),
             ("A_PY", A_PY),
             ("A_BEST", A_BEST),
+            ("A_SCORES", A_SCORES),
+            ("A_EGU", A_EGU),
+            ("A_ED", A_ED),
+            ("A_X", A_X),
+            ("H_STEP_MAP", H_STEP_MAP),
             ("H_WORDS", H_WORDS),
             ("L_KIND", L_KIND),
             ("L_HEAD_DIM", L_HEAD_DIM),
@@ -445,6 +645,24 @@ mod tests {
             ("L_PLE_PROJ", L_PLE_PROJ),
             ("L_PLE_POST", L_PLE_POST),
             ("L_WINDOW", L_WINDOW),
+            ("L_MOE", L_MOE),
+            ("L_ROUTER", L_ROUTER),
+            ("L_ROUTER_SCALE", L_ROUTER_SCALE),
+            ("L_EXPERT_SCALE", L_EXPERT_SCALE),
+            ("L_PRE_NORM_2", L_PRE_NORM_2),
+            ("L_POST_NORM_1", L_POST_NORM_1),
+            ("L_POST_NORM_2", L_POST_NORM_2),
+            ("L_E_GATE", L_E_GATE),
+            ("L_E_UP", L_E_UP),
+            ("L_E_DOWN", L_E_DOWN),
+            ("L_E_GATE_STRIDE", L_E_GATE_STRIDE),
+            ("L_E_UP_BASE", L_E_UP_BASE),
+            ("L_E_WIDTH", L_E_WIDTH),
+            ("L_TOPK", L_TOPK),
+            ("L_EXPERTS", L_EXPERTS),
+            ("L_E_DOWN_STRIDE", L_E_DOWN_STRIDE),
+            ("L_E_SLOT_WORDS", L_E_SLOT_WORDS),
+            ("L_E_SLOT_MAP", L_E_SLOT_MAP),
             ("L_WORDS", L_WORDS),
             ("D_FMT", D_FMT),
             ("D_ROWS", D_ROWS),
