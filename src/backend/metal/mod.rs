@@ -1,22 +1,22 @@
-//! The Metal backend: the raw-MSL kernels of `msl/`, one launch per decode step, run on an
-//! Apple GPU through wgpu's MSL passthrough (`--backend metal`) or on the CPU through the MSL
-//! emulator (`--backend msl-emu`, slow, for cross-checking the same `.metal` files).
+//! The Metal backend: the raw-MSL kernels of `msl/`, one launch per step, run on an Apple GPU
+//! through wgpu's MSL passthrough (`--backend metal`) or on the CPU through the MSL emulator
+//! (`--backend msl-emu`, slow, for cross-checking the same `.metal` files).
 //!
-//! The host is small on purpose: [`pack`] lays the weights out once (arena + program table),
-//! and each step writes the token, the position and the two rope tables (computed by
-//! `crate::reference::rope_table`, as every backend does), clears the grid-barrier counter,
-//! launches `decode_step` and reads back what the caller asked for. The KV cache has the shared
-//! layout of `crate::kv::KvLayout`.
+//! The host is small on purpose: [`pack`] lays the weights out once (arenas + program table),
+//! and each step writes its token ids, first position and each token's two rope tables
+//! (computed by `crate::reference::rope_table`, as every backend does), clears the grid-barrier
+//! counter, launches `decode_step` and reads back what the caller asked for. The KV cache has
+//! the shared layout of `crate::kv::KvLayout`.
 //!
-//! Prefill runs the decode kernel once per prompt token (exact, and what a Mac would do until a
-//! multi-token MSL prefill exists). `verify` does the same for its k + 1 tokens: its rows are
-//! decode steps, so bitwise decode's by construction, but it reads the weights k + 1 times (the
-//! one-launch verify kernel is not written yet). Its K/V rows land in the cache past the committed
-//! length, where nothing reads them: attention reads positions up to its own, each rewritten by
-//! the step that owns it, and the sliding rings hold window + `MAX_VERIFY` slots, so a rejected
-//! row never overwrites a position a later query needs (`crate::kv`). `commit(n)` then only moves
-//! the committed length. The MTP drafter reads K/V and hidden states back (`DraftContext`). MoE
-//! layers are not in the MSL kernels yet: such models are refused with an error that says so.
+//! One kernel serves every step of up to `pack::MAX_M` tokens: a decode step is one token, a
+//! `verify` the last accepted token and its drafts in one launch (each weight read once for all
+//! rows, each row's arithmetic the decode step's, so its logits are bitwise decode's), a prefill
+//! pieces of `MAX_M` tokens. The verify rows' K/V land in the cache past the committed length,
+//! where nothing reads them: attention reads positions up to its own, each rewritten by the step
+//! that owns it, and the sliding rings hold window + `MAX_VERIFY` slots, so a rejected row never
+//! overwrites a position a later query needs (`crate::kv`). `commit(n)` then only moves the
+//! committed length. The MTP drafter reads K/V and hidden states back (`DraftContext`). Streamed
+//! experts run one token per step, split after each MoE layer's router (`step`).
 
 pub mod device;
 pub mod emu;
@@ -43,10 +43,7 @@ pub const DECODE_FILES: [(&str, &str); 2] = [
 
 /// The decode program with its host-supplied definitions.
 pub fn decode_program() -> MslProgram {
-    MslProgram {
-        files: DECODE_FILES.iter().map(|(n, t)| (*n, t.to_string())).collect(),
-        defines: vec![("KESTREL_MAX_HIDDEN", pack::MAX_HIDDEN.to_string())],
-    }
+    MslProgram { files: DECODE_FILES.iter().map(|(n, t)| (*n, t.to_string())).collect(), defines: Vec::new() }
 }
 
 /// Options of a Metal-kernel backend.
@@ -65,8 +62,8 @@ impl Default for MetalOptions {
     }
 }
 
-/// Most tokens one `verify` takes (the last accepted token and up to 7 drafts).
-pub const MAX_VERIFY: usize = 8;
+/// Most tokens one `verify` takes (the last accepted token and up to 7 drafts): one launch.
+pub const MAX_VERIFY: usize = pack::MAX_M;
 
 /// The default emulator grid: four threadgroups of 64 threads (8 SIMD-groups). Enough groups
 /// that every grid barrier has real arrivals to wait for, few enough fibers to stay quick.
@@ -152,7 +149,7 @@ impl MetalBackend {
             slots: *slots,
             streamed: *streamed,
         });
-        let packed = pack::pack(&cfg, &w, &kv, launch.warps() as usize, inst.as_ref())?;
+        let packed = pack::pack(&cfg, &w, &kv, launch.groups as usize, launch.warps() as usize, inst.as_ref())?;
         let sizes = [
             packed.table.len() * 4,
             packed.arena.len() * 4,
@@ -274,21 +271,36 @@ impl MetalBackend {
         Ok(())
     }
 
-    /// One decode step of `token` at `pos`; reads back the logits when asked and appends the
-    /// step's hidden state to `last_hidden`.
-    fn step(&mut self, token: u32, pos: usize, logits: bool) -> Result<(u32, Vec<f32>)> {
+    /// Tokens one launch runs: `MAX_M`, or one when experts stream (the host routes each
+    /// token's experts between the launches of its step).
+    fn per_launch(&self) -> usize {
+        if self.streamer.is_some() {
+            1
+        } else {
+            pack::MAX_M
+        }
+    }
+
+    /// One step of `tokens` (at most `per_launch`) at `pos0..`: every token's argmax, and its
+    /// logits when asked; the tokens' hidden states are appended to `last_hidden`.
+    fn step(&mut self, tokens: &[u32], pos0: usize, logits: bool) -> Result<(Vec<u32>, Vec<f32>)> {
+        let n = tokens.len();
+        debug_assert!(n >= 1 && n <= self.per_launch());
         let s = &mut self.step_words;
-        s[0] = token;
-        s[1] = pos as u32;
+        s[pack::STEP_COUNT] = n as u32;
+        s[pack::STEP_POS] = pos0 as u32;
+        s[pack::STEP_TOKENS..pack::STEP_TOKENS + n].copy_from_slice(tokens);
         let mut at = pack::STEP_ROPE;
-        for (k, inv) in self.inv_freq.iter().enumerate() {
-            let half = self.packed.rope_half[k];
-            let (mut cos, mut sin) = (vec![0.0f32; half], vec![0.0f32; half]);
-            reference::rope_table(inv, pos, &mut cos, &mut sin);
-            for (i, v) in cos.iter().chain(&sin).enumerate() {
-                s[at + i] = v.to_bits();
+        for t in 0..n {
+            for (k, inv) in self.inv_freq.iter().enumerate() {
+                let half = self.packed.rope_half[k];
+                let (mut cos, mut sin) = (vec![0.0f32; half], vec![0.0f32; half]);
+                reference::rope_table(inv, pos0 + t, &mut cos, &mut sin);
+                for (i, v) in cos.iter().chain(&sin).enumerate() {
+                    s[at + i] = v.to_bits();
+                }
+                at += 2 * half;
             }
-            at += 2 * half;
         }
         // With streamed experts the step stops after each MoE layer's router, and the host
         // loads that layer's experts before resuming; otherwise one launch.
@@ -306,18 +318,17 @@ impl MetalBackend {
             }
         }
         if let Some(s) = &mut self.streamer {
-            s.count_tokens(1);
+            s.count_tokens(n);
         }
-        let mut word = [0u8; 4];
-        self.dev.read(Buf::Out, 0, &mut word)?;
-        let argmax = u32::from_le_bytes(word);
+        let mut argmax = vec![0u32; n];
+        self.dev.read(Buf::Out, 0, bytemuck::cast_slice_mut(&mut argmax))?;
         let h = self.cfg.text.hidden_size;
         let at = self.last_hidden.len();
-        self.last_hidden.resize(at + h, 0.0);
+        self.last_hidden.resize(at + n * h, 0.0);
         self.dev.read(Buf::Out, self.packed.out_hidden() * 4, bytemuck::cast_slice_mut(&mut self.last_hidden[at..]))?;
         let mut out = Vec::new();
         if logits {
-            out = vec![0.0f32; self.cfg.text.vocab_size];
+            out = vec![0.0f32; n * self.cfg.text.vocab_size];
             self.dev.read(Buf::Out, pack::OUT_LOGITS * 4, bytemuck::cast_slice_mut(&mut out))?;
         }
         Ok((argmax, out))
@@ -367,24 +378,29 @@ impl Backend for MetalBackend {
         self.last_hidden.clear();
         self.staged = 0;
         let mut out = StepOutput::default();
-        let n = tokens.len();
-        for (i, &tok) in tokens.iter().enumerate() {
-            let last = i + 1 == n;
+        let vocab = self.cfg.text.vocab_size;
+        let per = self.per_launch();
+        let mut done = 0;
+        for piece in tokens.chunks(per) {
+            let last = done + piece.len() == tokens.len();
             let want_logits = match readback {
                 Readback::AllLogits => true,
                 Readback::LastLogits => last,
                 Readback::Argmax | Readback::Nothing => false,
             };
-            let (am, logits) = self.step(tok, pos + i, want_logits)?;
-            self.cached = pos + i + 1;
+            let (am, logits) = self.step(piece, pos + done, want_logits)?;
+            done += piece.len();
+            self.cached = pos + done;
             match readback {
                 Readback::AllLogits => {
-                    out.argmax.push(am);
+                    out.argmax.extend_from_slice(&am);
                     out.logits.extend_from_slice(&logits);
                 }
                 Readback::LastLogits | Readback::Argmax if last => {
-                    out.argmax.push(am);
-                    out.logits = logits;
+                    out.argmax.push(*am.last().expect("a piece has tokens"));
+                    if readback == Readback::LastLogits {
+                        out.logits = logits[logits.len() - vocab..].to_vec();
+                    }
                 }
                 _ => {}
             }
@@ -414,10 +430,12 @@ impl Backend for MetalBackend {
         self.last_hidden.clear();
         let mut out = StepOutput::default();
         let mut result = Ok(());
-        for (i, &tok) in tokens.iter().enumerate() {
-            match self.step(tok, pos + i, with_logits) {
+        // One launch for every row (streamed experts: one per row, routed between launches).
+        let per = self.per_launch();
+        for (i, piece) in tokens.chunks(per).enumerate() {
+            match self.step(piece, pos + i * per, with_logits) {
                 Ok((am, logits)) => {
-                    out.argmax.push(am);
+                    out.argmax.extend_from_slice(&am);
                     out.logits.extend_from_slice(&logits);
                 }
                 Err(e) => {

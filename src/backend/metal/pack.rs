@@ -54,9 +54,17 @@ pub const A_BEST: usize = 30;
 pub const A_SCORES: usize = 31;
 pub const A_EGU: usize = 32;
 pub const A_ED: usize = 33;
-pub const A_X: usize = 34;
+pub const A_XG: usize = 34;
 pub const H_STEP_MAP: usize = 35;
-pub const H_WORDS: usize = 40;
+// Per-token strides of the activation regions whose width varies by layer or model.
+pub const H_S_Q: usize = 36;
+pub const H_S_KV: usize = 37;
+pub const H_S_GU: usize = 38;
+pub const H_ROPE_STRIDE: usize = 39;
+pub const H_S_SCORES: usize = 40;
+pub const H_S_EGU: usize = 41;
+pub const H_S_ED: usize = 42;
+pub const H_WORDS: usize = 48;
 
 // Layer record words.
 pub const L_KIND: usize = 0;
@@ -132,17 +140,20 @@ pub const MAX_EXPERTS: usize = 256;
 /// "No such weight" in a table word.
 pub const NONE: u32 = u32::MAX;
 
-/// Largest hidden size the kernels' threadgroup arrays hold (26B-A4B: 2816). Two arrays of it
-/// (22.5 KiB) fit the 32 KiB of threadgroup memory every Apple GPU has.
-pub const MAX_HIDDEN: usize = 2816;
+/// Most tokens one launch runs (decode 1; a verify or a prefill piece up to this many).
+pub const MAX_M: usize = 8;
 
-/// Layout of the per-step `step` buffer (words): token, position, resume, stop, then the rope
-/// tables, then the slot map of streamed experts.
+/// Layout of the per-step `step` buffer (words): token count, first position, resume, stop, the
+/// token ids, then each token's rope tables, then the slot map of streamed experts.
+pub const STEP_COUNT: usize = 0;
+pub const STEP_POS: usize = 1;
 pub const STEP_RESUME: usize = 2;
 pub const STEP_STOP: usize = 3;
-pub const STEP_ROPE: usize = 4;
-/// `out` buffer: word 0 the argmax, logits from here on.
-pub const OUT_LOGITS: usize = 4;
+pub const STEP_TOKENS: usize = 4;
+pub const STEP_ROPE: usize = STEP_TOKENS + MAX_M;
+/// `out` buffer: words 0..MAX_M the argmax of each token, logits from here on (then the hidden
+/// states).
+pub const OUT_LOGITS: usize = MAX_M;
 
 /// Everything the kernels need that does not change per step.
 pub struct Packed {
@@ -176,7 +187,7 @@ pub struct InstalledExperts<'a> {
 }
 
 impl Packed {
-    /// Word offset of the post-final-norm hidden state in `out`.
+    /// Word offset of the post-final-norm hidden states in `out` (token t at + t · hidden).
     pub fn out_hidden(&self) -> usize {
         self.table[H_OUT_HIDDEN] as usize
     }
@@ -307,12 +318,6 @@ impl Builder {
 /// Checks that the kernels can run `cfg` at all (before any weight is copied).
 pub fn check_supported(cfg: &Config) -> Result<()> {
     let t = &cfg.text;
-    if t.hidden_size > MAX_HIDDEN {
-        return Err(Error::Invalid(format!(
-            "hidden size {} is larger than the Metal kernels' threadgroup copy of the residual ({MAX_HIDDEN})",
-            t.hidden_size
-        )));
-    }
     if t.enable_moe_block && (t.top_k_experts > MAX_TOPK || t.num_experts > MAX_EXPERTS) {
         return Err(Error::Invalid(format!(
             "{} experts, top-{}: the Metal kernels route at most {MAX_EXPERTS} experts and {MAX_TOPK} per token",
@@ -336,12 +341,13 @@ pub fn check_supported(cfg: &Config) -> Result<()> {
     Ok(())
 }
 
-/// Packs `w` for the kernels, with the KV caches laid out as `kv`; `warps` is the most
-/// SIMD-groups a launch will have (the argmax partials).
+/// Packs `w` for the kernels, with the KV caches laid out as `kv`, for launches of `groups`
+/// threadgroups of `warps` SIMD-groups in all (each group's residual copy, the argmax partials).
 pub fn pack(
     cfg: &Config,
     w: &ModelWeights,
     kv: &KvLayout,
+    groups: usize,
     warps: usize,
     installed: Option<&InstalledExperts>,
 ) -> Result<Packed> {
@@ -524,32 +530,41 @@ pub fn pack(
         act_len += n.div_ceil(4) * 4;
         o as u32
     };
-    head[A_Q] = region(max_q);
-    head[A_K] = region(max_kv);
-    head[A_V] = region(max_kv);
-    head[A_ATT] = region(max_q);
-    head[A_O] = region(h);
-    head[A_GU] = region(max_mlp);
-    head[A_M] = region(h);
-    head[A_PLE] = region(cfg.layers.len() * pd);
-    head[A_PG] = region(pd);
-    head[A_PY] = region(h);
-    head[A_BEST] = region(2 * warps);
+    // Every region holds MAX_M tokens' rows at its stride.
     let (e, k, iw) =
         if t.enable_moe_block { (t.num_experts, t.top_k_experts, t.moe_intermediate_size) } else { (0, 0, 0) };
-    head[A_SCORES] = region(e);
-    head[A_EGU] = region(k * iw);
-    head[A_ED] = region(k * h);
-    head[A_X] = region(h);
+    head[H_S_Q] = max_q as u32;
+    head[H_S_KV] = max_kv as u32;
+    head[H_S_GU] = max_mlp as u32;
+    head[H_S_SCORES] = e as u32;
+    head[H_S_EGU] = (k * iw) as u32;
+    head[H_S_ED] = (k * h) as u32;
+    head[A_Q] = region(MAX_M * max_q);
+    head[A_K] = region(MAX_M * max_kv);
+    head[A_V] = region(MAX_M * max_kv);
+    head[A_ATT] = region(MAX_M * max_q);
+    head[A_O] = region(MAX_M * h);
+    head[A_GU] = region(MAX_M * max_mlp);
+    head[A_M] = region(MAX_M * h);
+    head[A_PLE] = region(MAX_M * cfg.layers.len() * pd);
+    head[A_PG] = region(MAX_M * pd);
+    head[A_PY] = region(MAX_M * h);
+    head[A_BEST] = region(2 * MAX_M * warps);
+    head[A_SCORES] = region(MAX_M * e);
+    head[A_EGU] = region(MAX_M * k * iw);
+    head[A_ED] = region(MAX_M * k * h);
+    head[A_XG] = region(groups * MAX_M * h);
 
     let rope_half = [t.rope_sliding.head_dim / 2, t.rope_full.head_dim / 2];
+    let rope_stride = 2 * (rope_half[0] + rope_half[1]);
     head[H_ROPE_S] = STEP_ROPE as u32;
     head[H_ROPE_F] = (STEP_ROPE + 2 * rope_half[0]) as u32;
-    head[H_STEP_MAP] = (STEP_ROPE + 2 * (rope_half[0] + rope_half[1])) as u32;
+    head[H_ROPE_STRIDE] = rope_stride as u32;
+    head[H_STEP_MAP] = (STEP_ROPE + MAX_M * rope_stride) as u32;
     let step_len = head[H_STEP_MAP] as usize + e;
     head[H_OUT_LOGITS] = OUT_LOGITS as u32;
-    head[H_OUT_HIDDEN] = (OUT_LOGITS + t.vocab_size) as u32;
-    let out_len = OUT_LOGITS + t.vocab_size + h;
+    head[H_OUT_HIDDEN] = (OUT_LOGITS + MAX_M * t.vocab_size) as u32;
+    let out_len = OUT_LOGITS + MAX_M * (t.vocab_size + h);
 
     head[H_LAYER_BASE] = H_WORDS as u32;
     head[H_DESC_BASE] = (H_WORDS + layers.len()) as u32;
@@ -614,8 +629,15 @@ mod tests {
             ("A_SCORES", A_SCORES),
             ("A_EGU", A_EGU),
             ("A_ED", A_ED),
-            ("A_X", A_X),
+            ("A_XG", A_XG),
             ("H_STEP_MAP", H_STEP_MAP),
+            ("H_S_Q", H_S_Q),
+            ("H_S_KV", H_S_KV),
+            ("H_S_GU", H_S_GU),
+            ("H_ROPE_STRIDE", H_ROPE_STRIDE),
+            ("H_S_SCORES", H_S_SCORES),
+            ("H_S_EGU", H_S_EGU),
+            ("H_S_ED", H_S_ED),
             ("H_WORDS", H_WORDS),
             ("L_KIND", L_KIND),
             ("L_HEAD_DIM", L_HEAD_DIM),
