@@ -783,6 +783,27 @@ fn msl_emu_matches_reference_ids() {
     }
 }
 
+/// `kestrel bench` on a backend other than wgpu measures pp and tg; `--compare A,B` runs two
+/// backends in one process: each one's figures, B's rates over A's, and whether their greedy ids
+/// agree (they must: cpu and msl-emu both give transformers' ids on the embedded model).
+#[test]
+fn bench_runs_any_backend_and_compares_two() {
+    let o = succeeds(&["bench", "--backend", "msl-emu", "-p", "8", "-n", "4", "-r", "1", "--json"]).unwrap();
+    let v = json_of(&o);
+    assert_eq!(v["backend"], "msl-emu", "{v}");
+    assert!(v["pp"]["tok_s"].as_f64().unwrap() > 0.0 && v["tg"]["tok_s"].as_f64().unwrap() > 0.0, "{v}");
+    let o = succeeds(&["bench", "--compare", "cpu,msl-emu", "-p", "8", "-n", "6", "-r", "1", "--json"]).unwrap();
+    let v = json_of(&o);
+    let names: Vec<&str> = v["backends"].as_array().unwrap().iter().map(|b| b["backend"].as_str().unwrap()).collect();
+    assert_eq!(names, ["cpu", "msl-emu"], "{v}");
+    assert_eq!(v["tokens_agree"], true, "{v}");
+    let tg = |i: usize| v["backends"][i]["tg"]["tok_s"].as_f64().unwrap();
+    assert!((v["tg_ratio"].as_f64().unwrap() - tg(1) / tg(0)).abs() < 1e-9, "{v}");
+    usage_fails(&["bench", "--compare", "cpu,foo"], &["foo"]);
+    fails(&["bench", "--compare", "cpu"], &["--compare", "two backends"]);
+    fails(&["bench", "--backend", "cpu", "--skip", "x"], &["--skip", "wgpu"]);
+}
+
 /// Without an Apple GPU, `--backend metal` fails with one line that says what it needs and
 /// names both ways out.
 #[cfg(not(target_os = "macos"))]
