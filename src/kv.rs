@@ -81,6 +81,31 @@ impl KvLayout {
     pub fn bytes(&self) -> u64 {
         self.caches.iter().map(|c| c.bytes()).sum()
     }
+
+    /// The cache the MTP drafter reads for `kind` (its producer layer's, spec §3.2), checked to
+    /// hold `positions` when `cached` positions are committed (and, in a ring, all at once).
+    pub fn producer_cache(
+        &self,
+        cfg: &Config,
+        kind: AttnKind,
+        positions: &std::ops::Range<usize>,
+        cached: usize,
+    ) -> crate::error::Result<usize> {
+        let layer = cfg.producer(kind).ok_or_else(|| {
+            crate::error::Error::Invalid(format!(
+                "the target has no cache-owning {kind:?} layer for the drafter to read"
+            ))
+        })?;
+        let c = self.read_cache[layer];
+        let cs = &self.caches[c];
+        if positions.end > cached || (kind == AttnKind::Sliding && positions.len() > cs.slots) {
+            return Err(crate::error::Error::Invalid(format!(
+                "K/V of positions {positions:?} requested, the cache holds 0..{cached} (ring of {})",
+                cs.slots
+            )));
+        }
+        Ok(c)
+    }
 }
 
 #[cfg(test)]

@@ -94,15 +94,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut pp_profile = Vec::new();
     if args.n_prompt > 0 {
         let prompt = ids(args.n_prompt, vocab);
-        let mut rates = Vec::new();
-        for _ in 0..args.reps {
-            b.reset();
-            let t0 = Instant::now();
-            b.prefill_prompt(&prompt, args.model.chunk, Readback::Argmax)?;
-            rates.push(args.n_prompt as f64 / t0.elapsed().as_secs_f64());
-        }
-        rates.sort_by(f64::total_cmp);
-        pp = Some((rates[rates.len() / 2], rates[0], rates[rates.len() - 1]));
+        pp = Some(time_prefill(&mut b, &prompt, &args)?);
         // One profiled chunk (the first), when the whole step runs in one pass.
         if b.gpu().can_profile() && b.stream_stats().is_none() {
             b.reset();
@@ -328,6 +320,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `-r` timed passes of `prompt` in chunks, each from an empty cache: the median, slowest and
+/// fastest tok/s.
+fn time_prefill(b: &mut dyn Backend, prompt: &[u32], args: &BenchArgs) -> anyhow::Result<(f64, f64, f64)> {
+    let mut rates = Vec::new();
+    for _ in 0..args.reps {
+        b.reset();
+        let t0 = Instant::now();
+        b.prefill_prompt(prompt, args.model.chunk, Readback::Argmax)?;
+        rates.push(prompt.len() as f64 / t0.elapsed().as_secs_f64());
+    }
+    rates.sort_by(f64::total_cmp);
+    Ok((rates[rates.len() / 2], rates[0], rates[rates.len() - 1]))
+}
+
 /// What the backend-neutral bench measures: pp (median, slowest, fastest tok/s), tg (tok/s and
 /// seconds per token) and the greedy ids tg produced.
 struct Measured {
@@ -347,15 +353,7 @@ fn measure(b: &mut dyn Backend, args: &BenchArgs) -> anyhow::Result<Measured> {
         let prompt = ids(args.n_prompt, vocab);
         b.reset();
         b.prefill_prompt(&prompt, args.model.chunk, Readback::Argmax)?;
-        let mut rates = Vec::new();
-        for _ in 0..args.reps {
-            b.reset();
-            let t0 = Instant::now();
-            b.prefill_prompt(&prompt, args.model.chunk, Readback::Argmax)?;
-            rates.push(args.n_prompt as f64 / t0.elapsed().as_secs_f64());
-        }
-        rates.sort_by(f64::total_cmp);
-        pp = Some((rates[rates.len() / 2], rates[0], rates[rates.len() - 1]));
+        pp = Some(time_prefill(b, &prompt, args)?);
     }
     let mut tg = None;
     let mut out = Vec::new();

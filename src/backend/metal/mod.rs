@@ -478,17 +478,8 @@ impl crate::spec::DraftContext for MetalBackend {
         self.weights.scaled_embedding(&self.cfg, token)
     }
     fn producer_kv(&self, kind: AttnKind, positions: std::ops::Range<usize>) -> Result<crate::spec::KvRows> {
-        let layer = self.cfg.producer(kind).ok_or_else(|| {
-            Error::Invalid(format!("the target has no cache-owning {kind:?} layer for the drafter to read"))
-        })?;
-        let c = self.kv.read_cache[layer];
+        let c = self.kv.producer_cache(&self.cfg, kind, &positions, self.cached)?;
         let cs = &self.kv.caches[c];
-        if positions.end > self.cached || (kind == AttnKind::Sliding && positions.len() > cs.slots) {
-            return Err(Error::Invalid(format!(
-                "K/V of positions {positions:?} requested, the cache holds 0..{} (ring of {})",
-                self.cached, cs.slots
-            )));
-        }
         let (k_off, v_off) = self.packed.cache_offsets[c];
         let row = cs.slot_elems();
         let read = |base: usize| -> Result<Vec<f32>> {
