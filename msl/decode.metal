@@ -86,6 +86,7 @@ enum : uint {
     A_Q = 20, A_K = 21, A_V = 22, A_ATT = 23, A_O = 24, A_GU = 25, A_M = 26, A_PLE = 27,
     A_PG = 28, A_PY = 29, A_BEST = 30, A_SCORES = 31, A_EGU = 32, A_ED = 33, A_XG = 34, H_STEP_MAP = 35,
     H_S_Q = 36, H_S_KV = 37, H_S_GU = 38, H_ROPE_STRIDE = 39, H_S_SCORES = 40, H_S_EGU = 41, H_S_ED = 42,
+    H_DRAFT = 43,
     H_WORDS = 48,
 };
 enum : uint {

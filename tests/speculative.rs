@@ -161,6 +161,66 @@ fn msl_emu_verify_logits_are_bitwise_sequential_decode() {
     check_verify_bitwise("msl-emu", &|m| Some(msl_emu(m)));
 }
 
+/// msl-emu with `d` packed beside the target: the engine then drafts with `draft_block` on the
+/// device (`Backend::draft`).
+fn msl_emu_drafting(m: &Model, d: &Drafter) -> Box<dyn Backend> {
+    let opts =
+        MetalOptions { max_ctx: 256, drafter: Some((d.config().clone(), d.weights().clone())), ..Default::default() };
+    Box::new(MetalBackend::emulated(m.cfg.clone(), m.weights.clone(), opts).expect("the msl-emu backend builds"))
+}
+
+/// The device drafter (`draft_block` in msl/draft.metal, through the MSL emulator) proposes the
+/// host drafter's tokens (`Drafter::draft_block`, the f32 reference) in every round: both pairs
+/// (the centroid-masked head of tiny-e2b-assistant, the plain head of the copy drafter), both
+/// forms, k = 3, twenty rounds after the long prompt (the sliding window wrapped), each round
+/// committing what the target accepts.
+#[test]
+fn msl_emu_device_drafter_proposes_the_host_drafters_tokens() {
+    for (target, assistant) in PAIRS {
+        for (form, reference) in FORMS {
+            let (model, drafter) = open_pair(target, assistant, form);
+            let r = &load_refs(target, reference)[2];
+            let mut b = msl_emu_drafting(&model, &drafter);
+            let h = model.cfg.text.hidden_size;
+            let mut next = b.prefill(&r.prompt, 0, Readback::Argmax).unwrap().argmax[0];
+            let mut pos = r.prompt.len();
+            let mut hidden = b.draft_context().unwrap().last_hidden().unwrap()[..].to_vec();
+            hidden = hidden[hidden.len() - h..].to_vec();
+            let mut accepted = 0;
+            for round in 0..20 {
+                let dev = b.draft(next, &hidden, pos, 3).unwrap().expect("a device drafter");
+                let host: Vec<u32> = drafter
+                    .draft_block(b.draft_context().unwrap(), next, &hidden, pos, 3)
+                    .unwrap()
+                    .into_iter()
+                    .map(|s| s.token)
+                    .collect();
+                assert_eq!(
+                    dev, host,
+                    "{target}+{assistant} {form} round {round}: device drafts differ from the host's"
+                );
+                let mut tokens = vec![next];
+                tokens.extend_from_slice(&dev);
+                let v = b.verify(&tokens, pos, false).unwrap();
+                let n = dev.iter().zip(&v.argmax).take_while(|(d, t)| d == t).count();
+                b.commit(n + 1).unwrap();
+                let rows = b.draft_context().unwrap().last_hidden().unwrap();
+                hidden = rows[n * h..(n + 1) * h].to_vec();
+                next = v.argmax[n];
+                pos += n + 1;
+                accepted += n;
+            }
+            if target == "tiny-moe" {
+                // Rounds after an accepted draft feed the hidden row of that draft (row n > 0).
+                assert!(accepted > 0, "{target}+{assistant} {form}: no draft accepted in 20 rounds");
+            }
+            eprintln!(
+                "msl-emu {target}+{assistant} {form}: 20 rounds, device drafts = host drafts, {accepted} accepted"
+            );
+        }
+    }
+}
+
 fn msl_emu(m: &Model) -> Box<dyn Backend> {
     Box::new(
         MetalBackend::emulated(m.cfg.clone(), m.weights.clone(), MetalOptions { max_ctx: 256, ..Default::default() })
@@ -170,7 +230,8 @@ fn msl_emu(m: &Model) -> Box<dyn Backend> {
 
 /// Speculative == greedy on the Metal kernels (through the MSL emulator), both pairs, both
 /// forms, the long prompt and 64 new tokens (the 16-token window crossed several times), k = 1
-/// and 3; the copy drafter of tiny-moe must get drafts accepted, so the accept path runs.
+/// and 3 drafting on the host, k = 2 with the device drafter; the copy drafter of tiny-moe must
+/// get drafts accepted, so the accept path runs.
 #[test]
 fn msl_emu_speculative_equals_greedy() {
     for (target, assistant) in PAIRS {
@@ -180,9 +241,11 @@ fn msl_emu_speculative_equals_greedy() {
             let p = GenerateParams { max_new: 64, ..params(model.stop_ids.clone(), true) };
             let want = greedy_on(msl_emu(&model).as_mut(), &r.prompt, &p);
             assert_eq!(want[..48], r.generated[..], "msl-emu {target}/{form}: greedy differs from {reference}");
-            for k in [1, 3] {
-                let (got, st) = speculative_on(msl_emu(&model).as_mut(), &drafter, k, &r.prompt, &p);
-                assert_eq!(got, want, "msl-emu {target}/{form} k={k}: speculative output differs from greedy");
+            for (k, device) in [(1, false), (3, false), (2, true)] {
+                let mut b = if device { msl_emu_drafting(&model, &drafter) } else { msl_emu(&model) };
+                let (got, st) = speculative_on(b.as_mut(), &drafter, k, &r.prompt, &p);
+                let how = if device { "device drafter" } else { "host drafter" };
+                assert_eq!(got, want, "msl-emu {target}/{form} k={k} ({how}): speculative output differs from greedy");
                 let accepted: usize = st.accepted.iter().sum();
                 let drafted_out = st.from_draft.iter().filter(|&&d| d).count();
                 assert_eq!(
@@ -193,7 +256,7 @@ fn msl_emu_speculative_equals_greedy() {
                     assert!(accepted > 0, "msl-emu {target}/{form} k={k}: no draft accepted ({st:?})");
                     assert!(st.target_passes < got.len(), "msl-emu {target}/{form} k={k}: a pass per token");
                 }
-                eprintln!("msl-emu {target}+{assistant} {form} k={k}: 64 tokens equal greedy; {accepted} drafts accepted, {:.2} tokens/pass", st.tokens_per_pass());
+                eprintln!("msl-emu {target}+{assistant} {form} k={k} ({how}): 64 tokens equal greedy; {accepted} drafts accepted, {:.2} tokens/pass", st.tokens_per_pass());
             }
         }
     }

@@ -150,6 +150,15 @@ pub trait Backend {
         None
     }
 
+    /// Drafts `k` tokens with the MTP drafter this backend was built with, on its device: `token`
+    /// fed at `pos` (the committed length) with `hidden`, the target's post-final-norm hidden
+    /// state of the row that produced `token`. `None` when the backend has no drafter of its own
+    /// (the engine then runs the host drafter, `crate::spec::Drafter`).
+    fn draft(&mut self, token: u32, hidden: &[f32], pos: usize, k: usize) -> Result<Option<Vec<u32>>> {
+        let _ = (token, hidden, pos, k);
+        Ok(None)
+    }
+
     /// Expert-streaming figures (hit rate, bytes read), when MoE experts stream from disk.
     fn stream_stats(&self) -> Option<crate::streamer::StreamStats> {
         None

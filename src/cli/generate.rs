@@ -32,6 +32,16 @@ pub fn load_model(args: &ModelArgs) -> anyhow::Result<Model> {
 
 /// Builds the backend chosen by `--backend` for `model`.
 pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn Backend>> {
+    open_backend_with(args, model, None)
+}
+
+/// [`open_backend`], with the MTP drafter a backend that drafts on its device (metal, msl-emu)
+/// packs beside the target.
+pub fn open_backend_with(
+    args: &ModelArgs,
+    model: &Model,
+    drafter: Option<&Drafter>,
+) -> anyhow::Result<Box<dyn Backend>> {
     let max_pos = model.cfg.text.max_position_embeddings;
     let ctx = args.ctx_for(max_pos);
     if ctx == 0 || ctx > max_pos {
@@ -62,7 +72,11 @@ pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn B
             )
         }
         BackendKind::Metal | BackendKind::MslEmu => {
-            let opts = MetalOptions { max_ctx: ctx, launch: None, expert_slots };
+            if let Some(d) = drafter {
+                d.check_target(&model.cfg)?;
+            }
+            let drafter = drafter.map(|d| (d.config().clone(), d.weights().clone()));
+            let opts = MetalOptions { max_ctx: ctx, launch: None, expert_slots, drafter };
             let (cfg, w) = (model.cfg.clone(), model.weights.clone());
             if args.backend == BackendKind::Metal {
                 Box::new(MetalBackend::on_gpu(cfg, w, opts).context("starting the metal backend")?)
@@ -164,7 +178,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     }
     let max_pos = model.cfg.text.max_position_embeddings;
     engine::check_context(prompt.len(), args.max_new, args.model.ctx_for(max_pos), max_pos)?;
-    let mut backend = open_backend(&args.model, &model)?;
+    let mut backend = open_backend_with(&args.model, &model, drafter.as_ref())?;
 
     let params = GenerateParams {
         max_new: args.max_new,

@@ -125,6 +125,9 @@ pub fn generate(
         let kk = k.min(params.max_new - out.len()).min(room).min(backend.max_verify().saturating_sub(1));
         let drafts: Vec<u32> = if kk == 0 {
             Vec::new()
+        } else if let Some(d) = backend.draft(next, &hidden, pos, kk)? {
+            // The backend's own device drafter (built from the same drafter model).
+            d
         } else {
             let ctx = backend.draft_context().expect("checked above");
             drafter.draft_block(ctx, next, &hidden, pos, kk)?.into_iter().map(|s| s.token).collect()

@@ -146,6 +146,11 @@ impl Drafter {
         &self.cfg
     }
 
+    /// The drafter's weights (a device drafter packs them).
+    pub fn weights(&self) -> &Arc<ModelWeights> {
+        &self.w
+    }
+
     /// The target hidden size this drafter expects.
     pub fn backbone_hidden(&self) -> usize {
         self.assistant_cfg().backbone_hidden_size

@@ -15,8 +15,10 @@
 //! where nothing reads them: attention reads positions up to its own, each rewritten by the step
 //! that owns it, and the sliding rings hold window + `MAX_VERIFY` slots, so a rejected row never
 //! overwrites a position a later query needs (`crate::kv`). `commit(n)` then only moves the
-//! committed length. The MTP drafter reads K/V and hidden states back (`DraftContext`). Streamed
-//! experts run one token per step, split after each MoE layer's router (`step`).
+//! committed length. Built with a drafter (`MetalOptions::drafter`), `Backend::draft` runs all
+//! k drafter steps in one `draft_block` launch over the target's K/V in place; the host
+//! drafter reads K/V and hidden states back (`DraftContext`) otherwise. Streamed experts run
+//! one token per step, split after each MoE layer's router (`step`).
 
 pub mod device;
 pub mod emu;
@@ -35,11 +37,16 @@ use crate::streamer::{ExpertSlots, StreamStats, Streamer};
 
 pub use device::{Buf, EmuDevice, Launch, MslDevice, MslProgram};
 
-/// The `.metal` files of the decode program, in translation-unit order.
-pub const DECODE_FILES: [(&str, &str); 2] = [
+/// The `.metal` files of the program, in translation-unit order: `decode_step` and the drafter's
+/// `draft_block` (which uses decode.metal's helpers).
+pub const DECODE_FILES: [(&str, &str); 3] = [
     ("grid_sync.metal", include_str!("../../../msl/grid_sync.metal")),
     ("decode.metal", include_str!("../../../msl/decode.metal")),
+    ("draft.metal", include_str!("../../../msl/draft.metal")),
 ];
+
+/// The program's kernels.
+pub const KERNELS: [&str; 2] = ["decode_step", "draft_block"];
 
 /// The decode program with its host-supplied definitions.
 pub fn decode_program() -> MslProgram {
@@ -47,18 +54,21 @@ pub fn decode_program() -> MslProgram {
 }
 
 /// Options of a Metal-kernel backend.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct MetalOptions {
     pub max_ctx: usize,
     /// Grid of the decode launch; `None` picks the device's default.
     pub launch: Option<Launch>,
     /// An installation's experts: slots per MoE layer (streamed), or all resident.
     pub expert_slots: ExpertSlots,
+    /// An MTP drafter (`gemma4_assistant` config and weights) to run on the device
+    /// (`draft_block`), reading this target's K/V in place.
+    pub drafter: Option<(Config, Arc<ModelWeights>)>,
 }
 
 impl Default for MetalOptions {
     fn default() -> Self {
-        MetalOptions { max_ctx: 4096, launch: None, expert_slots: ExpertSlots::All }
+        MetalOptions { max_ctx: 4096, launch: None, expert_slots: ExpertSlots::All, drafter: None }
     }
 }
 
@@ -149,7 +159,9 @@ impl MetalBackend {
             slots: *slots,
             streamed: *streamed,
         });
-        let packed = pack::pack(&cfg, &w, &kv, launch.groups as usize, launch.warps() as usize, inst.as_ref())?;
+        let drafter = opts.drafter.as_ref().map(|(c, w)| (c, w.as_ref()));
+        let packed =
+            pack::pack(&cfg, &w, &kv, launch.groups as usize, launch.warps() as usize, inst.as_ref(), drafter)?;
         let sizes = [
             packed.table.len() * 4,
             packed.arena.len() * 4,
@@ -203,14 +215,19 @@ impl MetalBackend {
 
     /// One launch of `decode_step` with the step words as they are; reports a stalled barrier.
     fn launch_once(&mut self) -> Result<()> {
+        self.launch_kernel("decode_step")
+    }
+
+    /// One launch of `kernel` with the step words as they are; reports a stalled barrier.
+    fn launch_kernel(&mut self, kernel: &str) -> Result<()> {
         self.dev.write(Buf::Step, 0, bytemuck::cast_slice(&self.step_words))?;
         self.dev.write(Buf::Sync, 0, &[0u8; 256])?;
-        self.dev.launch("decode_step", self.launch)?;
+        self.dev.launch(kernel, self.launch)?;
         let mut stall = [0u8; 4];
         self.dev.read(Buf::Sync, 32 * 4, &mut stall)?;
         if u32::from_le_bytes(stall) != 0 {
             return Err(Error::Gpu(format!(
-                "{}: a grid barrier of decode_step timed out: the {} threadgroups were not all resident at once; launch fewer",
+                "{}: a grid barrier of {kernel} timed out: the {} threadgroups were not all resident at once; launch fewer",
                 self.dev.name(),
                 self.launch.groups
             )));
@@ -464,6 +481,43 @@ impl Backend for MetalBackend {
     }
     fn stream_stats(&self) -> Option<StreamStats> {
         self.streamer.as_ref().map(|s| s.stats())
+    }
+    fn draft(&mut self, token: u32, hidden: &[f32], pos: usize, k: usize) -> Result<Option<Vec<u32>>> {
+        if self.packed.table[pack::H_DRAFT] == 0 {
+            return Ok(None);
+        }
+        let h = self.cfg.text.hidden_size;
+        if k == 0 || k >= pack::MAX_M || hidden.len() != h || pos == 0 || pos > self.cached {
+            return Err(Error::Invalid(format!(
+                "draft of {k} tokens at position {pos} with a hidden row of {} values: 1..{} drafts, {h} values, a position in 1..={}",
+                hidden.len(),
+                pack::MAX_M,
+                self.cached
+            )));
+        }
+        let s = &mut self.step_words;
+        s[0] = token;
+        s[1] = pos as u32;
+        s[2] = k as u32;
+        let mut at = pack::STEP_ROPE;
+        for (i, inv) in self.inv_freq.iter().enumerate() {
+            let half = self.packed.rope_half[i];
+            let (mut cos, mut sin) = (vec![0.0f32; half], vec![0.0f32; half]);
+            reference::rope_table(inv, pos, &mut cos, &mut sin);
+            for (j, v) in cos.iter().chain(&sin).enumerate() {
+                s[at + j] = v.to_bits();
+            }
+            at += 2 * half;
+        }
+        let dh = self.packed.table[pack::H_DRAFT] as usize;
+        let hidden_at = self.packed.table[dh + pack::DH_STEP_HIDDEN] as usize;
+        for (j, v) in hidden.iter().enumerate() {
+            s[hidden_at + j] = v.to_bits();
+        }
+        self.launch_kernel("draft_block")?;
+        let mut drafts = vec![0u32; k];
+        self.dev.read(Buf::Out, 0, bytemuck::cast_slice_mut(&mut drafts))?;
+        Ok(Some(drafts))
     }
 }
 

@@ -64,7 +64,42 @@ pub const H_ROPE_STRIDE: usize = 39;
 pub const H_S_SCORES: usize = 40;
 pub const H_S_EGU: usize = 41;
 pub const H_S_ED: usize = 42;
+/// Table offset of the drafter's header (draft.metal's DH_* words); 0 without a drafter.
+pub const H_DRAFT: usize = 43;
 pub const H_WORDS: usize = 48;
+
+// The drafter's header (msl/draft.metal).
+pub const DH_HIDDEN: usize = 0;
+pub const DH_BACKBONE: usize = 1;
+pub const DH_LAYERS: usize = 2;
+pub const DH_EPS: usize = 3;
+pub const DH_WINDOW: usize = 4;
+pub const DH_PRE: usize = 5;
+pub const DH_POST: usize = 6;
+pub const DH_EMBED: usize = 7;
+pub const DH_FINAL_NORM: usize = 8;
+pub const DH_CENTROIDS: usize = 9;
+pub const DH_ORDER: usize = 10;
+pub const DH_N_CENTROIDS: usize = 11;
+pub const DH_TOPK_C: usize = 12;
+pub const DH_LAYER_BASE: usize = 13;
+pub const DH_TARGET_EMBED: usize = 14;
+pub const DH_EMBED_SCALE: usize = 15;
+pub const DH_STEP_HIDDEN: usize = 16;
+pub const DA_X: usize = 17;
+pub const DA_XG: usize = 18;
+pub const DA_Q: usize = 19;
+pub const DA_ATT: usize = 20;
+pub const DA_O: usize = 21;
+pub const DA_GU: usize = 22;
+pub const DA_M: usize = 23;
+pub const DA_H: usize = 24;
+pub const DA_SCORES: usize = 25;
+pub const DA_BEST: usize = 26;
+pub const DA_TOK: usize = 27;
+pub const DH_WORDS: usize = 32;
+/// Most centroids the drafter's masked head keeps (`csel` in draft.metal).
+pub const MAX_TOPK_C: usize = 64;
 
 // Layer record words.
 pub const L_KIND: usize = 0;
@@ -315,6 +350,118 @@ impl Builder {
     }
 }
 
+/// The drafter's header and layer records (its matrices go to `b`, its activations after
+/// `act_len`, its step input at `step_at`); the caller places them in the table.
+#[allow(clippy::too_many_arguments)]
+fn pack_drafter(
+    b: &mut Builder,
+    target: &Config,
+    head: &[u32],
+    kv: &KvLayout,
+    cache_off: &[(usize, usize)],
+    dc: &Config,
+    dw: &ModelWeights,
+    groups: usize,
+    warps: usize,
+    act_len: &mut usize,
+    step_at: usize,
+) -> Result<(Vec<u32>, Vec<u32>)> {
+    let (a, aw) = match (&dc.assistant, &dw.assistant) {
+        (Some(a), Some(aw)) => (a, aw),
+        _ => return Err(Error::Invalid("the drafter is not a gemma4_assistant model".into())),
+    };
+    let t = &dc.text;
+    let (hd, hb) = (t.hidden_size, a.backbone_hidden_size);
+    if hb != target.text.hidden_size {
+        return Err(Error::Invalid(format!(
+            "drafter backbone_hidden_size {hb} ≠ target hidden {}",
+            target.text.hidden_size
+        )));
+    }
+    let mut d = vec![0u32; DH_WORDS];
+    d[DH_HIDDEN] = hd as u32;
+    d[DH_BACKBONE] = hb as u32;
+    d[DH_LAYERS] = dc.layers.len() as u32;
+    d[DH_EPS] = t.rms_norm_eps.to_bits();
+    d[DH_WINDOW] = t.sliding_window as u32;
+    d[DH_PRE] = b.matrix(&aw.pre_projection)?;
+    d[DH_POST] = b.matrix(&aw.post_projection)?;
+    d[DH_EMBED] = b.matrix(&dw.embed)?;
+    d[DH_FINAL_NORM] = b.vec(&dw.final_norm);
+    d[DH_TARGET_EMBED] = head[H_EMBED];
+    d[DH_EMBED_SCALE] = crate::reference::embed_scale(hb).to_bits();
+    match (&aw.centroids, &aw.token_ordering) {
+        (Some(cm), Some(order)) if a.use_ordered_embeddings => {
+            if a.centroid_intermediate_top_k > MAX_TOPK_C {
+                return Err(Error::Invalid(format!(
+                    "drafter keeps {} centroids: the Metal kernels keep at most {MAX_TOPK_C}",
+                    a.centroid_intermediate_top_k
+                )));
+            }
+            d[DH_CENTROIDS] = b.matrix(cm)?;
+            d[DH_ORDER] = b.bytes(0, bytemuck::cast_slice(order))?;
+            d[DH_N_CENTROIDS] = a.num_centroids as u32;
+            d[DH_TOPK_C] = a.centroid_intermediate_top_k as u32;
+        }
+        _ => d[DH_CENTROIDS] = NONE,
+    }
+    let mut layers = Vec::with_capacity(dc.layers.len() * L_WORDS);
+    let (mut max_q, mut max_mlp) = (0, 0);
+    for (l, lw) in dc.layers.iter().zip(&dw.layers) {
+        let producer = target.producer(l.kind).ok_or_else(|| {
+            Error::Invalid(format!("the target has no cache-owning {:?} layer for the drafter to read", l.kind))
+        })?;
+        let c = kv.read_cache[producer];
+        let cs = &kv.caches[c];
+        if cs.head_dim != l.head_dim || l.n_heads % cs.n_kv_heads != 0 || l.head_dim > 512 {
+            return Err(Error::Invalid(format!(
+                "drafter layer {}: {} heads × {} cannot attend to the target's {} KV heads × {}",
+                l.index, l.n_heads, l.head_dim, cs.n_kv_heads, cs.head_dim
+            )));
+        }
+        let mut r = vec![NONE; L_WORDS];
+        r[L_KIND] = (l.kind == AttnKind::Full) as u32;
+        r[L_HEAD_DIM] = l.head_dim as u32;
+        r[L_HEADS] = l.n_heads as u32;
+        r[L_KV_HEADS] = cs.n_kv_heads as u32;
+        (r[L_K_OFF], r[L_V_OFF]) = (cache_off[c].0 as u32, cache_off[c].1 as u32);
+        r[L_SLOTS] = cs.slots as u32;
+        r[L_MLP] = l.mlp_width as u32;
+        r[L_IN_NORM] = b.vec(&lw.input_norm);
+        r[L_Q_NORM] = b.vec(&lw.q_norm);
+        r[L_POST_ATTN] = b.vec(&lw.post_attn_norm);
+        r[L_PRE_FF] = b.vec(&lw.pre_ff_norm);
+        r[L_POST_FF] = b.vec(&lw.post_ff_norm);
+        r[L_SCALAR] = lw.layer_scalar.to_bits();
+        r[L_Q] = b.matrix(&lw.q_proj)?;
+        r[L_O] = b.matrix(&lw.o_proj)?;
+        r[L_GATE] = b.matrix(&lw.gate_proj)?;
+        r[L_UP] = b.matrix(&lw.up_proj)?;
+        r[L_DOWN] = b.matrix(&lw.down_proj)?;
+        max_q = max_q.max(l.q_dim());
+        max_mlp = max_mlp.max(l.mlp_width);
+        layers.extend_from_slice(&r);
+    }
+    let mut region = |n: usize| {
+        let o = *act_len;
+        *act_len += n.div_ceil(4) * 4;
+        o as u32
+    };
+    d[DA_X] = region(hd);
+    d[DA_XG] = region(groups * hd);
+    d[DA_Q] = region(max_q);
+    d[DA_ATT] = region(max_q);
+    d[DA_O] = region(hd);
+    d[DA_GU] = region(max_mlp);
+    d[DA_M] = region(hd);
+    d[DA_H] = region(2 * hb);
+    d[DA_SCORES] = region(a.num_centroids.max(1));
+    d[DA_BEST] = region(2 * warps);
+    d[DA_TOK] = region(MAX_M);
+    d[DH_STEP_HIDDEN] = step_at as u32;
+    Ok((d, layers))
+}
+
 /// Checks that the kernels can run `cfg` at all (before any weight is copied).
 pub fn check_supported(cfg: &Config) -> Result<()> {
     let t = &cfg.text;
@@ -350,6 +497,7 @@ pub fn pack(
     groups: usize,
     warps: usize,
     installed: Option<&InstalledExperts>,
+    drafter: Option<(&Config, &ModelWeights)>,
 ) -> Result<Packed> {
     check_supported(cfg)?;
     let t = &cfg.text;
@@ -568,9 +716,24 @@ pub fn pack(
 
     head[H_LAYER_BASE] = H_WORDS as u32;
     head[H_DESC_BASE] = (H_WORDS + layers.len()) as u32;
+    let mut step_len = step_len;
+    let draft = match drafter {
+        Some((dc, dw)) => {
+            let d = pack_drafter(&mut b, cfg, &head, kv, &cache_off, dc, dw, groups, warps, &mut act_len, step_len)?;
+            step_len += cfg.text.hidden_size;
+            Some(d)
+        }
+        None => None,
+    };
     let mut table = head;
     table.extend_from_slice(&layers);
     table.extend_from_slice(&b.descs);
+    if let Some((mut dhead, dlayers)) = draft {
+        table[H_DRAFT] = table.len() as u32;
+        dhead[DH_LAYER_BASE] = (table.len() + DH_WORDS) as u32;
+        table.extend_from_slice(&dhead);
+        table.extend_from_slice(&dlayers);
+    }
     let [arena, arena_b] = b.arenas;
     Ok(Packed {
         table,
@@ -593,7 +756,7 @@ mod tests {
     /// Every `NAME = value` of the enums at the top of decode.metal equals the constant here.
     #[test]
     fn table_layout_matches_the_msl() {
-        let msl = include_str!("../../../msl/decode.metal");
+        let msl = concat!(include_str!("../../../msl/decode.metal"), include_str!("../../../msl/draft.metal"));
         let ours: &[(&str, usize)] = &[
             ("H_HIDDEN", H_HIDDEN),
             ("H_VOCAB", H_VOCAB),
@@ -638,6 +801,36 @@ mod tests {
             ("H_S_SCORES", H_S_SCORES),
             ("H_S_EGU", H_S_EGU),
             ("H_S_ED", H_S_ED),
+            ("H_DRAFT", H_DRAFT),
+            ("DH_HIDDEN", DH_HIDDEN),
+            ("DH_BACKBONE", DH_BACKBONE),
+            ("DH_LAYERS", DH_LAYERS),
+            ("DH_EPS", DH_EPS),
+            ("DH_WINDOW", DH_WINDOW),
+            ("DH_PRE", DH_PRE),
+            ("DH_POST", DH_POST),
+            ("DH_EMBED", DH_EMBED),
+            ("DH_FINAL_NORM", DH_FINAL_NORM),
+            ("DH_CENTROIDS", DH_CENTROIDS),
+            ("DH_ORDER", DH_ORDER),
+            ("DH_N_CENTROIDS", DH_N_CENTROIDS),
+            ("DH_TOPK_C", DH_TOPK_C),
+            ("DH_LAYER_BASE", DH_LAYER_BASE),
+            ("DH_TARGET_EMBED", DH_TARGET_EMBED),
+            ("DH_EMBED_SCALE", DH_EMBED_SCALE),
+            ("DH_STEP_HIDDEN", DH_STEP_HIDDEN),
+            ("DA_X", DA_X),
+            ("DA_XG", DA_XG),
+            ("DA_Q", DA_Q),
+            ("DA_ATT", DA_ATT),
+            ("DA_O", DA_O),
+            ("DA_GU", DA_GU),
+            ("DA_M", DA_M),
+            ("DA_H", DA_H),
+            ("DA_SCORES", DA_SCORES),
+            ("DA_BEST", DA_BEST),
+            ("DA_TOK", DA_TOK),
+            ("DH_WORDS", DH_WORDS),
             ("H_WORDS", H_WORDS),
             ("L_KIND", L_KIND),
             ("L_HEAD_DIM", L_HEAD_DIM),
@@ -714,6 +907,6 @@ mod tests {
         for &(name, value) in ours {
             assert_eq!(theirs.get(name), Some(&value), "{name} differs between pack.rs and decode.metal");
         }
-        assert_eq!(theirs.len(), ours.len(), "decode.metal has table words pack.rs does not know");
+        assert_eq!(theirs.len(), ours.len(), "the MSL has table words pack.rs does not know");
     }
 }

@@ -65,8 +65,8 @@ pub struct PassthroughDevice {
     gpu: MetalGpu,
     bufs: Vec<wgpu::Buffer>,
     bind: wgpu::BindGroup,
-    pipeline: wgpu::ComputePipeline,
-    entry: String,
+    /// One pipeline per kernel of the program (`super::KERNELS`).
+    pipelines: Vec<(&'static str, wgpu::ComputePipeline)>,
 }
 
 impl PassthroughDevice {
@@ -112,13 +112,15 @@ impl PassthroughDevice {
                 .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
                 .collect::<Vec<_>>(),
         });
-        let entry = "decode_step".to_string();
         let scope_v = d.push_error_scope(wgpu::ErrorFilter::Validation);
         let scope_i = d.push_error_scope(wgpu::ErrorFilter::Internal);
-        let entry_points = [wgpu::PassthroughShaderEntryPoint {
-            name: Cow::Borrowed(entry.as_str()),
-            workgroup_size: (launch.threads, 1, 1),
-        }];
+        let entry_points: Vec<wgpu::PassthroughShaderEntryPoint> = super::KERNELS
+            .iter()
+            .map(|k| wgpu::PassthroughShaderEntryPoint {
+                name: Cow::Borrowed(k),
+                workgroup_size: (launch.threads, 1, 1),
+            })
+            .collect();
         // SAFETY: wgpu does not validate passthrough source; the MSL is this crate's own
         // `msl/` files, whose buffers and bounds the emulator checks (tests/msl_emu.rs).
         let module = unsafe {
@@ -129,20 +131,29 @@ impl PassthroughDevice {
                 ..Default::default()
             })
         };
-        let pipeline = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("decode_step"),
-            layout: Some(&layout),
-            module: &module,
-            entry_point: Some(&entry),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let pipelines: Vec<(&'static str, wgpu::ComputePipeline)> = super::KERNELS
+            .iter()
+            .map(|&k| {
+                let p = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(k),
+                    layout: Some(&layout),
+                    module: &module,
+                    entry_point: Some(k),
+                    compilation_options: Default::default(),
+                    cache: None,
+                });
+                (k, p)
+            })
+            .collect();
         for scope in [scope_i, scope_v] {
             if let Some(e) = pollster::block_on(scope.pop()) {
-                return Err(Error::Gpu(format!("Metal rejected kernel `{entry}` (msl/decode.metal): {e}")));
+                return Err(Error::Gpu(format!(
+                    "Metal rejected the kernels {} (msl/): {e}",
+                    super::KERNELS.join(", ")
+                )));
             }
         }
-        Ok(PassthroughDevice { gpu, bufs, bind, pipeline, entry })
+        Ok(PassthroughDevice { gpu, bufs, bind, pipelines })
     }
 }
 
@@ -179,14 +190,15 @@ impl MslDevice for PassthroughDevice {
         Ok(())
     }
     fn launch(&mut self, kernel: &str, launch: Launch) -> Result<()> {
-        if kernel != self.entry {
-            return Err(Error::Invalid(format!("kernel `{kernel}` is not in the Metal program")));
-        }
+        let pipeline = match self.pipelines.iter().find(|(k, _)| *k == kernel) {
+            Some((_, p)) => p,
+            None => return Err(Error::Invalid(format!("kernel `{kernel}` is not in the Metal program"))),
+        };
         let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         {
             let mut pass =
                 enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(kernel), timestamp_writes: None });
-            pass.set_pipeline(&self.pipeline);
+            pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &self.bind, &[]);
             pass.dispatch_workgroups(launch.groups, 1, 1);
         }
