@@ -718,19 +718,18 @@ fn broken_pipe_exits_zero() {
     }
 }
 
-/// The binary reproduces transformers' greedy ids for the fixture's long prompt, in one prefill
-/// chunk and in several.
-#[test]
-fn wgpu_matches_reference_ids() {
+/// `generate --backend BACKEND` on tiny-e2b in both forms, the long prompt (40 tokens, past
+/// twice the sliding window), 48 ids with EOS ignored, for each `--chunk` in `chunks`: the
+/// reference's ids. None when a wgpu run found no adapter (tests/common's skip rule).
+fn long_prompt_matches_reference(backend: &str, chunks: &[&str]) -> Option<()> {
     let long = prompt("long");
     let ids = id_list(&long);
     for (form, reference) in common::FORMS {
-        let refs = common::load_refs("tiny-e2b", reference);
-        let r = &refs[2];
+        let r = &common::load_refs("tiny-e2b", reference)[2];
         assert_eq!(r.prompt, long, "reference prompt 2 is the 'long' prompt");
         assert_eq!(r.generated.len(), 48);
         let dir = common::fixtures().join("tiny-e2b").join(form);
-        for chunk in ["128", "16"] {
+        for chunk in chunks {
             let args = [
                 "generate",
                 "--model",
@@ -742,45 +741,34 @@ fn wgpu_matches_reference_ids() {
                 "--ignore-eos",
                 "--json",
                 "--backend",
-                "wgpu",
+                backend,
                 "--chunk",
                 chunk,
             ];
-            let Some(o) = succeeds(&args) else { return };
-            let v = json_of(&o);
-            assert_eq!(ids_of(&v), r.generated, "tiny-e2b/{form} --chunk {chunk}: ids differ from {reference}");
+            let v = json_of(&succeeds(&args)?);
+            assert_eq!(
+                ids_of(&v),
+                r.generated,
+                "tiny-e2b/{form} on {backend}, --chunk {chunk}: ids differ from {reference}"
+            );
             assert_eq!(v["stats"]["prompt_tokens"], 40);
+            assert_eq!(v["stats"]["backend"], backend, "{v}");
         }
     }
+    Some(())
 }
 
-/// `--backend msl-emu` (the Metal kernels compiled for the CPU) reproduces transformers' greedy
-/// ids for the long prompt, which wraps the sliding window twice, in both weight forms.
+/// The binary reproduces transformers' greedy ids for the fixture's long prompt, in one prefill
+/// chunk and in several.
+#[test]
+fn wgpu_matches_reference_ids() {
+    long_prompt_matches_reference("wgpu", &["128", "16"]);
+}
+
+/// `--backend msl-emu` (the Metal kernels compiled for the CPU) does too.
 #[test]
 fn msl_emu_matches_reference_ids() {
-    let long = prompt("long");
-    let ids = id_list(&long);
-    for (form, reference) in common::FORMS {
-        let r = &common::load_refs("tiny-e2b", reference)[2];
-        assert_eq!(r.prompt, long, "reference prompt 2 is the 'long' prompt");
-        let dir = common::fixtures().join("tiny-e2b").join(form);
-        let args = [
-            "generate",
-            "--model",
-            dir.to_str().unwrap(),
-            "--prompt-ids",
-            &ids,
-            "--max-new",
-            "48",
-            "--ignore-eos",
-            "--json",
-            "--backend",
-            "msl-emu",
-        ];
-        let v = json_of(&succeeds(&args).unwrap());
-        assert_eq!(ids_of(&v), r.generated, "tiny-e2b/{form} on msl-emu: ids differ from {reference}");
-        assert_eq!(v["stats"]["backend"], "msl-emu", "{v}");
-    }
+    long_prompt_matches_reference("msl-emu", &["512"]).expect("msl-emu needs no adapter");
 }
 
 /// `kestrel bench` on a backend other than wgpu measures pp and tg; `--compare A,B` runs two

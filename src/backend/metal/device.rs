@@ -35,19 +35,15 @@ impl Launch {
     }
 }
 
-/// The MSL translation unit: the `.metal` files in order, after a generated prelude of defines.
+/// The MSL translation unit: the `.metal` files in order.
 pub struct MslProgram {
-    pub files: Vec<(&'static str, String)>,
-    pub defines: Vec<(&'static str, String)>,
+    pub files: Vec<(&'static str, &'static str)>,
 }
 
 impl MslProgram {
-    /// One source string, as Metal's `newLibraryWithSource` takes it (the defines first).
+    /// One source string, as Metal's `newLibraryWithSource` takes it.
     pub fn source(&self) -> String {
         let mut s = String::new();
-        for (k, v) in &self.defines {
-            s.push_str(&format!("#define {k} {v}\n"));
-        }
         for (name, text) in &self.files {
             s.push_str(&format!("#line 1 \"{name}\"\n"));
             s.push_str(text);
@@ -80,9 +76,7 @@ pub struct EmuDevice {
 impl EmuDevice {
     /// Compiles `program` and allocates buffers of `sizes` bytes (zeroed).
     pub fn new(program: &MslProgram, sizes: [usize; BUFFERS], opts: DispatchOptions) -> Result<Self> {
-        let files: Vec<(&str, &str)> = program.files.iter().map(|(n, t)| (*n, t.as_str())).collect();
-        let defines: Vec<(&str, &str)> = program.defines.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let lib = EmuLibrary::build(&EmuBuild { files: &files, defines: &defines, ..EmuBuild::default() })?;
+        let lib = EmuLibrary::build(&EmuBuild { files: &program.files, ..EmuBuild::default() })?;
         // Metal buffers are never empty; nor are these (a zero-length slice has no address).
         let bufs = sizes.iter().map(|&n| AlignedBytes::new(n.max(16))).collect();
         Ok(EmuDevice { lib, bufs, opts })

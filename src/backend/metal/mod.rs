@@ -50,7 +50,7 @@ pub const KERNELS: [&str; 2] = ["decode_step", "draft_block"];
 
 /// The decode program with its host-supplied definitions.
 pub fn decode_program() -> MslProgram {
-    MslProgram { files: DECODE_FILES.iter().map(|(n, t)| (*n, t.to_string())).collect(), defines: Vec::new() }
+    MslProgram { files: DECODE_FILES.to_vec() }
 }
 
 /// Options of a Metal-kernel backend.
@@ -101,6 +101,10 @@ pub struct MetalBackend {
     /// Streamed experts: the slot caches, and the bytes from one blob to the next.
     streamer: Option<Streamer>,
     expert_stride: usize,
+    /// cos | sin of one rope (allocated once: the step loop writes rope tables every token).
+    rope_scratch: Vec<f32>,
+    /// Streamed experts: the MoE layers a step stops after (empty: one launch per step).
+    stops: Vec<usize>,
 }
 
 impl MetalBackend {
@@ -135,7 +139,6 @@ impl MetalBackend {
                 launch.groups, launch.threads
             )));
         }
-        pack::check_supported(&cfg)?;
         // An installation's experts: every one resident (slot = expert), or streamed through
         // `slots` per layer, which must hold one token's top-k (a step routes one token at a time).
         let (installed, streamer) = match (&w.expert_files, opts.expert_slots) {
@@ -188,9 +191,13 @@ impl MetalBackend {
         let state_bytes = ((packed.act_len + packed.kv_len) * 4) as u64;
         let step_words = vec![0u32; packed.step_len];
         let expert_stride = installed.as_ref().map_or(0, |(f, _, _)| f.layout.blob_stride as usize);
+        let rope_scratch = vec![0.0f32; 2 * packed.rope_half[0].max(packed.rope_half[1])];
+        let stops = if streamer.is_some() { packed.expert_regions.keys().copied().collect() } else { Vec::new() };
         Ok(MetalBackend {
+            stops,
             streamer,
             expert_stride,
+            rope_scratch,
             cfg,
             weights: w,
             kv,
@@ -211,11 +218,6 @@ impl MetalBackend {
     /// The grid each step launches.
     pub fn launch_shape(&self) -> Launch {
         self.launch
-    }
-
-    /// One launch of `decode_step` with the step words as they are; reports a stalled barrier.
-    fn launch_once(&mut self) -> Result<()> {
-        self.launch_kernel("decode_step")
     }
 
     /// One launch of `kernel` with the step words as they are; reports a stalled barrier.
@@ -288,6 +290,22 @@ impl MetalBackend {
         Ok(())
     }
 
+    /// Token slot `t`'s rope tables in the step words: cos | sin of `pos` for the sliding rope,
+    /// then for the full one (`crate::reference::rope_table`, as every backend computes them).
+    fn write_rope(&mut self, t: usize, pos: usize) {
+        let stride = 2 * (self.packed.rope_half[0] + self.packed.rope_half[1]);
+        let mut at = pack::STEP_ROPE + t * stride;
+        for (k, inv) in self.inv_freq.iter().enumerate() {
+            let half = self.packed.rope_half[k];
+            let (cos, sin) = self.rope_scratch.split_at_mut(half);
+            reference::rope_table(inv, pos, cos, &mut sin[..half]);
+            for (i, v) in self.rope_scratch[..2 * half].iter().enumerate() {
+                self.step_words[at + i] = v.to_bits();
+            }
+            at += 2 * half;
+        }
+    }
+
     /// Tokens one launch runs: `MAX_M`, or one when experts stream (the host routes each
     /// token's experts between the launches of its step).
     fn per_launch(&self) -> usize {
@@ -307,29 +325,18 @@ impl MetalBackend {
         s[pack::STEP_COUNT] = n as u32;
         s[pack::STEP_POS] = pos0 as u32;
         s[pack::STEP_TOKENS..pack::STEP_TOKENS + n].copy_from_slice(tokens);
-        let mut at = pack::STEP_ROPE;
         for t in 0..n {
-            for (k, inv) in self.inv_freq.iter().enumerate() {
-                let half = self.packed.rope_half[k];
-                let (mut cos, mut sin) = (vec![0.0f32; half], vec![0.0f32; half]);
-                reference::rope_table(inv, pos0 + t, &mut cos, &mut sin);
-                for (i, v) in cos.iter().chain(&sin).enumerate() {
-                    s[at + i] = v.to_bits();
-                }
-                at += 2 * half;
-            }
+            self.write_rope(t, pos0 + t);
         }
         // With streamed experts the step stops after each MoE layer's router, and the host
         // loads that layer's experts before resuming; otherwise one launch.
-        let stops: Vec<usize> =
-            if self.streamer.is_some() { self.packed.expert_regions.keys().copied().collect() } else { Vec::new() };
         let mut resume = 0u32;
-        for i in 0..=stops.len() {
-            let stop = stops.get(i).map_or(pack::NONE, |&l| l as u32);
+        for i in 0..=self.stops.len() {
+            let stop = self.stops.get(i).copied();
             self.step_words[pack::STEP_RESUME] = resume;
-            self.step_words[pack::STEP_STOP] = stop;
-            self.launch_once()?;
-            if let Some(&layer) = stops.get(i) {
+            self.step_words[pack::STEP_STOP] = stop.map_or(pack::NONE, |l| l as u32);
+            self.launch_kernel("decode_step")?;
+            if let Some(layer) = stop {
                 self.load_routed(layer)?;
                 resume = layer as u32 + 1;
             }
@@ -337,17 +344,16 @@ impl MetalBackend {
         if let Some(s) = &mut self.streamer {
             s.count_tokens(n);
         }
-        let mut argmax = vec![0u32; n];
-        self.dev.read(Buf::Out, 0, bytemuck::cast_slice_mut(&mut argmax))?;
+        // The argmax words and the logits are adjacent in `out`: one read for both.
+        let vocab = self.cfg.text.vocab_size;
+        let mut head = vec![0u32; pack::OUT_LOGITS + if logits { n * vocab } else { 0 }];
+        self.dev.read(Buf::Out, 0, bytemuck::cast_slice_mut(&mut head))?;
+        let argmax = head[..n].to_vec();
+        let out: Vec<f32> = head[pack::OUT_LOGITS..].iter().map(|&b| f32::from_bits(b)).collect();
         let h = self.cfg.text.hidden_size;
         let at = self.last_hidden.len();
         self.last_hidden.resize(at + n * h, 0.0);
         self.dev.read(Buf::Out, self.packed.out_hidden() * 4, bytemuck::cast_slice_mut(&mut self.last_hidden[at..]))?;
-        let mut out = Vec::new();
-        if logits {
-            out = vec![0.0f32; n * self.cfg.text.vocab_size];
-            self.dev.read(Buf::Out, pack::OUT_LOGITS * 4, bytemuck::cast_slice_mut(&mut out))?;
-        }
         Ok((argmax, out))
     }
 }
@@ -499,16 +505,8 @@ impl Backend for MetalBackend {
         s[0] = token;
         s[1] = pos as u32;
         s[2] = k as u32;
-        let mut at = pack::STEP_ROPE;
-        for (i, inv) in self.inv_freq.iter().enumerate() {
-            let half = self.packed.rope_half[i];
-            let (mut cos, mut sin) = (vec![0.0f32; half], vec![0.0f32; half]);
-            reference::rope_table(inv, pos, &mut cos, &mut sin);
-            for (j, v) in cos.iter().chain(&sin).enumerate() {
-                s[at + j] = v.to_bits();
-            }
-            at += 2 * half;
-        }
+        self.write_rope(0, pos);
+        let s = &mut self.step_words;
         let dh = self.packed.table[pack::H_DRAFT] as usize;
         let hidden_at = self.packed.table[dh + pack::DH_STEP_HIDDEN] as usize;
         for (j, v) in hidden.iter().enumerate() {
