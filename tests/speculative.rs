@@ -12,7 +12,7 @@ mod common;
 use common::*;
 use kestrel::backend::cpu::CpuBackend;
 use kestrel::backend::metal::{MetalBackend, MetalOptions};
-use kestrel::backend::wgpu::WgpuOptions;
+use kestrel::backend::wgpu::{DraftModel, WgpuOptions};
 use kestrel::backend::{Backend, Readback};
 use kestrel::engine::speculative::{self, SpecStats};
 use kestrel::engine::{self, GenerateParams};
@@ -176,13 +176,34 @@ fn msl_emu_drafting(m: &Model, d: &Drafter) -> Box<dyn Backend> {
 /// committing what the target accepts.
 #[test]
 fn msl_emu_device_drafter_proposes_the_host_drafters_tokens() {
+    check_device_drafts("msl-emu", &|m, d| Some(msl_emu_drafting(m, d)));
+}
+
+/// wgpu with `d` recorded beside the target (its drafter program over the target's caches).
+fn wgpu_drafting(m: &Model, d: &Drafter) -> Option<Box<dyn Backend>> {
+    let drafter = Some(DraftModel(d.config().clone(), d.weights().clone()));
+    let b = wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, drafter, ..Default::default() })?;
+    Some(Box::new(b))
+}
+
+/// The wgpu drafter (builder/drafter.rs: the target's blocks over the drafter's config, the
+/// centroid head of draft_select/score/pick.wgsl) proposes the host drafter's tokens: as
+/// [`msl_emu_device_drafter_proposes_the_host_drafters_tokens`].
+#[test]
+fn wgpu_device_drafter_proposes_the_host_drafters_tokens() {
+    check_device_drafts("wgpu", &|m, d| wgpu_drafting(m, d));
+}
+
+/// 20 rounds of k = 3 after the long prompt: `Backend::draft` (the device drafter, fed the hidden
+/// row the host read back) equals `Drafter::draft_block` on the same K/V, every round.
+fn check_device_drafts(tag: &str, make: &dyn Fn(&Model, &Drafter) -> Option<Box<dyn Backend>>) {
     for (target, assistant) in PAIRS {
         for (form, reference) in FORMS {
             let (model, drafter) = open_pair(target, assistant, form);
             let r = &load_refs(target, reference)[2];
-            let mut b = msl_emu_drafting(&model, &drafter);
+            let Some(mut b) = make(&model, &drafter) else { return };
             let h = model.cfg.text.hidden_size;
-            let mut next = b.prefill(&r.prompt, 0, Readback::Argmax).unwrap().argmax[0];
+            let mut next = *b.prefill_prompt(&r.prompt, 16, Readback::Argmax).unwrap().argmax.last().unwrap();
             let mut pos = r.prompt.len();
             let mut hidden = b.draft_context().unwrap().last_hidden().unwrap()[..].to_vec();
             hidden = hidden[hidden.len() - h..].to_vec();
@@ -197,7 +218,7 @@ fn msl_emu_device_drafter_proposes_the_host_drafters_tokens() {
                     .collect();
                 assert_eq!(
                     dev, host,
-                    "{target}+{assistant} {form} round {round}: device drafts differ from the host's"
+                    "{tag} {target}+{assistant} {form} round {round}: device drafts differ from the host's"
                 );
                 let mut tokens = vec![next];
                 tokens.extend_from_slice(&dev);
@@ -214,9 +235,7 @@ fn msl_emu_device_drafter_proposes_the_host_drafters_tokens() {
                 // Rounds after an accepted draft feed the hidden row of that draft (row n > 0).
                 assert!(accepted > 0, "{target}+{assistant} {form}: no draft accepted in 20 rounds");
             }
-            eprintln!(
-                "msl-emu {target}+{assistant} {form}: 20 rounds, device drafts = host drafts, {accepted} accepted"
-            );
+            eprintln!("{tag} {target}+{assistant} {form}: 20 rounds, device drafts = host drafts, {accepted} accepted");
         }
     }
 }
@@ -362,12 +381,17 @@ fn wgpu_speculative_equals_greedy() {
             let make = || wgpu_backend(&model, WgpuOptions { max_ctx: 256, max_chunk: 16, ..Default::default() });
             let Some(mut g) = make() else { return };
             let want = greedy_on(&mut g, &r.prompt, &p);
-            let ks: &[usize] = if form == "hf" { &[1, 3] } else { &[2] };
-            for &k in ks {
-                let mut b = make().unwrap();
-                let (got, st) = speculative_on(&mut b, &drafter, k, &r.prompt, &p);
-                assert_eq!(got, want, "wgpu {target}/{form} k={k}: speculative output differs from greedy");
-                eprintln!("wgpu {target}+{assistant} {form} k={k}: 64 tokens equal greedy; {:.2} tokens/pass, acceptance {:?}", st.tokens_per_pass(), st.acceptance());
+            // Host drafter (drafts read back, then verify) and the device drafter (draft_verify:
+            // drafts and verify in one submission).
+            let runs: &[(usize, bool)] =
+                if form == "hf" { &[(1, false), (3, false), (1, true), (3, true)] } else { &[(2, false), (2, true)] };
+            for &(k, device) in runs {
+                let mut b: Box<dyn Backend> =
+                    if device { wgpu_drafting(&model, &drafter).unwrap() } else { Box::new(make().unwrap()) };
+                let (got, st) = speculative_on(b.as_mut(), &drafter, k, &r.prompt, &p);
+                let how = if device { "device drafter" } else { "host drafter" };
+                assert_eq!(got, want, "wgpu {target}/{form} k={k} ({how}): speculative output differs from greedy");
+                eprintln!("wgpu {target}+{assistant} {form} k={k} ({how}): 64 tokens equal greedy; {:.2} tokens/pass, acceptance {:?}", st.tokens_per_pass(), st.acceptance());
                 let accepted: usize = st.accepted.iter().sum();
                 let drafted_out = st.from_draft.iter().filter(|&&d| d).count();
                 assert_eq!(drafted_out, accepted, "wgpu {target}/{form} k={k}: accepted drafts vs tokens from drafts");

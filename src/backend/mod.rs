@@ -159,6 +159,16 @@ pub trait Backend {
         Ok(None)
     }
 
+    /// One speculative round on the device, for a backend built with a drafter: drafts `k`
+    /// tokens from `token` (at `pos`, the committed length) and the hidden row of the step that
+    /// produced it, kept on the device, then verifies `[token, drafts]` as [`Backend::verify`]
+    /// does (commit follows), the host waiting once. Returns the drafts and the verify's argmax.
+    /// `None`: no device drafter here (the engine drafts, then calls `verify`).
+    fn draft_verify(&mut self, token: u32, pos: usize, k: usize) -> Result<Option<(Vec<u32>, StepOutput)>> {
+        let _ = (token, pos, k);
+        Ok(None)
+    }
+
     /// Expert-streaming figures (hit rate, bytes read), when MoE experts stream from disk.
     fn stream_stats(&self) -> Option<crate::streamer::StreamStats> {
         None

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{GenerateArgs, ModelArgs};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::metal::{MetalBackend, MetalOptions};
-use crate::backend::wgpu::{WgpuBackend, WgpuOptions};
+use crate::backend::wgpu::{DraftModel, WgpuBackend, WgpuOptions};
 use crate::backend::{Backend, BackendKind};
 use crate::chat::{self, Message};
 use crate::engine::speculative;
@@ -35,8 +35,8 @@ pub fn open_backend(args: &ModelArgs, model: &Model) -> anyhow::Result<Box<dyn B
     open_backend_with(args, model, None)
 }
 
-/// [`open_backend`], with the MTP drafter a backend that drafts on its device (metal, msl-emu)
-/// packs beside the target.
+/// [`open_backend`], with the MTP drafter a backend that drafts on its device (wgpu, metal,
+/// msl-emu) records or packs beside the target.
 pub fn open_backend_with(
     args: &ModelArgs,
     model: &Model,
@@ -58,12 +58,16 @@ pub fn open_backend_with(
             Box::new(CpuBackend::with_experts(model.cfg.clone(), model.weights.clone(), ctx, expert_slots)?)
         }
         BackendKind::Wgpu => {
+            if let Some(d) = drafter {
+                d.check_target(&model.cfg)?;
+            }
             let opts = WgpuOptions {
                 max_ctx: ctx,
                 max_chunk: args.chunk,
                 max_binding: None,
                 expert_slots,
                 tuning,
+                drafter: drafter.map(|d| DraftModel(d.config().clone(), d.weights().clone())),
                 ..WgpuOptions::default()
             };
             Box::new(

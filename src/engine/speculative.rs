@@ -100,9 +100,10 @@ pub fn generate(
         *backend.prefill_prompt(prompt, params.chunk, Readback::Argmax)?.argmax.last().expect("one argmax per step");
     let mut pos = prompt.len();
     stats.prompt_time = t0.elapsed();
-    // The target hidden that produced `next`: the last row of the last step.
+    // The row of the target's last step whose hidden produced `next` (None: its last row). Read
+    // back only for a drafter that is not the backend's own.
     let h = backend.config().text.hidden_size;
-    let mut hidden = last_row(backend, h)?;
+    let mut hidden_row: Option<usize> = None;
 
     // `emit` returns true when generation is over (a stop id or max_new).
     let mut emit = |tok: u32, out: &mut Vec<u32>, stats: &mut GenStats| -> Result<bool> {
@@ -123,19 +124,31 @@ pub fn generate(
         // wanted and the cache can hold (the last verified row needs no slot afterwards).
         let room = max_ctx.saturating_sub(pos + 1);
         let kk = k.min(params.max_new - out.len()).min(room).min(backend.max_verify().saturating_sub(1));
-        let drafts: Vec<u32> = if kk == 0 {
-            Vec::new()
-        } else if let Some(d) = backend.draft(next, &hidden, pos, kk)? {
-            // The backend's own device drafter (built from the same drafter model).
-            d
-        } else {
-            let ctx = backend.draft_context().expect("checked above");
-            drafter.draft_block(ctx, next, &hidden, pos, kk)?.into_iter().map(|s| s.token).collect()
+        // The backend's own device drafter (built from the same drafter model) drafts and
+        // verifies in one go where it can; else the drafts come first, then the verify.
+        let on_device = if kk == 0 { None } else { backend.draft_verify(next, pos, kk)? };
+        let (drafts, v) = match on_device {
+            Some(round) => round,
+            None => {
+                let drafts: Vec<u32> = if kk == 0 {
+                    Vec::new()
+                } else {
+                    let hidden = hidden_of(backend, h, hidden_row)?;
+                    match backend.draft(next, &hidden, pos, kk)? {
+                        Some(d) => d,
+                        None => {
+                            let ctx = backend.draft_context().expect("checked above");
+                            drafter.draft_block(ctx, next, &hidden, pos, kk)?.into_iter().map(|s| s.token).collect()
+                        }
+                    }
+                };
+                let mut tokens = Vec::with_capacity(kk + 1);
+                tokens.push(next);
+                tokens.extend_from_slice(&drafts);
+                let v = backend.verify(&tokens, pos, false)?;
+                (drafts, v)
+            }
         };
-        let mut tokens = Vec::with_capacity(kk + 1);
-        tokens.push(next);
-        tokens.extend_from_slice(&drafts);
-        let v = backend.verify(&tokens, pos, false)?;
         spec.target_passes += 1;
         let n = drafts.iter().zip(&v.argmax).take_while(|(d, t)| d == t).count();
         for j in 0..drafts.len() {
@@ -145,10 +158,7 @@ pub fn generate(
             }
         }
         backend.commit(n + 1)?;
-        hidden = {
-            let rows = backend.draft_context().expect("checked above").last_hidden()?;
-            rows[n * h..(n + 1) * h].to_vec()
-        };
+        hidden_row = Some(n);
         pos += n + 1;
         next = v.argmax[n];
         for (j, &tok) in drafts[..n].iter().chain(std::iter::once(&next)).enumerate() {
@@ -166,10 +176,16 @@ pub fn generate(
     Ok((out, stats, spec))
 }
 
-fn last_row(backend: &dyn Backend, h: usize) -> Result<Vec<f32>> {
+/// Row `row` (None: the last) of the target's last step's hidden states, read back.
+fn hidden_of(backend: &dyn Backend, h: usize, row: Option<usize>) -> Result<Vec<f32>> {
     let rows = backend.draft_context().expect("checked by the caller").last_hidden()?;
-    if rows.len() < h {
-        return Err(Error::Invalid("the target kept no hidden state after prefill".into()));
-    }
-    Ok(rows[rows.len() - h..].to_vec())
+    let r = match row {
+        Some(r) => r,
+        None => (rows.len() / h)
+            .checked_sub(1)
+            .ok_or_else(|| Error::Invalid("the target kept no hidden state after prefill".into()))?,
+    };
+    rows.get(r * h..(r + 1) * h)
+        .map(<[f32]>::to_vec)
+        .ok_or_else(|| Error::Invalid(format!("the target's last step kept no hidden row {r}")))
 }

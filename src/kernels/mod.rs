@@ -178,6 +178,12 @@ pub enum Kernel {
     SoftcapArgmax,
     /// Each row's first maximum among its chunks' (pass 2).
     ArgmaxMerge,
+    /// The MTP drafter's centroid head (draft_select / draft_score / draft_pick.wgsl): the top
+    /// centroids' clusters, their tokens' logits against the drafter's embedding (of that
+    /// format), the first maximum.
+    DraftSelect,
+    DraftScore(Format),
+    DraftPick,
     /// MoE: softmax, top-k and weights of the router logits (the chosen experts' logits and
     /// scales staged in workgroup memory).
     RouterTopk,
@@ -283,6 +289,9 @@ impl Kernel {
             Kernel::GeluMulSums => "gelu_mul_sums".into(),
             Kernel::SoftcapArgmax => "softcap_argmax".into(),
             Kernel::ArgmaxMerge => "argmax_merge".into(),
+            Kernel::DraftSelect => "draft_select".into(),
+            Kernel::DraftScore(f) => format!("draft_score_{}", f.name()),
+            Kernel::DraftPick => "draft_pick".into(),
             Kernel::RouterTopk => "router_topk".into(),
             Kernel::MoeMatmul(f) => format!("moe_matmul_{}", f.name()),
             Kernel::MoeGroup => "moe_group".into(),
@@ -366,6 +375,8 @@ impl Kernel {
             Kernel::GeluMul => &[ReadWrite, Read, Uniform, Uniform],
             Kernel::GeluMulSums => &[ReadWrite, Read, Uniform, Uniform, ReadWrite, Read],
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::DraftSelect | Kernel::DraftPick => &[Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::DraftScore(_) => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::MoeMatmul(_)
             | Kernel::MoeMatmulGrouped(_)

@@ -91,6 +91,21 @@ pub struct EmbedParams {
     pub _pad: [u32; 3],
 }
 
+/// Params of the MTP drafter's centroid head (draft_params.wgsl).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct DraftHeadParams {
+    pub n_centroids: u32,
+    pub top_k: u32,
+    /// Tokens per cluster (vocab / n_centroids).
+    pub per: u32,
+    pub cols: u32,
+    pub gs: u32,
+    pub row0: u32,
+    pub rows: u32,
+    pub _pad: u32,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
 pub struct NormParams {

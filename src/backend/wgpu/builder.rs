@@ -8,6 +8,9 @@ use super::*;
 use crate::config::LayerSpec;
 use crate::loader::{LayerWeights, MoeWeights};
 
+mod drafter;
+pub(super) use drafter::DeviceDrafter;
+
 /// Uploads weights, allocates buffers and records the program.
 pub(super) struct Builder<'a> {
     gpu: Gpu,
@@ -367,6 +370,11 @@ struct MoePlan {
 impl<'a> Builder<'a> {
     /// Uploads `w`, records its program and returns the backend that runs it.
     pub(super) fn build(gpu: Gpu, cfg: &'a Config, w: &'a Arc<ModelWeights>, opts: WgpuOptions) -> Result<WgpuBackend> {
+        Self::new(gpu, cfg, opts).record(w)
+    }
+
+    /// A recorder for `cfg` with nothing uploaded or recorded yet.
+    fn new(gpu: Gpu, cfg: &'a Config, opts: WgpuOptions) -> Self {
         let t = &opts.tuning;
         let (producer_sums, gelu_splits, norm_splits) = (t.producer_sums, t.gelu_splits, t.norm_splits);
         let norm_rows = if t.rows_norms { RMSNORM_ROWS_WG } else { 0 };
@@ -379,7 +387,7 @@ impl<'a> Builder<'a> {
             mapped_at_creation: false,
         });
         let pipelines = Pipelines::new(&gpu, &opts.tuning);
-        let b = Builder {
+        Builder {
             gpu,
             cfg,
             opts,
@@ -403,8 +411,7 @@ impl<'a> Builder<'a> {
             norm_rows,
             norm_splits,
             listing: Vec::new(),
-        };
-        b.record(w)
+        }
     }
 
     fn check_binding(&self, what: &str, bytes: u64) -> Result<()> {
@@ -1509,7 +1516,7 @@ impl<'a> Builder<'a> {
         let weights = self.upload_weights(w, n_slots, streaming)?;
 
         // ---- activations, sized for the largest chunk
-        let acts = self.alloc_acts(&kv, &weights, n_slots, streaming)?;
+        let acts = self.alloc_acts(&kv, &weights, n_slots, streaming, None)?;
 
         let f = Forward {
             norms: &norms,
@@ -1553,8 +1560,14 @@ impl<'a> Builder<'a> {
         // ---- bind groups
         let program = self.bind_program()?;
 
+        // ---- the MTP drafter's program, over this program's caches and embedding
+        let drafter = match self.opts.drafter.clone() {
+            Some(d) => Some(drafter::record(&self, &d, &kv, &acts, &weights)?),
+            None => None,
+        };
+
         let streaming = self.streaming_state(w, &acts, n_slots, streaming);
-        Ok(self.into_backend(w, kv, acts, program, tail, streaming))
+        Ok(self.into_backend(w, kv, acts, program, tail, streaming, drafter))
     }
 
     /// The norm weights in one buffer, each norm at the offset recorded for its uses.
@@ -1722,7 +1735,16 @@ impl<'a> Builder<'a> {
     }
 
     /// The step's activation buffers, sized for the largest chunk, and the KV caches.
-    fn alloc_acts(&mut self, kv: &KvLayout, weights: &GpuWeights, n_slots: usize, streaming: bool) -> Result<Acts> {
+    /// `caches`: K and V buffers of `kv.caches` that exist already (the target's, which a drafter
+    /// reads), else allocated here.
+    fn alloc_acts(
+        &mut self,
+        kv: &KvLayout,
+        weights: &GpuWeights,
+        n_slots: usize,
+        streaming: bool,
+        caches: Option<(Vec<wgpu::Buffer>, Vec<wgpu::Buffer>)>,
+    ) -> Result<Acts> {
         let cfg = self.cfg;
         let t = &cfg.text;
         let c = self.opts.max_chunk;
@@ -1795,13 +1817,18 @@ impl<'a> Builder<'a> {
         } else {
             None
         };
-        let mut kcache = Vec::new();
-        let mut vcache = Vec::new();
-        for (i, cs) in kv.caches.iter().enumerate() {
-            let elems = (cs.slots + VERIFY_MAX) * cs.slot_elems();
-            kcache.push(self.act(&format!("k cache {i} (layer {})", cs.layer), elems)?);
-            vcache.push(self.act(&format!("v cache {i} (layer {})", cs.layer), elems)?);
-        }
+        let (kcache, vcache) = match caches {
+            Some(kv_bufs) => kv_bufs,
+            None => {
+                let (mut kcache, mut vcache) = (Vec::new(), Vec::new());
+                for (i, cs) in kv.caches.iter().enumerate() {
+                    let elems = (cs.slots + VERIFY_MAX) * cs.slot_elems();
+                    kcache.push(self.act(&format!("k cache {i} (layer {})", cs.layer), elems)?);
+                    vcache.push(self.act(&format!("v cache {i} (layer {})", cs.layer), elems)?);
+                }
+                (kcache, vcache)
+            }
+        };
         Ok(Acts {
             logit_rows,
             ids,
@@ -2711,6 +2738,7 @@ impl<'a> Builder<'a> {
         program: Vec<Dispatch>,
         tail: Option<PromptTail>,
         streaming: Option<Streaming>,
+        drafter: Option<DeviceDrafter>,
     ) -> WgpuBackend {
         let cfg = self.cfg;
         let t = &cfg.text;
@@ -2748,8 +2776,10 @@ impl<'a> Builder<'a> {
             skip: self.opts.skip.clone(),
             profile: Vec::new(),
             decode_bytes: self.weight_bytes - self.gather_only_bytes - self.expert_bytes + self.routed_decode_bytes,
-            weight_bytes: self.weight_bytes,
-            state_bytes: self.state_bytes,
+            weight_bytes: self.weight_bytes + drafter.as_ref().map_or(0, |d| d.weight_bytes),
+            state_bytes: self.state_bytes + drafter.as_ref().map_or(0, |d| d.state_bytes),
+            drafter,
+            draft_row: None,
             streaming,
             weights: w.clone(),
             kcache,

@@ -57,7 +57,7 @@ use crate::loader::{ExpertFiles, ExpertGateUp, Matrix, ModelWeights};
 use crate::quant::DType;
 use crate::reference::{self, embed_scale};
 use crate::streamer::{ExpertSlots, StreamStats, Streamer};
-use builder::Builder;
+use builder::{Builder, DeviceDrafter};
 pub use context::Gpu;
 use pipelines::Pipelines;
 
@@ -91,6 +91,19 @@ pub struct WgpuOptions {
     /// that gives a kernel's marginal cost in the pipelined step (the step without it against
     /// the step with it; `kestrel bench --skip`). The output is wrong while it is set.
     pub skip: Vec<String>,
+    /// An MTP drafter to record beside the target: [`Backend::draft_verify`] then drafts on the
+    /// GPU over the target's K/V in place.
+    pub drafter: Option<DraftModel>,
+}
+
+/// A `gemma4_assistant` drafter's config and weights, for [`WgpuOptions::drafter`].
+#[derive(Clone)]
+pub struct DraftModel(pub Config, pub Arc<ModelWeights>);
+
+impl std::fmt::Debug for DraftModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DraftModel({} layers, hidden {})", self.0.layers.len(), self.0.text.hidden_size)
+    }
 }
 
 impl Default for WgpuOptions {
@@ -103,6 +116,7 @@ impl Default for WgpuOptions {
             min_k_splits: 1,
             tuning: Tuning::default(),
             skip: Vec::new(),
+            drafter: None,
         }
     }
 }
@@ -269,6 +283,30 @@ impl Variant {
             Some(pipeline) => (pipeline, t),
             None => (&self.pipeline, self.tok),
         }
+    }
+}
+
+/// Where a step's token ids come from.
+#[derive(Clone, Copy)]
+enum Ids<'a> {
+    /// The host's, written before the step.
+    Host(&'a [u32]),
+    /// `n` ids a command buffer submitted before the step leaves in the ids buffer.
+    OnDevice(usize),
+}
+
+/// Rope tables of positions `pos0 .. pos0 + n`, a row of `stride` values each: the sliding
+/// layers' cos | sin (`dims.0` values), then the full layers' (`dims.1`).
+fn rope_rows(out: &mut Vec<f32>, inv_freq: &[Vec<f32>; 2], dims: (usize, usize), stride: usize, pos0: usize, n: usize) {
+    let (ds, df) = dims;
+    out.resize(n * stride, 0.0);
+    for t in 0..n {
+        let row = &mut out[t * stride..(t + 1) * stride];
+        let (s, f) = row.split_at_mut(ds);
+        let (cs, ss) = s.split_at_mut(ds / 2);
+        reference::rope_table(&inv_freq[0], pos0 + t, cs, ss);
+        let (cf, sf) = f[..df].split_at_mut(df / 2);
+        reference::rope_table(&inv_freq[1], pos0 + t, cf, sf);
     }
 }
 
@@ -448,6 +486,11 @@ pub struct WgpuBackend {
     tail: Option<PromptTail>,
     /// The recorded program, a line per dispatch ([`WgpuBackend::program_listing`]).
     listing: Vec<String>,
+    /// The MTP drafter's program, when built with one ([`WgpuOptions::drafter`]).
+    drafter: Option<DeviceDrafter>,
+    /// The row of `final_hidden` whose argmax is the next token to feed (the drafter's first
+    /// hidden input): the last row after a prompt or decode step, row n after `commit(n + 1)`.
+    draft_row: Option<usize>,
 }
 
 /// The part of a prompt step past its last K/V write, run as a decode step of its last token:
@@ -544,7 +587,8 @@ impl WgpuBackend {
     /// WGSL), grid rules, bindings and params bytes. Two builds that list the same lines record
     /// the same program: how a refactor shows it changed nothing the GPU runs.
     pub fn program_listing(&self) -> String {
-        self.listing.iter().map(|l| format!("{l}\n")).collect()
+        let drafter = self.drafter.iter().flat_map(|d| d.listing.iter().map(|l| format!("drafter {l}\n")));
+        self.listing.iter().map(|l| format!("{l}\n")).chain(drafter).collect()
     }
 
     /// Dispatches of a decode step at `pos` (which decode attention kernels run depends on it).
@@ -636,22 +680,21 @@ impl WgpuBackend {
 
     fn write_rope(&mut self, pos0: usize, n: usize) {
         let (ds, df) = (self.cfg.text.head_dim, self.cfg.text.global_head_dim);
-        let stride = self.rope_stride;
-        self.rope_host.resize(n * stride, 0.0);
-        for t in 0..n {
-            let row = &mut self.rope_host[t * stride..(t + 1) * stride];
-            let (s, f) = row.split_at_mut(ds);
-            let (cs, ss) = s.split_at_mut(ds / 2);
-            reference::rope_table(&self.inv_freq[0], pos0 + t, cs, ss);
-            let (cf, sf) = f[..df].split_at_mut(df / 2);
-            reference::rope_table(&self.inv_freq[1], pos0 + t, cf, sf);
-        }
+        rope_rows(&mut self.rope_host, &self.inv_freq, (ds, df), self.rope_stride, pos0, n);
         self.gpu.queue.write_buffer(&self.rope_buf, 0, bytemuck::cast_slice(&self.rope_host));
     }
 
     /// Runs the program for `tokens` at `pos0`, producing `n_out` rows of logits (the last ones).
     fn run(&mut self, tokens: &[u32], pos0: usize, n_out: usize, readback: Readback) -> Result<StepOutput> {
-        let n = tokens.len();
+        self.run_ids(Ids::Host(tokens), pos0, n_out, readback)
+    }
+
+    /// [`Self::run`] for ids from the host, or already in the ids buffer (a drafter's).
+    fn run_ids(&mut self, ids: Ids, pos0: usize, n_out: usize, readback: Readback) -> Result<StepOutput> {
+        let n = match ids {
+            Ids::Host(t) => t.len(),
+            Ids::OnDevice(n) => n,
+        };
         if n == 0 || n > self.opts.max_chunk {
             return Err(Error::Invalid(format!("a step takes 1..={} tokens, got {n}", self.opts.max_chunk)));
         }
@@ -666,8 +709,11 @@ impl WgpuBackend {
             return Err(Error::Invalid(format!("{n_out} logit rows requested, the buffers hold {}", self.logit_rows)));
         }
         let vocab = self.cfg.text.vocab_size;
-        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
-            return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary (size {vocab})")));
+        if let Ids::Host(tokens) = ids {
+            if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
+                return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary (size {vocab})")));
+            }
+            self.gpu.queue.write_buffer(&self.ids_buf, 0, bytemuck::cast_slice(tokens));
         }
         let step = Step {
             n_tokens: n as u32,
@@ -678,7 +724,6 @@ impl WgpuBackend {
             ..Default::default()
         };
         self.gpu.queue.write_buffer(&self.step_buf, 0, bytemuck::bytes_of(&step));
-        self.gpu.queue.write_buffer(&self.ids_buf, 0, bytemuck::cast_slice(tokens));
         self.write_rope(pos0, n);
 
         // Validation errors (a bug, or a device limit the recording missed) become an Err here
@@ -839,11 +884,26 @@ impl WgpuBackend {
         n_out: usize,
         executed: &mut Vec<(usize, u8)>,
     ) {
+        self.encode_program(&self.program, pass, range, n, pos0, n_out, Some(executed));
+    }
+
+    /// [`Self::encode`] for any recorded program (the drafter's: `executed` None, untimed).
+    #[allow(clippy::too_many_arguments)]
+    fn encode_program(
+        &self,
+        program: &[Dispatch],
+        pass: &mut wgpu::ComputePass,
+        range: std::ops::Range<usize>,
+        n: usize,
+        pos0: usize,
+        n_out: usize,
+        mut executed: Option<&mut Vec<(usize, u8)>>,
+    ) {
         // Verify steps run the decode form of every kernel (split attention, per-pair experts) for
         // all their tokens: that is what makes each row's logits bitwise a decode's.
         let single_form = n == 1 || self.verifying;
         for di in range {
-            let d = &self.program[di];
+            let d = &program[di];
             match d.only {
                 Only::Single if !single_form => continue,
                 Only::Multi if single_form => continue,
@@ -910,7 +970,7 @@ impl WgpuBackend {
                 pass.transition_resources(ready, std::iter::empty());
             }
             pass.dispatch_workgroups(x, y, z);
-            if let Some(p) = &self.profiler {
+            if let (Some(p), Some(executed)) = (&self.profiler, executed.as_deref_mut()) {
                 executed.push((di, variant));
                 if p.per_dispatch {
                     pass.write_timestamp(&p.queries, executed.len() as u32);
@@ -979,6 +1039,70 @@ impl WgpuBackend {
     }
 }
 
+/// The MTP drafter on the GPU ([`WgpuOptions::drafter`]).
+impl WgpuBackend {
+    /// Records `k` drafter steps at query position `pos` into `enc`, the first fed the token the
+    /// drafter's ids hold and the hidden row in its input, each next one the last one's draft and
+    /// projection; the drafts go to `drafts` (and to `also`, at byte offset `.1`, when given).
+    /// The caller has written the step uniform, the rope table and the first id.
+    fn record_drafts(&self, enc: &mut wgpu::CommandEncoder, k: usize, pos: usize, also: Option<(&wgpu::Buffer, u64)>) {
+        let d = self.drafter.as_ref().expect("checked by the callers");
+        let hb = 4 * d.hb as u64;
+        for j in 0..k {
+            {
+                let mut pass = enc
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("draft"), timestamp_writes: None });
+                // pos0 = p − 1: see builder/drafter.rs on the masks.
+                self.encode_program(&d.program, &mut pass, 0..d.program.len(), 1, pos - 1, 1, None);
+            }
+            enc.copy_buffer_to_buffer(&d.best, 0, &d.drafts, 4 * j as u64, Some(4));
+            if j + 1 < k {
+                enc.copy_buffer_to_buffer(&d.best, 0, &d.ids, 0, Some(4));
+                enc.copy_buffer_to_buffer(&d.hidden_out, 0, &d.cat, hb, Some(hb));
+            }
+        }
+        if let Some((buf, off)) = also {
+            enc.copy_buffer_to_buffer(&d.drafts, 0, buf, off, Some(4 * k as u64));
+        }
+        enc.copy_buffer_to_buffer(&d.drafts, 0, &d.drafts_read, 0, Some(4 * k as u64));
+    }
+
+    /// Checks a drafting request and writes the drafter's step uniform, rope row and first id.
+    fn start_drafts(&mut self, token: u32, pos: usize, k: usize) -> Result<()> {
+        let d = self.drafter.as_ref().expect("checked by the callers");
+        if k == 0 || k + 1 > self.max_verify() || pos == 0 || pos != self.cached {
+            return Err(Error::Invalid(format!(
+                "a draft of {k} tokens at position {pos}: 1..{} drafts at the committed length {} (> 0)",
+                self.max_verify(),
+                self.cached
+            )));
+        }
+        if token as usize >= self.cfg.text.vocab_size {
+            return Err(Error::Invalid(format!("token id {token} is outside the vocabulary")));
+        }
+        let step = Step { n_tokens: 1, pos0: (pos - 1) as u32, n_out: 1, out_row0: 0, staged: 0, ..Default::default() };
+        let q = &self.gpu.queue;
+        q.write_buffer(&d.step_buf, 0, bytemuck::bytes_of(&step));
+        q.write_buffer(&d.ids, 0, bytemuck::bytes_of(&token));
+        let dims = (self.cfg.text.head_dim, self.cfg.text.global_head_dim);
+        let mut rope = std::mem::take(&mut self.rope_host);
+        rope_rows(&mut rope, &d.inv_freq, dims, d.rope_stride, pos, 1);
+        q.write_buffer(&d.rope_buf, 0, bytemuck::cast_slice(&rope));
+        self.rope_host = rope;
+        Ok(())
+    }
+
+    /// Reads the drafts the last round left in the readback buffer.
+    fn read_drafts(&mut self, k: usize) -> Result<Vec<u32>> {
+        let d = self.drafter.as_ref().expect("checked by the callers");
+        let mut scratch = std::mem::take(&mut self.read_scratch);
+        let r = self.gpu.read(&d.drafts_read, 4 * k as u64, &mut scratch);
+        let drafts = bytemuck::pod_collect_to_vec(&scratch);
+        self.read_scratch = scratch;
+        r.map(|_| drafts)
+    }
+}
+
 impl Backend for WgpuBackend {
     fn name(&self) -> &str {
         "wgpu"
@@ -1005,6 +1129,7 @@ impl Backend for WgpuBackend {
         let out = self.run(tokens, pos, n_out, readback)?;
         self.cached = pos + tokens.len();
         self.last_rows = n_out;
+        self.draft_row = n_out.checked_sub(1);
         Ok(out)
     }
     fn verify(&mut self, tokens: &[u32], pos: usize, with_logits: bool) -> Result<StepOutput> {
@@ -1024,6 +1149,7 @@ impl Backend for WgpuBackend {
         let out = out?;
         self.staged = Some((pos, n));
         self.last_rows = n;
+        self.draft_row = None;
         Ok(out)
     }
     fn max_verify(&self) -> usize {
@@ -1089,6 +1215,7 @@ impl Backend for WgpuBackend {
         self.read_scratch = scratch;
         // The final-norm hidden row is the last step run's: none of the ids' when a step ran past.
         self.last_rows = if ran_past { 0 } else { 1 };
+        self.draft_row = if ran_past { None } else { Some(0) };
         result
     }
     fn commit(&mut self, n: usize) -> Result<()> {
@@ -1117,10 +1244,63 @@ impl Backend for WgpuBackend {
             return Err(Error::Gpu(format!("commit rejected by the device: {e}")));
         }
         self.cached = pos0 + n;
+        // The last committed row's argmax is the next token; its hidden row feeds the drafter.
+        self.draft_row = n.checked_sub(1);
         Ok(())
     }
     fn draft_context(&self) -> Option<&dyn crate::spec::DraftContext> {
         Some(self)
+    }
+    /// Drafts on the GPU from a hidden row the host passes (tests compare it with the host
+    /// drafter's); the speculative loop uses [`Backend::draft_verify`], which keeps it there.
+    fn draft(&mut self, token: u32, hidden: &[f32], pos: usize, k: usize) -> Result<Option<Vec<u32>>> {
+        let Some(d) = &self.drafter else { return Ok(None) };
+        if hidden.len() != d.hb {
+            return Err(Error::Invalid(format!("a hidden row of {} values, the drafter takes {}", hidden.len(), d.hb)));
+        }
+        self.gpu.queue.write_buffer(&d.cat, 4 * d.hb as u64, bytemuck::cast_slice(hidden));
+        self.start_drafts(token, pos, k)?;
+        let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("draft") });
+        self.record_drafts(&mut enc, k, pos, None);
+        self.gpu.queue.submit([enc.finish()]);
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("draft rejected by the device: {e}")));
+        }
+        self.read_drafts(k).map(Some)
+    }
+    /// Drafts k tokens from `token` and the hidden row that produced it (left on the GPU by the
+    /// last step or commit), copies them behind `token` in the ids buffer and verifies the k + 1
+    /// tokens, all submitted before the host waits once, for the verify's argmax.
+    fn draft_verify(&mut self, token: u32, pos: usize, k: usize) -> Result<Option<(Vec<u32>, StepOutput)>> {
+        let Some(d) = &self.drafter else { return Ok(None) };
+        if self.streaming.is_some() {
+            // Streamed experts need the host inside every target step: the plain loop.
+            return Ok(None);
+        }
+        let Some(row) = self.draft_row.filter(|&r| r < self.last_rows) else {
+            return Err(Error::Invalid("drafting needs a target step first (no hidden state kept)".into()));
+        };
+        let hb = 4 * d.hb as u64;
+        let (cat, final_hidden) = (d.cat.clone(), self.final_hidden.clone());
+        self.start_drafts(token, pos, k)?;
+        self.gpu.queue.write_buffer(&self.ids_buf, 0, bytemuck::bytes_of(&token));
+        let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("draft") });
+        enc.copy_buffer_to_buffer(&final_hidden, row as u64 * hb, &cat, hb, Some(hb));
+        self.record_drafts(&mut enc, k, pos, Some((&self.ids_buf, 4)));
+        self.gpu.queue.submit([enc.finish()]);
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("draft rejected by the device: {e}")));
+        }
+        self.verifying = true;
+        let out = self.run_ids(Ids::OnDevice(k + 1), pos, k + 1, Readback::Argmax);
+        self.verifying = false;
+        let out = out?;
+        self.staged = Some((pos, k + 1));
+        self.last_rows = k + 1;
+        self.draft_row = None;
+        Ok(Some((self.read_drafts(k)?, out)))
     }
     fn reset(&mut self) {
         // Positions restart at 0 and every read is masked to positions already written in this
@@ -1128,6 +1308,7 @@ impl Backend for WgpuBackend {
         self.cached = 0;
         self.staged = None;
         self.last_rows = 0;
+        self.draft_row = None;
     }
     fn memory(&self) -> MemoryUse {
         MemoryUse { weight_bytes: self.weight_bytes, state_bytes: self.state_bytes }

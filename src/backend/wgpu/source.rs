@@ -240,6 +240,23 @@ fn body(k: Kernel, sg: u32) -> String {
         Kernel::ArgmaxMerge => {
             format!("{argmax_params}\n{argmax_tree}\n{}", include_str!("../../../wgsl/argmax_merge.wgsl"))
         }
+        Kernel::DraftSelect | Kernel::DraftPick => {
+            let (params, kernel) = (
+                include_str!("../../../wgsl/draft_params.wgsl"),
+                match k {
+                    Kernel::DraftSelect => include_str!("../../../wgsl/draft_select.wgsl"),
+                    _ => include_str!("../../../wgsl/draft_pick.wgsl"),
+                },
+            );
+            // argmax_tree sizes its arrays by the kernel's WG, declared in the kernel text.
+            format!("{params}\n{kernel}\n{argmax_tree}")
+        }
+        Kernel::DraftScore(f) => format!(
+            "{}\n{}\n{}",
+            format_source(f),
+            include_str!("../../../wgsl/draft_params.wgsl"),
+            include_str!("../../../wgsl/draft_score.wgsl")
+        ),
         Kernel::RouterTopk => {
             include_str!("../../../wgsl/router_topk.wgsl").replace("{{WG}}", &ROUTER_TOPK_WG.to_string())
         }
