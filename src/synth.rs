@@ -1,14 +1,15 @@
-//! Synthetic Gemma 4 checkpoints: a config plus random weights of realistic magnitude, written
-//! as a real model directory (config.json + model.safetensors) that the loader reads like any
-//! other. Used by tests (odd shapes no fixture covers) and, later, by benchmarks that need
-//! full-size models without downloading weights.
+//! Synthetic Gemma 4 checkpoints (targets and their MTP drafters): a config plus random weights
+//! of realistic magnitude, written as a real model directory (config.json + model.safetensors)
+//! that the loader reads like any other. Used by tests (odd shapes no fixture covers) and, later,
+//! by benchmarks that need full-size models without downloading weights.
 //!
 //! Magnitudes follow the fixture oracle: linear weights N(0, 1/fan_in) (drawn uniform with that
-//! variance), embeddings with std 4/√hidden (logits of std ≈ 4 before the softcap), q/k norm
-//! weights U(0.3, 0.5) (Gemma 4's attention has scale 1.0), other norms U(0.6, 1.4), layer
-//! scalars U(0.3, 1.0). Weights are generated and written one row at a time, so memory stays
-//! bounded by one row whatever the model size. Quantised forms follow MLX: a matrix is quantised
-//! when its input width is a multiple of the group size, and kept bf16 otherwise.
+//! variance), embeddings (and a drafter's centroids) with std 4/√hidden (logits of std ≈ 4 before
+//! the softcap), q/k norm weights U(0.3, 0.5) (Gemma 4's attention has scale 1.0), other norms
+//! U(0.6, 1.4), layer scalars U(0.3, 1.0). Weights are generated and written one row at a time,
+//! so memory stays bounded by one row whatever the model size. Quantised forms follow MLX: a
+//! matrix is quantised when its input width is a multiple of the group size, and kept bf16
+//! otherwise.
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -20,8 +21,26 @@ use crate::config::{Config, KvSource};
 use crate::error::{Error, Result};
 use crate::quant;
 
-/// Text configs of the real architectures (spec §1.1), for full-size synthetic checkpoints.
+/// Every `--arch` [`preset`] knows: the targets, then their MTP drafters.
+pub const ARCHS: [&str; 6] = ["e2b", "e4b", "26b-a4b", "e2b-assistant", "e4b-assistant", "26b-a4b-assistant"];
+
+fn unknown_arch(arch: &str) -> Error {
+    let (last, rest) = ARCHS.split_last().expect("ARCHS is not empty");
+    Error::Invalid(format!("unknown --arch `{arch}`: choose {} or {last}", rest.join(", ")))
+}
+
+/// The config of a real architecture, for full-size synthetic checkpoints: a target's text
+/// config (spec §1.1; `e2b`, `e4b`, `26b-a4b`), or its drafter's `gemma4_assistant` config
+/// (spec §1.3; the same names with `-assistant`). [`write_model`] takes either.
 pub fn preset(arch: &str) -> Result<Value> {
+    match arch.strip_suffix("-assistant") {
+        Some(target) => assistant_preset(target).map_err(|_| unknown_arch(arch)),
+        None => target_preset(arch),
+    }
+}
+
+/// Text configs of the target models (spec §1.1).
+fn target_preset(arch: &str) -> Result<Value> {
     let rope = json!({
         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}
@@ -45,7 +64,7 @@ pub fn preset(arch: &str) -> Result<Value> {
                 "bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0
             }))
         }
-        other => return Err(Error::Invalid(format!("unknown --arch `{other}`: choose e2b, e4b or 26b-a4b"))),
+        other => return Err(unknown_arch(other)),
     };
     Ok(json!({
         "vocab_size": 262144, "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
@@ -55,6 +74,60 @@ pub fn preset(arch: &str) -> Result<Value> {
         "num_kv_shared_layers": shared, "use_double_wide_mlp": double, "max_position_embeddings": 131072,
         "rope_parameters": rope, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true,
         "bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0
+    }))
+}
+
+/// The `gemma4_assistant` config of the drafter published for target `arch` (spec §1.3).
+///
+/// Only the drafter's own sizes are listed here. Everything through which it attends to the
+/// target's K/V (kv head counts, head dims, K-as-V, rope, window) and the vocabulary are copied
+/// from the target preset rather than restated, so a drafter always fits its synthetic target.
+/// They agree with the published assistant configs: kv heads 1 (E2B), 2 (E4B), 8 / global 2
+/// with K-as-V (26B-A4B); head dims 256 / 512; windows 512, 512, 1024.
+fn assistant_preset(arch: &str) -> Result<Value> {
+    // (drafter hidden, MLP width, query heads, centroid head). The 26B-A4B drafter's hidden,
+    // width and heads come from test fixtures only (spec §1.3 marks them unverified); it has a
+    // dense tied head where E2B/E4B score through 2048 token clusters (spec §3.3).
+    let (hidden, inter, heads, ordered) = match arch {
+        "e2b" | "e4b" => (256, 2048, 4, true),
+        "26b-a4b" => (1024, 8192, 16, false),
+        other => return Err(unknown_arch(other)),
+    };
+    let target = target_preset(arch)?;
+    let mut text = json!({
+        "model_type": "gemma4_text", "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": 4,
+        "num_attention_heads": heads,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        // Every drafter layer reads the target's K/V; the drafter has no cache and no softcap.
+        "num_kv_shared_layers": 4, "final_logit_softcapping": null,
+        "hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0, "use_double_wide_mlp": false,
+        "enable_moe_block": false, "tie_word_embeddings": true
+    });
+    for key in [
+        "vocab_size",
+        "num_key_value_heads",
+        "num_global_key_value_heads",
+        "attention_k_eq_v",
+        "head_dim",
+        "global_head_dim",
+        "sliding_window",
+        "rope_parameters",
+        "rms_norm_eps",
+        "hidden_activation",
+        "max_position_embeddings",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+    ] {
+        if let Some(v) = target.get(key) {
+            text[key] = v.clone();
+        }
+    }
+    Ok(json!({
+        "model_type": "gemma4_assistant", "architectures": ["Gemma4AssistantForCausalLM"],
+        "backbone_hidden_size": target["hidden_size"], "use_ordered_embeddings": ordered,
+        "num_centroids": 2048, "centroid_intermediate_top_k": 32, "tie_word_embeddings": true,
+        "text_config": text
     }))
 }
 
@@ -79,6 +152,7 @@ enum Init {
 }
 
 struct Spec {
+    /// Module path as stored (`model.layers.0.mlp.up_proj`; vectors with their `.weight`).
     name: String,
     /// Logical shape: `[rows, cols]` for matrices (experts stacked in rows), `[n]` for vectors.
     shape: Vec<usize>,
@@ -109,12 +183,34 @@ impl SplitMix64 {
     }
 }
 
+/// Every float tensor of the checkpoint, in file order. The decoder lives under `model.` (the
+/// bare `gemma4_text` and the assistant naming alike); a drafter's own projections and centroid
+/// head sit at the top level (spec §4.1).
 fn specs(cfg: &Config, quantised_experts: bool) -> Vec<Spec> {
     let t = &cfg.text;
     let h = t.hidden_size;
     let mut v = Vec::new();
+    let top = |name: &str, rows: usize, cols: usize, init: Init| Spec {
+        name: name.into(),
+        shape: vec![rows, cols],
+        init,
+        matrix: true,
+        lead: 1,
+        bits: None,
+        bare: false,
+    };
+    if let Some(a) = &cfg.assistant {
+        let hb = a.backbone_hidden_size;
+        v.push(top("pre_projection", h, 2 * hb, Init::Linear));
+        v.push(top("post_projection", hb, h, Init::Linear));
+        if a.use_ordered_embeddings {
+            // Centroids live in embedding space: scaled like embed_tokens, so centroid scores
+            // are of the size of logits.
+            v.push(top("masked_embedding.centroids", a.num_centroids, h, Init::Std(4.0 / (h as f32).sqrt())));
+        }
+    }
     let mut mat = |name: String, rows: usize, cols: usize, init: Init| {
-        v.push(Spec { name, shape: vec![rows, cols], init, matrix: true, lead: 1, bits: None, bare: false })
+        v.push(Spec { name: format!("model.{name}"), ..top("", rows, cols, init) })
     };
     mat("embed_tokens".into(), t.vocab_size, h, Init::Std(4.0 / (h as f32).sqrt()));
     if cfg.has_ple() {
@@ -151,7 +247,7 @@ fn specs(cfg: &Config, quantised_experts: bool) -> Vec<Spec> {
         for l in &cfg.layers {
             let p = format!("layers.{}.", l.index);
             v.push(Spec {
-                name: format!("{p}router.proj"),
+                name: format!("model.{p}router.proj"),
                 shape: vec![e, h],
                 init: Init::Linear,
                 matrix: true,
@@ -160,7 +256,7 @@ fn specs(cfg: &Config, quantised_experts: bool) -> Vec<Spec> {
                 bare: false,
             });
             let expert = |name: String, out: usize, cols: usize, bare: bool| Spec {
-                name,
+                name: format!("model.{name}"),
                 shape: vec![e * out, cols],
                 init: Init::Linear,
                 matrix: true,
@@ -181,7 +277,15 @@ fn specs(cfg: &Config, quantised_experts: bool) -> Vec<Spec> {
         }
     }
     let mut vec_ = |name: String, n: usize, init: Init| {
-        v.push(Spec { name, shape: vec![n], init, matrix: false, lead: 1, bits: None, bare: false })
+        v.push(Spec {
+            name: format!("model.{name}"),
+            shape: vec![n],
+            init,
+            matrix: false,
+            lead: 1,
+            bits: None,
+            bare: false,
+        })
     };
     let norm = Init::Range(0.6, 1.4);
     vec_("norm.weight".into(), h, norm);
@@ -222,15 +326,22 @@ struct Stored {
     bytes: usize,
 }
 
-/// Writes a synthetic model for `text_config` (a `gemma4_text` config object) into `dir`:
-/// dense or MoE (MLX form: split experts and 8-bit routers; bf16: HF's fused gate_up).
-/// Drafters are not written yet.
-pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Result<()> {
-    let mut cfg_json = text_config.clone();
-    let obj = cfg_json.as_object_mut().ok_or_else(|| Error::Invalid("text config must be a JSON object".into()))?;
-    obj.insert("model_type".into(), json!("gemma4_text"));
-    let moe = obj.get("enable_moe_block").and_then(|v| v.as_bool()).unwrap_or(false);
-    let n_layers = obj.get("num_hidden_layers").and_then(|v| v.as_u64()).unwrap_or(0);
+/// Writes a synthetic model for `config` into `dir`. `config` is either a text config (written
+/// as `gemma4_text`): dense or MoE (MLX form: split experts and 8-bit routers; bf16: HF's fused
+/// gate_up); or a `gemma4_assistant` config: an MTP drafter, with its projections, and for the
+/// centroid head its centroids and a random `token_ordering` (a seeded permutation of the
+/// vocabulary, int64 as transformers stores it).
+pub fn write_model(dir: &Path, config: &Value, opts: &SynthOptions) -> Result<()> {
+    let mut cfg_json = config.clone();
+    let obj = cfg_json.as_object_mut().ok_or_else(|| Error::Invalid("config must be a JSON object".into()))?;
+    let assistant = obj.get("model_type").and_then(|v| v.as_str()) == Some("gemma4_assistant");
+    if !assistant {
+        obj.insert("model_type".into(), json!("gemma4_text"));
+    }
+    let text = if assistant { obj.get("text_config").and_then(Value::as_object) } else { Some(&*obj) };
+    let field = |key: &str| text.and_then(|t| t.get(key));
+    let moe = field("enable_moe_block").and_then(Value::as_bool).unwrap_or(false);
+    let n_layers = field("num_hidden_layers").and_then(Value::as_u64).unwrap_or(0);
     if let Some(bits) = opts.bits {
         let mut q = json!({"group_size": opts.group_size, "bits": bits, "mode": "affine"});
         if moe {
@@ -263,7 +374,7 @@ pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Resu
         if quantised(s) {
             let bits = spec_bits(s);
             stored.push(Stored {
-                name: format!("model.{}.weight", s.name),
+                name: format!("{}.weight", s.name),
                 dtype: "U32",
                 shape: shape(s, rows, cols * bits / 32),
                 bytes: rows * cols * bits / 8,
@@ -271,23 +382,28 @@ pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Resu
             for part in ["scales", "biases"] {
                 let g = cols / opts.group_size;
                 stored.push(Stored {
-                    name: format!("model.{}.{part}", s.name),
+                    name: format!("{}.{part}", s.name),
                     dtype: "BF16",
                     shape: shape(s, rows, g),
                     bytes: rows * g * 2,
                 });
             }
         } else if s.matrix {
-            let name = if s.bare { format!("model.{}", s.name) } else { format!("model.{}.weight", s.name) };
+            let name = if s.bare { s.name.clone() } else { format!("{}.weight", s.name) };
             stored.push(Stored { name, dtype: "BF16", shape: shape(s, rows, cols), bytes: rows * cols * 2 });
         } else {
-            stored.push(Stored {
-                name: format!("model.{}", s.name),
-                dtype: "BF16",
-                shape: s.shape.clone(),
-                bytes: rows * cols * 2,
-            });
+            stored.push(Stored { name: s.name.clone(), dtype: "BF16", shape: s.shape.clone(), bytes: rows * cols * 2 });
         }
+    }
+    // The centroid head's token ordering is ids, not weights: it is stored after every float tensor.
+    let ordering = cfg.assistant.as_ref().filter(|a| a.use_ordered_embeddings).map(|_| cfg.text.vocab_size);
+    if let Some(n) = ordering {
+        stored.push(Stored {
+            name: "masked_embedding.token_ordering".into(),
+            dtype: "I64",
+            shape: vec![n],
+            bytes: n * 8,
+        });
     }
     let mut header = serde_json::Map::new();
     let mut off = 0;
@@ -385,6 +501,18 @@ pub fn write_model(dir: &Path, text_config: &Value, opts: &SynthOptions) -> Resu
             }
             Ok(())
         })?;
+    }
+    if let Some(n) = ordering {
+        // A seeded shuffle (Fisher–Yates): every token in exactly one cluster, as the centroid
+        // head assumes, and clusters unrelated to token ids. int64, the only dtype the loader
+        // takes for it (transformers' buffer).
+        let mut rng = SplitMix64(master.next_u64());
+        let mut ids: Vec<i64> = (0..n as i64).collect();
+        for i in (1..n).rev() {
+            ids.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+        }
+        let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+        file.write_all_at(&bytes, stored_iter.next().expect("a stored entry for the ordering")).map_err(io)?;
     }
     file.sync_all().map_err(io)?;
     drop(file);

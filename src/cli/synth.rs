@@ -1,5 +1,6 @@
-//! `kestrel synth`: a full-size checkpoint of a real architecture with random weights, so every
-//! performance figure can be reproduced without downloading real weights.
+//! `kestrel synth`: a full-size checkpoint of a real architecture (a target model or its MTP
+//! drafter) with random weights, so every performance figure can be reproduced without
+//! downloading real weights.
 
 use std::process::ExitCode;
 
