@@ -1083,3 +1083,43 @@ fn bench_json_reports_pp_tg_and_the_roofline() {
         );
     }
 }
+
+/// `bench --draft` with the copy drafter (drafts get accepted): one entry per k = 1..=--draft-k,
+/// each with its parts' times, the round in decode steps, the cost model's speedups at acceptance
+/// 0.5–0.9 (tokens per round over the round's cost, so rising with acceptance) and the measured
+/// run (greedy and speculative tok/s of the same tokens: the bench fails if they differ).
+#[test]
+fn bench_draft_reports_rounds_per_k() {
+    let (model, drafter) = (common::fixtures().join("tiny-moe/hf"), common::fixtures().join("tiny-moe-assistant/hf"));
+    let args = ["bench", "--model", model.to_str().unwrap(), "--draft", drafter.to_str().unwrap()];
+    let Some(o) = succeeds_within(
+        &[&args[..], &["--draft-k", "2", "-p", "16", "-n", "24", "-r", "1", "--json"]].concat(),
+        BENCH_HANG,
+    ) else {
+        return;
+    };
+    let v = json_of(&o);
+    let rounds = v["draft"].as_array().unwrap_or_else(|| panic!("no draft array: {v}"));
+    assert_eq!(rounds.iter().map(|r| r["k"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2], "{v}");
+    let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap_or_else(|| panic!("{k} is not a number: {x}"));
+    for r in rounds {
+        for key in ["draft_ms", "verify_ms", "round_ms", "decode_ms", "round_vs_decode"] {
+            assert!(f(r, key) > 0.0, "{key} must be positive: {r}");
+        }
+        assert!((f(r, "round_vs_decode") - f(r, "round_ms") / f(r, "decode_ms")).abs() < 1e-9, "{r}");
+        let k = r["k"].as_u64().unwrap() as i32;
+        let exp = r["expected_speedup"].as_array().unwrap();
+        assert_eq!(exp.len(), 5, "{r}");
+        for e in exp {
+            let a = f(e, "acceptance");
+            let tokens: f64 = (0..=k).map(|j| a.powi(j)).sum();
+            assert!((f(e, "speedup") - tokens / f(r, "round_vs_decode")).abs() < 1e-9, "{e} in {r}");
+        }
+        let m = &r["measured"];
+        assert!((f(m, "speedup") - f(m, "speculative_tok_s") / f(m, "greedy_tok_s")).abs() < 1e-9, "{m}");
+        // The copy drafter gets drafts accepted on the bench prompt: fewer passes than tokens.
+        assert!(f(&m["stats"], "tokens_per_pass") > 1.0, "{m}");
+    }
+    fails(&[&args[..], &["--draft-k", "8"]].concat(), &["--draft-k 8", "1..=7"]);
+    fails(&[&args[..], &["-n", "0"]].concat(), &["--draft", "-n"]);
+}

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::generate::load_model;
 use super::BenchArgs;
-use crate::backend::wgpu::{WgpuBackend, WgpuOptions};
+use crate::backend::wgpu::{DraftModel, WgpuBackend, WgpuOptions};
 use crate::backend::{Backend, BackendKind, Readback};
 
 /// Deterministic prompt ids (no tokenizer needed): spread over the vocabulary, never special.
@@ -47,6 +47,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let expert_slots = super::generate::expert_slots(&args.model, &model)?;
+    let drafter = match &args.draft {
+        Some(dir) => {
+            if args.draft_k == 0 || args.draft_k >= crate::backend::wgpu::VERIFY_MAX {
+                bail!("--draft-k {} is out of range: use 1..={}", args.draft_k, crate::backend::wgpu::VERIFY_MAX - 1);
+            }
+            if args.n_gen == 0 {
+                bail!("--draft measures rounds against decode steps: give -n a number of tokens");
+            }
+            let dm = crate::model::Model::open(dir).with_context(|| format!("loading drafter {}", dir.display()))?;
+            let d = crate::spec::Drafter::from_model(&dm)?;
+            d.check_target(&model.cfg)?;
+            Some(d)
+        }
+        None => None,
+    };
     let opts = WgpuOptions {
         max_ctx: ctx,
         max_chunk: args.model.chunk,
@@ -54,6 +69,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         expert_slots,
         tuning: args.model.tuning()?,
         skip: args.skip.clone(),
+        drafter: drafter.as_ref().map(|d| DraftModel(d.config().clone(), d.weights().clone())),
         ..WgpuOptions::default()
     };
     if !opts.skip.is_empty() {
@@ -169,26 +185,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
-    // Greedy vs speculative decode of the same n tokens after the same prompt, same run.
-    let mut spec = None;
-    if let Some(dir) = &args.draft {
-        let dm = crate::model::Model::open(dir).with_context(|| format!("loading drafter {}", dir.display()))?;
-        let drafter = crate::spec::Drafter::from_model(&dm)?;
-        let prompt = ids(args.n_prompt.clamp(1, 64), vocab);
-        let params = crate::engine::GenerateParams {
-            max_new: args.n_gen.max(2),
-            stop_ids: Vec::new(),
-            ignore_eos: true,
-            chunk: args.model.chunk,
-        };
-        let mut sampler = crate::sampler::Sampler::new(crate::sampler::SamplerConfig::default());
-        let (g_out, g_stats) = crate::engine::generate(&mut b, &prompt, &params, &mut sampler, |_| Ok(()))?;
-        let (s_out, s_stats, sp) =
-            crate::engine::speculative::generate(&mut b, &drafter, args.draft_k, &prompt, &params, |_| Ok(()))?;
-        if g_out != s_out {
-            bail!("speculative output differs from greedy: a bug, please report it");
+    // Speculative rounds per k against the decode step, and greedy vs speculative decode of
+    // the same n tokens after the same prompt, same run.
+    let mut rounds: Vec<DraftRound> = Vec::new();
+    if let (Some(drafter), Some((_, step_s))) = (&drafter, tg) {
+        for k in 1..=args.draft_k {
+            rounds.push(time_round(&mut b, drafter, k, step_s * 1e3, &args)?);
         }
-        spec = Some((g_stats.decode_tok_s(), s_stats.decode_tok_s(), sp));
     }
 
     // The roofline: the `copy` kernel timed by timestamps where the adapter has them (what a
@@ -223,7 +226,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             })),
             "experts": streamed.map(|e| e.to_json()),
             "verify": verify_ms.iter().map(|&(m, ms)| json!({"m": m, "ms": ms, "vs_decode": tg.map(|(_, s)| ms / (s * 1e3))})).collect::<Vec<_>>(),
-            "speculative": spec.as_ref().map(|(g, s, sp)| json!({"greedy_tok_s": g, "speculative_tok_s": s, "speedup": s / g, "stats": sp.to_json()})),
+            "draft": rounds.iter().map(DraftRound::to_json).collect::<Vec<_>>(),
             "device_weight_bytes": b.memory().weight_bytes,
             "device_state_bytes": b.memory().state_bytes,
             "peak_rss_bytes": super::generate::peak_rss_bytes(),
@@ -263,15 +266,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 println!("| {m} | {ms:.3} | {:.2} |", ms / (s * 1e3));
             }
         }
-        if let Some((g, s, sp)) = &spec {
-            let acc: Vec<String> = sp.acceptance().iter().map(|a| format!("{:.0}%", 100.0 * a)).collect();
-            println!(
-                "\nspeculative (k={}): greedy {g:.1} tok/s, speculative {s:.1} tok/s ({:.2}×), {:.2} tokens/pass, acceptance {}",
-                sp.k,
-                s / g,
-                sp.tokens_per_pass(),
-                acc.join(" ")
-            );
+        if let (false, Some((_, s))) = (rounds.is_empty(), tg) {
+            print_rounds(&rounds, s * 1e3);
         }
         if let Some(e) = &streamed {
             println!(
@@ -318,6 +314,158 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Acceptance rates the cost model of `bench --draft` evaluates.
+const ACCEPTANCE: [f64; 5] = [0.5, 0.6, 0.7, 0.8, 0.9];
+
+/// One k of `bench --draft`: what a round costs against a decode step, and the speedup measured.
+struct DraftRound {
+    k: usize,
+    /// The drafter's k steps alone (one submission, the host waiting for the drafts).
+    draft_ms: f64,
+    /// The verify of k + 1 tokens alone.
+    verify_ms: f64,
+    /// A whole round as the speculative loop runs it: draft + verify (`draft_verify`) + commit.
+    round_ms: f64,
+    decode_ms: f64,
+    greedy_tok_s: f64,
+    spec_tok_s: f64,
+    stats: crate::engine::speculative::SpecStats,
+}
+
+impl DraftRound {
+    fn round_steps(&self) -> f64 {
+        self.round_ms / self.decode_ms
+    }
+
+    /// Speedup over greedy when each draft is accepted with probability `a` (independently, a
+    /// round stopping at its first rejection): the expected tokens of a round, 1 + a + … + a^k
+    /// (accepted drafts and the target's own token), over its cost in decode steps.
+    fn expected_speedup(&self, a: f64) -> f64 {
+        let tokens: f64 = (0..=self.k).map(|j| a.powi(j as i32)).sum();
+        tokens / self.round_steps()
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "k": self.k,
+            "draft_ms": self.draft_ms,
+            "verify_ms": self.verify_ms,
+            "round_ms": self.round_ms,
+            "decode_ms": self.decode_ms,
+            "round_vs_decode": self.round_steps(),
+            "expected_speedup": ACCEPTANCE.iter().map(|&a| json!({"acceptance": a, "speedup": self.expected_speedup(a)})).collect::<Vec<_>>(),
+            "measured": {
+                "greedy_tok_s": self.greedy_tok_s,
+                "speculative_tok_s": self.spec_tok_s,
+                "speedup": self.spec_tok_s / self.greedy_tok_s,
+                "stats": self.stats.to_json(),
+            },
+        })
+    }
+}
+
+/// Times the parts of a round of k drafts at the position a prompt of -p tokens (at least one)
+/// leaves, then greedy against speculative decode of -n tokens after it.
+fn time_round(
+    b: &mut WgpuBackend,
+    drafter: &crate::spec::Drafter,
+    k: usize,
+    decode_ms: f64,
+    args: &BenchArgs,
+) -> anyhow::Result<DraftRound> {
+    let vocab = b.config().text.vocab_size;
+    let h = b.config().text.hidden_size;
+    let prompt = ids(args.n_prompt.clamp(1, 512), vocab);
+    let reps = 20;
+    let ms = |t0: Instant| t0.elapsed().as_secs_f64() * 1e3 / reps as f64;
+    b.reset();
+    let first = *b.prefill_prompt(&prompt, args.model.chunk, Readback::Argmax)?.argmax.last().expect("a row");
+    let pos = prompt.len();
+    let hidden = b.draft_context().expect("wgpu exposes it").last_hidden()?;
+    let hidden = &hidden[hidden.len() - h..];
+    // The drafter alone, from a hidden row the host passes (one submission and wait).
+    b.draft(first, hidden, pos, k)?;
+    let t0 = Instant::now();
+    for _ in 0..reps {
+        b.draft(first, hidden, pos, k)?;
+    }
+    let draft_ms = ms(t0);
+    // The verify alone (staged rows, never committed).
+    let mut toks = ids(k + 1, vocab);
+    toks[0] = first;
+    b.verify(&toks, pos, false)?;
+    let t0 = Instant::now();
+    for _ in 0..reps {
+        b.verify(&toks, pos, false)?;
+    }
+    let verify_ms = ms(t0);
+    // Whole rounds, each committing its first row (the target's own token: what a round that
+    // accepts nothing costs; accepted rows only add K/V copies).
+    let v = b.verify(&toks, pos, false)?;
+    b.commit(1)?;
+    let (mut tok, mut p) = (v.argmax[0], pos + 1);
+    let mut round = |b: &mut WgpuBackend| -> anyhow::Result<()> {
+        let (_, v) = b.draft_verify(tok, p, k)?.context("the drafter was recorded beside the target")?;
+        b.commit(1)?;
+        (tok, p) = (v.argmax[0], p + 1);
+        Ok(())
+    };
+    round(b)?;
+    let t0 = Instant::now();
+    for _ in 0..reps {
+        round(b)?;
+    }
+    let round_ms = ms(t0);
+
+    let params = crate::engine::GenerateParams {
+        max_new: args.n_gen.max(2),
+        stop_ids: Vec::new(),
+        ignore_eos: true,
+        chunk: args.model.chunk,
+    };
+    let mut sampler = crate::sampler::Sampler::new(crate::sampler::SamplerConfig::default());
+    let (g_out, g_stats) = crate::engine::generate(b, &prompt, &params, &mut sampler, |_| Ok(()))?;
+    let (s_out, s_stats, stats) = crate::engine::speculative::generate(b, drafter, k, &prompt, &params, |_| Ok(()))?;
+    if g_out != s_out {
+        bail!("speculative output differs from greedy at k = {k}: a bug, please report it");
+    }
+    Ok(DraftRound {
+        k,
+        draft_ms,
+        verify_ms,
+        round_ms,
+        decode_ms,
+        greedy_tok_s: g_stats.decode_tok_s(),
+        spec_tok_s: s_stats.decode_tok_s(),
+        stats,
+    })
+}
+
+fn print_rounds(rounds: &[DraftRound], decode_ms: f64) {
+    println!("\nspeculative rounds vs one decode step ({decode_ms:.3} ms), drafter on the GPU:");
+    let heads: Vec<String> = ACCEPTANCE.iter().map(|a| format!("×@{a:.1}")).collect();
+    println!(
+        "| k | draft ms | verify ms | round ms | round / decode | {} | measured × | tokens/pass |",
+        heads.join(" | ")
+    );
+    println!("|---|---|---|---|---|{}---|---|", "---|".repeat(ACCEPTANCE.len()));
+    for r in rounds {
+        let exp: Vec<String> = ACCEPTANCE.iter().map(|&a| format!("{:.2}", r.expected_speedup(a))).collect();
+        println!(
+            "| {} | {:.3} | {:.3} | {:.3} | {:.2} | {} | {:.2} | {:.2} |",
+            r.k,
+            r.draft_ms,
+            r.verify_ms,
+            r.round_ms,
+            r.round_steps(),
+            exp.join(" | "),
+            r.spec_tok_s / r.greedy_tok_s,
+            r.stats.tokens_per_pass()
+        );
+    }
+    println!("×@a: the speedup a round's cost allows when each draft is accepted with probability a ((1 + a + … + a^k) / round steps); measured ×: speculative over greedy tok/s on the bench prompt, whose acceptance the last column shows.");
 }
 
 /// `-r` timed passes of `prompt` in chunks, each from an empty cache: the median, slowest and

@@ -32,7 +32,8 @@ pub enum Command {
     Generate(GenerateArgs),
     /// Measure prefill and decode throughput, bandwidth and per-kernel GPU time.
     Bench(BenchArgs),
-    /// Write a synthetic checkpoint (random weights of realistic magnitude) of a real architecture.
+    /// Write a synthetic checkpoint (random weights of realistic magnitude) of a real architecture:
+    /// a target model or its MTP drafter.
     Synth(SynthArgs),
     /// Repack a checkpoint into Kestrel's installed layout (per-layer expert files, manifest).
     Install(InstallArgs),
@@ -83,12 +84,14 @@ pub struct BenchArgs {
     /// Repetitions of the prefill test; the median is reported (as llama-bench's -r).
     #[arg(short = 'r', long = "repetitions", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub reps: u32,
-    /// Also decode n tokens speculatively with this MTP drafter (greedy and speculative tok/s in
-    /// the same run; needs a drafter made for this model).
+    /// Also measure speculative decoding with this MTP drafter (made for this model), on the
+    /// GPU beside the target: per k = 1..=--draft-k, the draft, verify and whole-round times in
+    /// decode steps, the speedup they allow at acceptance 0.5–0.9, and greedy against
+    /// speculative tok/s on the bench prompt.
     #[arg(long, value_name = "DIR")]
     pub draft: Option<PathBuf>,
-    /// Drafts per round with --draft.
-    #[arg(long, default_value_t = 2, value_name = "K")]
+    /// The largest k (drafts per round) --draft measures.
+    #[arg(long, default_value_t = 3, value_name = "K")]
     pub draft_k: usize,
     /// Print one JSON object instead of tables.
     #[arg(long)]
@@ -109,7 +112,8 @@ pub struct BenchArgs {
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// Architecture: e2b, e4b or 26b-a4b.
+    /// Architecture: e2b, e4b or 26b-a4b (target models), or e2b-assistant, e4b-assistant or
+    /// 26b-a4b-assistant (their MTP drafters, shaped to fit the synthetic targets).
     #[arg(long)]
     pub arch: String,
     /// Weight format: 4bit, 8bit (MLX affine, group 64) or bf16.

@@ -123,9 +123,15 @@ pub(in crate::backend::wgpu) fn record(
     let aw = dw.assistant.as_ref().expect("checked");
     // The config the blocks record from: a sliding window one wider (the module notes), and no
     // softcap (transformers' drafter head has none, whatever text_config says).
+    // Its layers' kv heads are the target caches' they read: the reference drafter takes the
+    // grouping from the target's K/V, whatever the drafter's config declares.
     let mut cfg = dcfg.clone();
     cfg.text.sliding_window += 1;
     cfg.text.final_logit_softcapping = None;
+    for l in &mut cfg.layers {
+        let p = t.cfg.producer(l.kind).expect("checked");
+        l.n_kv_heads = kv.caches[kv.read_cache[p]].n_kv_heads;
+    }
     let opts = WgpuOptions { max_chunk: 1, drafter: None, skip: Vec::new(), ..t.opts.clone() };
     let mut b = Builder::new(t.gpu.clone(), &cfg, opts);
     let (hb, ha, vocab) = (a.backbone_hidden_size, cfg.text.hidden_size, cfg.text.vocab_size);
