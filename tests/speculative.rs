@@ -410,6 +410,62 @@ fn wgpu_speculative_equals_greedy() {
     }
 }
 
+/// `Backend::speculate` on wgpu: rounds run one ahead of the host, the GPU accepting each round
+/// (spec_accept/spec_rows) before the host reads it. Twenty rounds of k = 3 with the copy drafter
+/// (drafts accepted: the commit of accepted rows, the hidden row n > 0 and the positions all take
+/// the GPU's path) hand out greedy's tokens, and greedy decode continued from where they stop
+/// gives greedy's next tokens (the cache holds exactly the accepted positions, committed by the
+/// round run past the last one). A context with room for only a few rounds ahead stops them
+/// early, the last round committed by the host, and decode continues as greedy too.
+#[test]
+fn wgpu_rounds_run_ahead_on_the_device() {
+    let (target, assistant) = PAIRS[0];
+    let (model, drafter) = open_pair(target, assistant, "mlx-4bit");
+    let r = &load_refs(target, "reference")[2];
+    let p = GenerateParams { max_new: 96, ..params(model.stop_ids.clone(), true) };
+    let want = greedy(&model, &r.prompt, &p);
+    for (max_ctx, rounds_wanted) in [(256, 20), (r.prompt.len() + 24, 20)] {
+        let opts = WgpuOptions {
+            max_ctx,
+            max_chunk: 16,
+            drafter: Some(DraftModel(drafter.config().clone(), drafter.weights().clone())),
+            ..Default::default()
+        };
+        let Some(mut b) = wgpu_backend(&model, opts) else { return };
+        let mut next = *b.prefill_prompt(&r.prompt, 16, Readback::Argmax).unwrap().argmax.last().unwrap();
+        let mut got = vec![next];
+        let mut pos = r.prompt.len();
+        let (mut rounds, mut accepted) = (0, 0);
+        let ran = b
+            .speculate(next, pos, 3, &mut |drafts, argmax| {
+                let n = drafts.iter().zip(argmax).take_while(|(d, t)| d == t).count();
+                got.extend_from_slice(&drafts[..n]);
+                got.push(argmax[n]);
+                (next, pos) = (argmax[n], pos + n + 1);
+                (rounds, accepted) = (rounds + 1, accepted + n);
+                Ok(rounds < rounds_wanted)
+            })
+            .unwrap()
+            .expect("wgpu runs rounds on the device when built with a drafter");
+        assert_eq!(ran, rounds, "ctx {max_ctx}: rounds reported");
+        if max_ctx == 256 {
+            assert_eq!(rounds, rounds_wanted, "ctx {max_ctx}: rounds stopped early");
+            assert!(accepted > 0, "ctx {max_ctx}: no draft accepted in {rounds} rounds");
+        } else {
+            assert!(rounds < rounds_wanted, "ctx {max_ctx}: rounds ran past the room they had");
+        }
+        assert_eq!(got[..], want[..got.len()], "ctx {max_ctx}: tokens of the rounds differ from greedy");
+        // Greedy decode on from where the rounds stopped: the committed cache must be greedy's.
+        let more = (max_ctx - pos).min(8);
+        for i in 0..more {
+            next = b.decode(next, pos + i, Readback::Argmax).unwrap().argmax[0];
+            got.push(next);
+        }
+        assert_eq!(got[..], want[..got.len()], "ctx {max_ctx}: decode after the rounds differs from greedy");
+        eprintln!("wgpu ctx {max_ctx}: {rounds} rounds on the device, {accepted} drafts accepted, then {more} decode steps: greedy's tokens");
+    }
+}
+
 fn prefill(b: &mut dyn Backend, prompt: &[u32]) {
     for (i, piece) in prompt.chunks(16).enumerate() {
         b.prefill(piece, 16 * i, Readback::Argmax).unwrap();

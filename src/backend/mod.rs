@@ -169,6 +169,25 @@ pub trait Backend {
         Ok(None)
     }
 
+    /// Speculative rounds of `k` drafts from `token` at `pos` (the committed length) that the
+    /// device drafts, verifies and accepts itself, each round recorded and submitted before the
+    /// host has read the one before. `on_round(drafts, argmax)` sees every round's drafts and its
+    /// verify's argmax in order (the caller accepts by the same rule: the longest prefix of drafts
+    /// equal to the argmax, then the target's token) and returns whether to go on. Afterwards the
+    /// cache holds exactly the accepted positions of the rounds handed out. The caller leaves
+    /// room in the context for two rounds past the last token it wants. `None`: not offered here
+    /// (the engine runs its own loop).
+    fn speculate(
+        &mut self,
+        token: u32,
+        pos: usize,
+        k: usize,
+        on_round: &mut dyn FnMut(&[u32], &[u32]) -> Result<bool>,
+    ) -> Result<Option<usize>> {
+        let _ = (token, pos, k, on_round);
+        Ok(None)
+    }
+
     /// Expert-streaming figures (hit rate, bytes read), when MoE experts stream from disk.
     fn stream_stats(&self) -> Option<crate::streamer::StreamStats> {
         None

@@ -70,7 +70,7 @@ pub fn generate(
     k: usize,
     prompt: &[u32],
     params: &GenerateParams,
-    mut on_token: impl FnMut(u32) -> Result<()>,
+    on_token: impl FnMut(u32) -> Result<()>,
 ) -> Result<(Vec<u32>, GenStats, SpecStats)> {
     if k == 0 {
         return Err(Error::Invalid("--draft-k must be at least 1".into()));
@@ -86,8 +86,8 @@ pub fn generate(
     let max_ctx = backend.max_context();
     check_context(prompt.len(), params.max_new, max_ctx, cfg_max)?;
     let mut stats = GenStats { prompt_tokens: prompt.len(), finish_reason: "length", ..Default::default() };
-    let mut spec = SpecStats { k, proposed: vec![0; k], accepted: vec![0; k], ..Default::default() };
-    let mut out = Vec::with_capacity(params.max_new);
+    let spec = SpecStats { k, proposed: vec![0; k], accepted: vec![0; k], ..Default::default() };
+    let out = Vec::with_capacity(params.max_new);
     if params.max_new == 0 {
         return Ok((out, stats, spec));
     }
@@ -96,34 +96,31 @@ pub fn generate(
 
     // ---- prefill, in chunks; the last chunk's last row is the first token
     let t0 = Instant::now();
-    let mut next =
+    let next =
         *backend.prefill_prompt(prompt, params.chunk, Readback::Argmax)?.argmax.last().expect("one argmax per step");
-    let mut pos = prompt.len();
+    let pos = prompt.len();
     stats.prompt_time = t0.elapsed();
-    // The row of the target's last step whose hidden produced `next` (None: its last row). Read
-    // back only for a drafter that is not the backend's own.
     let h = backend.config().text.hidden_size;
-    let mut hidden_row: Option<usize> = None;
-
-    // `emit` returns true when generation is over (a stop id or max_new).
-    let mut emit = |tok: u32, out: &mut Vec<u32>, stats: &mut GenStats| -> Result<bool> {
-        out.push(tok);
-        on_token(tok)?;
-        if !params.ignore_eos && params.stop_ids.contains(&tok) {
-            stats.finish_reason = "stop";
-            return Ok(true);
-        }
-        Ok(out.len() >= params.max_new)
-    };
 
     let t1 = Instant::now();
-    spec.from_draft.push(false);
-    let mut done = emit(next, &mut out, &mut stats)?;
-    while !done {
+    let mut run = Run { params, on_token, out, stats, spec, pos, next, hidden_row: None, done: false };
+    run.spec.from_draft.push(false);
+    run.done = run.emit(next)?;
+    // Rounds the backend runs ahead on its device (drafting, verifying and accepting there),
+    // where it offers them; they stop early only at the end of the context, where the loop
+    // below takes over.
+    if !run.done && k < backend.max_verify() {
+        backend.speculate(next, pos, k, &mut |drafts, argmax| {
+            run.round(drafts, argmax)?;
+            Ok(!run.done)
+        })?;
+    }
+    while !run.done {
+        let (pos, next) = (run.pos, run.next);
         // `next` sits at `pos` (not yet in the cache). Draft no more than the tokens still
         // wanted and the cache can hold (the last verified row needs no slot afterwards).
         let room = max_ctx.saturating_sub(pos + 1);
-        let kk = k.min(params.max_new - out.len()).min(room).min(backend.max_verify().saturating_sub(1));
+        let kk = k.min(params.max_new - run.out.len()).min(room).min(backend.max_verify().saturating_sub(1));
         // The backend's own device drafter (built from the same drafter model) drafts and
         // verifies in one go where it can; else the drafts come first, then the verify.
         let on_device = if kk == 0 { None } else { backend.draft_verify(next, pos, kk)? };
@@ -133,7 +130,7 @@ pub fn generate(
                 let drafts: Vec<u32> = if kk == 0 {
                     Vec::new()
                 } else {
-                    let hidden = hidden_of(backend, h, hidden_row)?;
+                    let hidden = hidden_of(backend, h, run.hidden_row)?;
                     match backend.draft(next, &hidden, pos, kk)? {
                         Some(d) => d,
                         None => {
@@ -149,31 +146,75 @@ pub fn generate(
                 (drafts, v)
             }
         };
-        spec.target_passes += 1;
-        let n = drafts.iter().zip(&v.argmax).take_while(|(d, t)| d == t).count();
-        for j in 0..drafts.len() {
-            spec.proposed[j] += 1;
-            if j < n {
-                spec.accepted[j] += 1;
-            }
-        }
+        let n = run.round(&drafts, &v.argmax)?;
         backend.commit(n + 1)?;
-        hidden_row = Some(n);
-        pos += n + 1;
-        next = v.argmax[n];
-        for (j, &tok) in drafts[..n].iter().chain(std::iter::once(&next)).enumerate() {
-            spec.round_tokens += 1;
-            spec.from_draft.push(j < n);
-            done = emit(tok, &mut out, &mut stats)?;
-            if done {
-                break;
-            }
-        }
     }
+    let Run { out, mut stats, spec, .. } = run;
     stats.decode_time = t1.elapsed();
     stats.generated_tokens = out.len();
     stats.experts = super::streamed_since(backend, streamed_before);
     Ok((out, stats, spec))
+}
+
+/// A generation's progress through its rounds: the tokens out, the figures, and where the
+/// target stands.
+struct Run<'p, F> {
+    params: &'p GenerateParams,
+    on_token: F,
+    out: Vec<u32>,
+    stats: GenStats,
+    spec: SpecStats,
+    /// Where `next` sits (the committed length).
+    pos: usize,
+    /// The target's last token, not yet in the cache.
+    next: u32,
+    /// The row of the target's last step whose hidden produced `next` (None: its last row); read
+    /// back only for a drafter that is not the backend's own.
+    hidden_row: Option<usize>,
+    /// A stop id or max_new reached.
+    done: bool,
+}
+
+impl<F: FnMut(u32) -> Result<()>> Run<'_, F> {
+    /// Hands out `tok`; true when generation is over (a stop id or max_new).
+    fn emit(&mut self, tok: u32) -> Result<bool> {
+        self.out.push(tok);
+        (self.on_token)(tok)?;
+        if !self.params.ignore_eos && self.params.stop_ids.contains(&tok) {
+            self.stats.finish_reason = "stop";
+            return Ok(true);
+        }
+        Ok(self.out.len() >= self.params.max_new)
+    }
+
+    /// Accepts one round: the longest prefix of `drafts` equal to the target's `argmax`, then the
+    /// target's own token after it. Returns the matched count n, whose n + 1 rows the target
+    /// commits. Drafts past the tokens still wanted (a round run ahead drafts a full k) are
+    /// neither counted nor handed out.
+    fn round(&mut self, drafts: &[u32], argmax: &[u32]) -> Result<usize> {
+        let wanted = drafts.len().min(self.params.max_new - self.out.len());
+        let matched = drafts.iter().zip(argmax).take_while(|(d, t)| d == t).count();
+        let n = matched.min(wanted);
+        self.spec.target_passes += 1;
+        for j in 0..wanted {
+            self.spec.proposed[j] += 1;
+            if j < n {
+                self.spec.accepted[j] += 1;
+            }
+        }
+        self.hidden_row = Some(matched);
+        self.pos += matched + 1;
+        self.next = argmax[matched];
+        for (j, &tok) in drafts[..n].iter().chain(std::iter::once(&argmax[n])).enumerate() {
+            self.spec.round_tokens += 1;
+            self.spec.from_draft.push(j < n);
+            self.done = self.emit(tok)?;
+            if self.done {
+                break;
+            }
+        }
+        Ok(matched)
+    }
 }
 
 /// Row `row` (None: the last) of the target's last step's hidden states, read back.

@@ -184,6 +184,10 @@ pub enum Kernel {
     DraftSelect,
     DraftScore(Format),
     DraftPick,
+    /// A speculative round's acceptance on the GPU and the rows it moves (spec_accept.wgsl,
+    /// spec_rows.wgsl): the next round runs without the host reading this one first.
+    SpecAccept,
+    SpecRows,
     /// MoE: softmax, top-k and weights of the router logits (the chosen experts' logits and
     /// scales staged in workgroup memory).
     RouterTopk,
@@ -292,6 +296,8 @@ impl Kernel {
             Kernel::DraftSelect => "draft_select".into(),
             Kernel::DraftScore(f) => format!("draft_score_{}", f.name()),
             Kernel::DraftPick => "draft_pick".into(),
+            Kernel::SpecAccept => "spec_accept".into(),
+            Kernel::SpecRows => "spec_rows".into(),
             Kernel::RouterTopk => "router_topk".into(),
             Kernel::MoeMatmul(f) => format!("moe_matmul_{}", f.name()),
             Kernel::MoeGroup => "moe_group".into(),
@@ -377,6 +383,8 @@ impl Kernel {
             Kernel::SoftcapArgmax | Kernel::ArgmaxMerge => &[ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::DraftSelect | Kernel::DraftPick => &[Read, Read, ReadWrite, Uniform, Uniform],
             Kernel::DraftScore(_) => &[Read, Read, Read, Read, Read, ReadWrite, Uniform, Uniform],
+            Kernel::SpecAccept => &[Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Uniform, Uniform],
+            Kernel::SpecRows => &[Read, ReadWrite, Read, Uniform, Uniform],
             Kernel::RouterTopk => &[Read, Read, ReadWrite, ReadWrite, Uniform, Uniform],
             Kernel::MoeMatmul(_)
             | Kernel::MoeMatmulGrouped(_)

@@ -106,6 +106,20 @@ pub struct DraftHeadParams {
     pub _pad: u32,
 }
 
+/// Params of a speculative round's device-side acceptance (spec_params.wgsl).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+pub struct SpecParams {
+    pub k: u32,
+    pub elems: u32,
+    pub rows: u32,
+    pub mode: u32,
+    pub slots: u32,
+    pub ring: u32,
+    pub dst_off: u32,
+    pub _pad: u32,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
 pub struct NormParams {

@@ -9,7 +9,7 @@ use crate::config::LayerSpec;
 use crate::loader::{LayerWeights, MoeWeights};
 
 mod drafter;
-pub(super) use drafter::DeviceDrafter;
+pub(super) use drafter::{DeviceDrafter, RING_ROWS};
 
 /// Uploads weights, allocates buffers and records the program.
 pub(super) struct Builder<'a> {

@@ -57,7 +57,7 @@ use crate::loader::{ExpertFiles, ExpertGateUp, Matrix, ModelWeights};
 use crate::quant::DType;
 use crate::reference::{self, embed_scale};
 use crate::streamer::{ExpertSlots, StreamStats, Streamer};
-use builder::{Builder, DeviceDrafter};
+use builder::{Builder, DeviceDrafter, RING_ROWS};
 pub use context::Gpu;
 use pipelines::Pipelines;
 
@@ -884,10 +884,12 @@ impl WgpuBackend {
         n_out: usize,
         executed: &mut Vec<(usize, u8)>,
     ) {
-        self.encode_program(&self.program, pass, range, n, pos0, n_out, Some(executed));
+        self.encode_program(&self.program, pass, range, n, Some(pos0), n_out, Some(executed));
     }
 
     /// [`Self::encode`] for any recorded program (the drafter's: `executed` None, untimed).
+    /// `pos0` None: a position only the GPU knows (a round after one it accepted): a one-token
+    /// step then dispatches every decode attention kernel, each computing the rows it owns.
     #[allow(clippy::too_many_arguments)]
     fn encode_program(
         &self,
@@ -895,7 +897,7 @@ impl WgpuBackend {
         pass: &mut wgpu::ComputePass,
         range: std::ops::Range<usize>,
         n: usize,
-        pos0: usize,
+        pos0: Option<usize>,
         n_out: usize,
         mut executed: Option<&mut Vec<(usize, u8)>>,
     ) {
@@ -909,7 +911,7 @@ impl WgpuBackend {
                 Only::Multi if single_form => continue,
                 _ => {}
             }
-            if n == 1 && d.keys.is_some_and(|k| !k.owns(pos0)) {
+            if n == 1 && pos0.is_some_and(|p| d.keys.is_some_and(|k| !k.owns(p))) {
                 continue;
             }
             let mut z_tokens = false;
@@ -1045,7 +1047,13 @@ impl WgpuBackend {
     /// drafter's ids hold and the hidden row in its input, each next one the last one's draft and
     /// projection; the drafts go to `drafts` (and to `also`, at byte offset `.1`, when given).
     /// The caller has written the step uniform, the rope table and the first id.
-    fn record_drafts(&self, enc: &mut wgpu::CommandEncoder, k: usize, pos: usize, also: Option<(&wgpu::Buffer, u64)>) {
+    fn record_drafts(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        k: usize,
+        pos: Option<usize>,
+        also: Option<(&wgpu::Buffer, u64)>,
+    ) {
         let d = self.drafter.as_ref().expect("checked by the callers");
         let hb = 4 * d.hb as u64;
         for j in 0..k {
@@ -1053,7 +1061,7 @@ impl WgpuBackend {
                 let mut pass = enc
                     .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("draft"), timestamp_writes: None });
                 // pos0 = p − 1: see builder/drafter.rs on the masks.
-                self.encode_program(&d.program, &mut pass, 0..d.program.len(), 1, pos - 1, 1, None);
+                self.encode_program(&d.program, &mut pass, 0..d.program.len(), 1, pos.map(|p| p - 1), 1, None);
             }
             enc.copy_buffer_to_buffer(&d.best, 0, &d.drafts, 4 * j as u64, Some(4));
             if j + 1 < k {
@@ -1090,6 +1098,74 @@ impl WgpuBackend {
         q.write_buffer(&d.rope_buf, 0, bytemuck::cast_slice(&rope));
         self.rope_host = rope;
         Ok(())
+    }
+
+    /// Fills the rope ring with the rows of positions `from .. from + 3 · VERIFY_MAX`: every row a
+    /// round started at most k + 1 positions after `from` can read (spec_rows' mode 2).
+    fn fill_ring(&mut self, from: usize) {
+        let d = self.drafter.as_ref().expect("checked by the callers");
+        let dims = (self.cfg.text.head_dim, self.cfg.text.global_head_dim);
+        let (stride, n) = (self.rope_stride, 3 * VERIFY_MAX);
+        let mut rope = std::mem::take(&mut self.rope_host);
+        rope_rows(&mut rope, &self.inv_freq, dims, stride, from, n);
+        // Up to two contiguous pieces of the ring.
+        let first = (from % RING_ROWS, (RING_ROWS - from % RING_ROWS).min(n));
+        let q = &self.gpu.queue;
+        q.write_buffer(&d.ring, (4 * first.0 * stride) as u64, bytemuck::cast_slice(&rope[..first.1 * stride]));
+        if first.1 < n {
+            q.write_buffer(&d.ring, 0, bytemuck::cast_slice(&rope[first.1 * stride..]));
+        }
+        self.rope_host = rope;
+    }
+
+    /// Records a round's body after its prologue: k drafter steps (drafts also behind the first id
+    /// in the target's ids), the k + 1 verify, and the drafts and argmax copied to readback `slot`.
+    fn record_round(&mut self, enc: &mut wgpu::CommandEncoder, k: usize, pos: Option<usize>, slot: usize) {
+        self.record_drafts(enc, k, pos, Some((&self.ids_buf, 4)));
+        self.verifying = true;
+        {
+            let mut pass =
+                enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("verify"), timestamp_writes: None });
+            self.encode_program(&self.program, &mut pass, 0..self.program.len(), k + 1, pos, k + 1, None);
+        }
+        self.verifying = false;
+        let d = self.drafter.as_ref().expect("checked by the callers");
+        let read = &d.round_read[slot];
+        enc.copy_buffer_to_buffer(&d.drafts, 0, read, 0, Some(4 * k as u64));
+        enc.copy_buffer_to_buffer(&self.best_buf, 0, read, 4 * VERIFY_MAX as u64, Some(4 * (k + 1) as u64));
+    }
+
+    /// Submits the round after one the GPU accepts: spec_accept and spec_rows (commit, next hidden,
+    /// rope rows), both step uniforms from the words spec_accept wrote, then the round's body.
+    fn submit_accepted_round(&mut self, k: usize, slot: usize) -> Result<wgpu::SubmissionIndex> {
+        let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("round") });
+        let d = self.drafter.as_ref().expect("checked by the callers");
+        {
+            let mut pass =
+                enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("accept"), timestamp_writes: None });
+            self.encode_program(&d.accept, &mut pass, 0..d.accept.len(), 1, None, 1, None);
+        }
+        let step = std::mem::size_of::<Step>() as u64;
+        enc.copy_buffer_to_buffer(&d.steps, 0, &self.step_buf, 0, Some(step));
+        enc.copy_buffer_to_buffer(&d.steps, step, &d.step_buf, 0, Some(step));
+        self.record_round(&mut enc, k, None, slot);
+        let index = self.gpu.queue.submit([enc.finish()]);
+        match pollster::block_on(scope.pop()) {
+            Some(e) => Err(Error::Gpu(format!("speculative round rejected by the device: {e}"))),
+            None => Ok(index),
+        }
+    }
+
+    /// Reads a round's drafts and argmax from readback `slot` once submission `after` is done.
+    fn read_round(&mut self, slot: usize, k: usize, after: wgpu::SubmissionIndex) -> Result<(Vec<u32>, Vec<u32>)> {
+        let d = self.drafter.as_ref().expect("checked by the callers");
+        let mut scratch = std::mem::take(&mut self.read_scratch);
+        let r = self.gpu.read_after(&d.round_read[slot], (4 * 2 * VERIFY_MAX) as u64, Some(after), &mut scratch);
+        let words: Vec<u32> = bytemuck::pod_collect_to_vec(&scratch);
+        self.read_scratch = scratch;
+        r?;
+        Ok((words[..k].to_vec(), words[VERIFY_MAX..VERIFY_MAX + k + 1].to_vec()))
     }
 
     /// Reads the drafts the last round left in the readback buffer.
@@ -1262,7 +1338,7 @@ impl Backend for WgpuBackend {
         self.start_drafts(token, pos, k)?;
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("draft") });
-        self.record_drafts(&mut enc, k, pos, None);
+        self.record_drafts(&mut enc, k, Some(pos), None);
         self.gpu.queue.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("draft rejected by the device: {e}")));
@@ -1288,7 +1364,7 @@ impl Backend for WgpuBackend {
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("draft") });
         enc.copy_buffer_to_buffer(&final_hidden, row as u64 * hb, &cat, hb, Some(hb));
-        self.record_drafts(&mut enc, k, pos, Some((&self.ids_buf, 4)));
+        self.record_drafts(&mut enc, k, Some(pos), Some((&self.ids_buf, 4)));
         self.gpu.queue.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("draft rejected by the device: {e}")));
@@ -1301,6 +1377,87 @@ impl Backend for WgpuBackend {
         self.last_rows = k + 1;
         self.draft_row = None;
         Ok(Some((self.read_drafts(k)?, out)))
+    }
+    /// Rounds one ahead of the host: round r + 1 starts with the GPU accepting round r (its
+    /// commit, the next id, hidden row, positions and rope rows: spec_accept/spec_rows), so it is
+    /// recorded and submitted before the host reads round r. Round 0 is set up by the host, as
+    /// `draft_verify` does. A round is run ahead only where the context has room for it wherever
+    /// the round before ends; without room the rounds stop (the last one committed from the
+    /// host) and the caller goes on with its own loop.
+    fn speculate(
+        &mut self,
+        token: u32,
+        pos: usize,
+        k: usize,
+        on_round: &mut dyn FnMut(&[u32], &[u32]) -> Result<bool>,
+    ) -> Result<Option<usize>> {
+        let Some(d) = &self.drafter else { return Ok(None) };
+        if self.streaming.is_some() || self.profiler.is_some() {
+            return Ok(None);
+        }
+        let Some(row) = self.draft_row.filter(|&r| r < self.last_rows) else {
+            return Err(Error::Invalid("drafting needs a target step first (no hidden state kept)".into()));
+        };
+        // A round started at most k + 1 after `p` stays below p + 2 (k + 1).
+        let max_ctx = self.kv.max_ctx;
+        let room = move |p: usize| p + 2 * (k + 1) <= max_ctx;
+        if !room(pos) {
+            return Ok(None);
+        }
+        // ---- round 0, set up by the host
+        let hb = 4 * d.hb as u64;
+        let (cat, final_hidden, state) = (d.cat.clone(), self.final_hidden.clone(), d.state.clone());
+        self.start_drafts(token, pos, k)?;
+        let q = &self.gpu.queue;
+        q.write_buffer(&self.ids_buf, 0, bytemuck::bytes_of(&token));
+        let step =
+            Step { n_tokens: (k + 1) as u32, pos0: pos as u32, n_out: (k + 1) as u32, staged: 1, ..Default::default() };
+        q.write_buffer(&self.step_buf, 0, bytemuck::bytes_of(&step));
+        q.write_buffer(&state, 0, bytemuck::cast_slice(&[pos as u32, 0, 0, 0, k as u32]));
+        self.write_rope(pos, k + 1);
+        self.fill_ring(pos);
+        let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("round") });
+        enc.copy_buffer_to_buffer(&final_hidden, row as u64 * hb, &cat, hb, Some(hb));
+        self.record_round(&mut enc, k, Some(pos), 0);
+        let mut in_flight = self.gpu.queue.submit([enc.finish()]);
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("speculative round rejected by the device: {e}")));
+        }
+        self.staged = None;
+        self.draft_row = None;
+        self.last_rows = 0;
+        // `p`: where the round being read started (known: the host has read the ones before).
+        let mut p = pos;
+        let mut r = 0;
+        loop {
+            let ahead = if room(p) {
+                self.fill_ring(p);
+                Some(self.submit_accepted_round(k, (r + 1) % 2)?)
+            } else {
+                None
+            };
+            let (drafts, argmax) = self.read_round(r % 2, k, in_flight)?;
+            let n = drafts.iter().zip(&argmax).take_while(|(d, t)| d == t).count();
+            let (start, go) = (p, on_round(&drafts, &argmax)?);
+            p += n + 1;
+            r += 1;
+            match ahead {
+                Some(next) if go => in_flight = next,
+                Some(_) => {
+                    // The round run ahead committed this one's rows first; its own are staged
+                    // and never committed.
+                    self.cached = p;
+                    return Ok(Some(r));
+                }
+                None => {
+                    self.staged = Some((start, k + 1));
+                    self.last_rows = k + 1;
+                    self.commit(n + 1)?;
+                    return Ok(Some(r));
+                }
+            }
+        }
     }
     fn reset(&mut self) {
         // Positions restart at 0 and every read is masked to positions already written in this

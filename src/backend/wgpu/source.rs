@@ -257,6 +257,13 @@ fn body(k: Kernel, sg: u32) -> String {
             include_str!("../../../wgsl/draft_params.wgsl"),
             include_str!("../../../wgsl/draft_score.wgsl")
         ),
+        Kernel::SpecAccept | Kernel::SpecRows => {
+            let kernel = match k {
+                Kernel::SpecAccept => include_str!("../../../wgsl/spec_accept.wgsl"),
+                _ => include_str!("../../../wgsl/spec_rows.wgsl"),
+            };
+            format!("{}\n{kernel}", include_str!("../../../wgsl/spec_params.wgsl"))
+        }
         Kernel::RouterTopk => {
             include_str!("../../../wgsl/router_topk.wgsl").replace("{{WG}}", &ROUTER_TOPK_WG.to_string())
         }

@@ -44,11 +44,27 @@ pub(in crate::backend::wgpu) struct DeviceDrafter {
     pub drafts_read: wgpu::Buffer,
     /// The target's hidden size (Hb).
     pub hb: usize,
+    /// A round's prologue when the last round's acceptance is the GPU's (spec_accept.wgsl,
+    /// spec_rows.wgsl): accept, commit every cache's accepted rows, the next hidden row and rope
+    /// rows into both programs' inputs.
+    pub accept: Vec<Dispatch>,
+    /// The round state words (spec_params.wgsl) and both steps' words spec_accept writes.
+    pub state: wgpu::Buffer,
+    pub steps: wgpu::Buffer,
+    /// Rope rows of positions near the rounds in flight: position q at row q % RING_ROWS.
+    pub ring: wgpu::Buffer,
+    /// Each round's drafts (VERIFY_MAX words) then the verify's argmax, read back one round
+    /// behind the GPU: round r in buffer r % 2.
+    pub round_read: [wgpu::Buffer; 2],
     pub weight_bytes: u64,
     pub state_bytes: u64,
     /// The program's listing ([`WgpuBackend::program_listing`]'s drafter part).
     pub listing: Vec<String>,
 }
+
+/// Rows of the rope ring the host keeps filled for the rounds in flight (a round started at q
+/// reads rows up to q + 2 · VERIFY_MAX − 1 before the host next writes).
+pub(in crate::backend::wgpu) const RING_ROWS: usize = 4 * VERIFY_MAX;
 
 /// Checks that drafter `d` can run over target `target`'s caches as laid out in `kv`.
 fn check(target: &Config, kv: &KvLayout, d: &Config, dw: &ModelWeights) -> Result<AssistantConfig> {
@@ -234,8 +250,51 @@ pub(in crate::backend::wgpu) fn record(
     b.matvec_single(&post, xf, ha, &hidden_out, hb);
 
     let program = b.bind_program()?;
+    let listing = std::mem::take(&mut b.listing);
     let drafts = b.gpu.storage("drafts", (4 * VERIFY_MAX) as u64);
     let drafts_read = b.gpu.staging("drafts readback", (4 * VERIFY_MAX) as u64);
+
+    // ---- the round prologue after a round the GPU accepts (spec_accept.wgsl, spec_rows.wgsl)
+    if dacts.rope_stride != acts.rope_stride {
+        return Err(Error::Invalid(format!(
+            "drafter: rope rows of {} values, the target's {} (head dims differ)",
+            dacts.rope_stride, acts.rope_stride
+        )));
+    }
+    let state = b.act("speculative round state", 8)?;
+    let steps = b.act("speculative round steps", 16)?;
+    let ring = b.act("rope ring", RING_ROWS * acts.rope_stride)?;
+    let base = SpecParams { k: 0, ring: RING_ROWS as u32, ..Default::default() };
+    let res = vec![
+        Res::Buf(drafts.clone()),
+        Res::Buf(acts.best.clone()),
+        Res::Buf(state.clone()),
+        Res::Buf(steps.clone()),
+        Res::Buf(acts.ids.clone()),
+        Res::Buf(dacts.ids.clone()),
+        Res::Params,
+        Res::Step,
+    ];
+    b.spec(Kernel::SpecAccept, res, &base, 1, GridY::One);
+    let rows = |b: &mut Builder, src: &wgpu::Buffer, dst: &wgpu::Buffer, p: SpecParams| {
+        let res = vec![Res::Buf(src.clone()), Res::Buf(dst.clone()), Res::Buf(state.clone()), Res::Params, Res::Step];
+        let x = (p.rows * p.elems).div_ceil(256).clamp(1, 1024);
+        b.spec(Kernel::SpecRows, res, &p, x, GridY::One);
+    };
+    for (c, cs) in kv.caches.iter().enumerate() {
+        let p = SpecParams { elems: cs.slot_elems() as u32, rows: VERIFY_MAX as u32, slots: cs.slots as u32, ..base };
+        for cache in [&acts.kcache[c], &acts.vcache[c]] {
+            rows(&mut b, &t.dummy, cache, p);
+        }
+    }
+    let p = SpecParams { elems: hb as u32, rows: 1, mode: 1, dst_off: hb as u32, ..base };
+    rows(&mut b, &acts.xf, &cat, p);
+    let p = SpecParams { elems: acts.rope_stride as u32, rows: VERIFY_MAX as u32, mode: 2, ..base };
+    rows(&mut b, &ring, &acts.rope_buf, p);
+    rows(&mut b, &ring, &dacts.rope_buf, SpecParams { rows: 1, ..p });
+    let accept = b.bind_program()?;
+    let read_len = (4 * 2 * VERIFY_MAX) as u64;
+    let round_read = [b.gpu.staging("round readback 0", read_len), b.gpu.staging("round readback 1", read_len)];
     Ok(DeviceDrafter {
         program,
         step_buf: b.step_buf.clone(),
@@ -249,8 +308,13 @@ pub(in crate::backend::wgpu) fn record(
         drafts,
         drafts_read,
         hb,
+        accept,
+        state,
+        steps,
+        ring,
+        round_read,
         weight_bytes: b.weight_bytes,
         state_bytes: b.state_bytes,
-        listing: std::mem::take(&mut b.listing),
+        listing,
     })
 }
