@@ -68,6 +68,9 @@ fn speculative_on(
     (out, stats)
 }
 
+/// Builds a backend with a drafter on its device (None: no GPU here).
+type MakeDrafting<'a> = &'a dyn Fn(&Model, &Drafter) -> Option<Box<dyn Backend>>;
+
 fn open_pair(target: &str, assistant: &str, form: &str) -> (Model, Drafter) {
     let model = open_model(target, form);
     let drafter = Drafter::from_model(&open_model(assistant, form)).unwrap();
@@ -116,11 +119,23 @@ fn speculative_is_deterministic() {
 /// A stop id met inside a block of accepted drafts ends generation at exactly that token.
 #[test]
 fn stop_id_inside_an_accepted_block() {
+    check_stop_inside_a_block("cpu", &|m, _| Some(cpu(m)));
+}
+
+/// The same on wgpu with the GPU drafter, where rounds run ahead of the host: the stop lands
+/// while a round past it is in flight.
+#[test]
+fn wgpu_stop_id_inside_an_accepted_block() {
+    check_stop_inside_a_block("wgpu", &|m, d| wgpu_drafting(m, d));
+}
+
+fn check_stop_inside_a_block(tag: &str, make: MakeDrafting) {
     let (model, drafter) = open_pair("tiny-moe", "tiny-moe-assistant", "hf");
     let r = &load_refs("tiny-moe", "reference")[2];
     for k in [2, 4] {
+        let Some(mut b) = make(&model, &drafter) else { return };
         // Without stops: which emitted tokens were accepted drafts?
-        let (free, st) = speculative(&model, &drafter, k, &r.prompt, &params(Vec::new(), true));
+        let (free, st) = speculative_on(b.as_mut(), &drafter, k, &r.prompt, &params(Vec::new(), true));
         // A token whose first occurrence was emitted as an accepted draft: as the stop id, the
         // run is identical up to there and must stop on that draft, mid-block.
         let at = (0..free.len())
@@ -129,12 +144,12 @@ fn stop_id_inside_an_accepted_block() {
         let stop = free[at];
         let p = params(vec![stop], false);
         let want = greedy(&model, &r.prompt, &p);
-        let (got, st) = speculative(&model, &drafter, k, &r.prompt, &p);
-        assert_eq!(got, want, "stop id {stop}, k={k}");
+        let (got, st) = speculative_on(b.as_mut(), &drafter, k, &r.prompt, &p);
+        assert_eq!(got, want, "{tag}: stop id {stop}, k={k}");
         assert_eq!(got.len(), at + 1);
-        assert!(st.from_draft.last() == Some(&true), "k={k}: the run did not stop on an accepted draft");
+        assert!(st.from_draft.last() == Some(&true), "{tag} k={k}: the run did not stop on an accepted draft");
         eprintln!(
-            "k={k}: stop id {stop} reached as accepted draft at output {at}: {} tokens, equal to greedy",
+            "{tag} k={k}: stop id {stop} reached as accepted draft at output {at}: {} tokens, equal to greedy",
             got.len()
         );
     }
@@ -182,7 +197,7 @@ fn msl_emu_device_drafter_proposes_the_host_drafters_tokens() {
 /// wgpu with `d` recorded beside the target (its drafter program over the target's caches).
 fn wgpu_drafting(m: &Model, d: &Drafter) -> Option<Box<dyn Backend>> {
     let drafter = Some(DraftModel(d.config().clone(), d.weights().clone()));
-    let b = wgpu_backend(m, WgpuOptions { max_ctx: 256, max_chunk: 16, drafter, ..Default::default() })?;
+    let b = wgpu_backend(m, WgpuOptions { max_ctx: 512, max_chunk: 16, drafter, ..Default::default() })?;
     Some(Box::new(b))
 }
 
@@ -194,9 +209,47 @@ fn wgpu_device_drafter_proposes_the_host_drafters_tokens() {
     check_device_drafts("wgpu", &|m, d| wgpu_drafting(m, d));
 }
 
+/// The GPU drafter's projected hidden (its whole forward before the head: the pre-projection,
+/// four layers over the target's K/V, the final norm and the post-projection) against the host
+/// drafter's `DraftStep::hidden`, after each of k = 1, 2, 3 chained steps, both pairs and forms.
+/// Tolerance: the GPU sums in f32 (mat-vecs over at most 2 · 64 = 128 inputs here, attention over
+/// ≤ 56 keys), the reference in f64: each f32 sum errs by about √n · 2⁻²⁴ relative, ≈ 1e-6, and
+/// four residual layers with their norms grow that to about 1e-5 of the row's largest value;
+/// 1e-4 leaves a factor of ten, while a wrong mask, rope position or kv head mapping moves the
+/// row by tens of percent.
+#[test]
+fn wgpu_drafter_hidden_matches_the_host_drafter() {
+    for (target, assistant) in PAIRS {
+        for form in ["hf", "mlx-4bit"] {
+            let (model, drafter) = open_pair(target, assistant, form);
+            let r = &load_refs(target, "reference")[2];
+            let drafter_opt = Some(DraftModel(drafter.config().clone(), drafter.weights().clone()));
+            let opts = WgpuOptions { max_ctx: 256, max_chunk: 16, drafter: drafter_opt, ..Default::default() };
+            let Some(mut b) = wgpu_backend(&model, opts) else { return };
+            let next = *b.prefill_prompt(&r.prompt, 16, Readback::Argmax).unwrap().argmax.last().unwrap();
+            let h = model.cfg.text.hidden_size;
+            let rows = b.draft_context().unwrap().last_hidden().unwrap();
+            let hidden = rows[rows.len() - h..].to_vec();
+            let pos = r.prompt.len();
+            let host = drafter.draft_block(b.draft_context().unwrap(), next, &hidden, pos, 3).unwrap();
+            for k in 1..=3 {
+                let dev = b.draft(next, &hidden, pos, k).unwrap().unwrap();
+                let want: Vec<u32> = host[..k].iter().map(|s| s.token).collect();
+                assert_eq!(dev, want, "{target}/{form} k={k}: drafts");
+                let got = b.draft_hidden().unwrap();
+                let want = &host[k - 1].hidden;
+                let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let err = got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
+                assert!(err <= 1e-4, "{target}/{form} step {k}: hidden differs by {err:e} of its largest value");
+                eprintln!("wgpu {target}+{assistant} {form} step {k}: hidden within {err:.1e} of the host's");
+            }
+        }
+    }
+}
+
 /// 20 rounds of k = 3 after the long prompt: `Backend::draft` (the device drafter, fed the hidden
 /// row the host read back) equals `Drafter::draft_block` on the same K/V, every round.
-fn check_device_drafts(tag: &str, make: &dyn Fn(&Model, &Drafter) -> Option<Box<dyn Backend>>) {
+fn check_device_drafts(tag: &str, make: MakeDrafting) {
     for (target, assistant) in PAIRS {
         for (form, reference) in FORMS {
             let (model, drafter) = open_pair(target, assistant, form);

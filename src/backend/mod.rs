@@ -17,6 +17,10 @@ pub mod wgpu;
 use crate::config::Config;
 use crate::error::Result;
 
+/// What [`Backend::speculate`] calls with each round's drafts and its verify's argmax; returns
+/// whether to go on.
+pub type OnRound<'a> = &'a mut dyn FnMut(&[u32], &[u32]) -> Result<bool>;
+
 /// What a step reads back to the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Readback {
@@ -177,13 +181,7 @@ pub trait Backend {
     /// cache holds exactly the accepted positions of the rounds handed out. The caller leaves
     /// room in the context for two rounds past the last token it wants. `None`: not offered here
     /// (the engine runs its own loop).
-    fn speculate(
-        &mut self,
-        token: u32,
-        pos: usize,
-        k: usize,
-        on_round: &mut dyn FnMut(&[u32], &[u32]) -> Result<bool>,
-    ) -> Result<Option<usize>> {
+    fn speculate(&mut self, token: u32, pos: usize, k: usize, on_round: OnRound<'_>) -> Result<Option<usize>> {
         let _ = (token, pos, k, on_round);
         Ok(None)
     }

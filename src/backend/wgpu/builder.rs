@@ -2730,6 +2730,7 @@ impl<'a> Builder<'a> {
     }
 
     /// The backend that runs the recorded program.
+    #[allow(clippy::too_many_arguments)]
     fn into_backend(
         self,
         w: &Arc<ModelWeights>,

@@ -47,7 +47,7 @@ pub mod source;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::backend::{Backend, MemoryUse, Readback, StepOutput};
+use crate::backend::{Backend, MemoryUse, OnRound, Readback, StepOutput};
 use crate::config::{AttnKind, Config, KvSource};
 use crate::error::{Error, Result};
 use crate::kernels::*;
@@ -1168,6 +1168,20 @@ impl WgpuBackend {
         Ok((words[..k].to_vec(), words[VERIFY_MAX..VERIFY_MAX + k + 1].to_vec()))
     }
 
+    /// The last drafter step's projected hidden (`post_projection` output, the next step's
+    /// input), read back: tests compare it with the host drafter's.
+    pub fn draft_hidden(&self) -> Result<Vec<f32>> {
+        let d = self.drafter.as_ref().ok_or_else(|| Error::Invalid("built without a drafter".into()))?;
+        let len = 4 * d.hb as u64;
+        let staging = self.gpu.staging("drafter hidden readback", len);
+        let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("hidden") });
+        enc.copy_buffer_to_buffer(&d.hidden_out, 0, &staging, 0, Some(len));
+        self.gpu.queue.submit([enc.finish()]);
+        let mut bytes = Vec::new();
+        self.gpu.read(&staging, len, &mut bytes)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
     /// Reads the drafts the last round left in the readback buffer.
     fn read_drafts(&mut self, k: usize) -> Result<Vec<u32>> {
         let d = self.drafter.as_ref().expect("checked by the callers");
@@ -1384,13 +1398,7 @@ impl Backend for WgpuBackend {
     /// `draft_verify` does. A round is run ahead only where the context has room for it wherever
     /// the round before ends; without room the rounds stop (the last one committed from the
     /// host) and the caller goes on with its own loop.
-    fn speculate(
-        &mut self,
-        token: u32,
-        pos: usize,
-        k: usize,
-        on_round: &mut dyn FnMut(&[u32], &[u32]) -> Result<bool>,
-    ) -> Result<Option<usize>> {
+    fn speculate(&mut self, token: u32, pos: usize, k: usize, on_round: OnRound<'_>) -> Result<Option<usize>> {
         let Some(d) = &self.drafter else { return Ok(None) };
         if self.streaming.is_some() || self.profiler.is_some() {
             return Ok(None);

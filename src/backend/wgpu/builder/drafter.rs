@@ -110,7 +110,7 @@ fn check(target: &Config, kv: &KvLayout, d: &Config, dw: &ModelWeights) -> Resul
             return bad("use_ordered_embeddings without centroids and token_ordering".into());
         }
         // draft_select.wgsl's workgroup arrays; draft_score's grid.
-        if nc == 0 || nc > 8192 || k == 0 || k > 64 || d.text.vocab_size % nc != 0 {
+        if nc == 0 || nc > 8192 || k == 0 || k > 64 || !d.text.vocab_size.is_multiple_of(nc) {
             return bad(format!(
                 "{nc} centroids keeping {k}: the device head takes 1..=8192 centroids that divide the vocabulary, keeping 1..=64"
             ));
