@@ -469,7 +469,8 @@ fn wgpu_speculative_equals_greedy() {
 /// the GPU's path) hand out greedy's tokens, and greedy decode continued from where they stop
 /// gives greedy's next tokens (the cache holds exactly the accepted positions, committed by the
 /// round run past the last one). A context with room for only a few rounds ahead stops them
-/// early, the last round committed by the host, and decode continues as greedy too.
+/// early, the last round committed by the host, and decode continues as greedy too. And the
+/// same across the bound between the two decode attention forms.
 #[test]
 fn wgpu_rounds_run_ahead_on_the_device() {
     let (target, assistant) = PAIRS[0];
@@ -477,20 +478,31 @@ fn wgpu_rounds_run_ahead_on_the_device() {
     let r = &load_refs(target, "reference")[2];
     let p = GenerateParams { max_new: 96, ..params(model.stop_ids.clone(), true) };
     let want = greedy(&model, &r.prompt, &p);
-    for (max_ctx, rounds_wanted) in [(256, 20), (r.prompt.len() + 24, 20)] {
+    // The third run moves the decode attention's short/split bound (rows of at most 50 keys go
+    // to attention_short) into the rounds: a round run ahead whose position the host does not
+    // know may straddle it, and must dispatch both owners.
+    for (max_ctx, rounds_wanted, short) in [(256, 20, None), (r.prompt.len() + 24, 20, None), (256, 20, Some(50))] {
+        let mut tuning = Tuning::default();
+        if let Some(s) = short {
+            tuning.attn_short = s;
+        }
         let opts = WgpuOptions {
             max_ctx,
             max_chunk: 16,
+            tuning,
             drafter: Some(DraftModel(drafter.config().clone(), drafter.weights().clone())),
             ..Default::default()
         };
-        let Some(mut b) = wgpu_backend(&model, opts) else { return };
+        let Some(mut b) = wgpu_backend(&model, opts.clone()) else { return };
         let mut next = *b.prefill_prompt(&r.prompt, 16, Readback::Argmax).unwrap().argmax.last().unwrap();
+        let first = next;
         let mut got = vec![next];
         let mut pos = r.prompt.len();
         let (mut rounds, mut accepted) = (0, 0);
+        let mut drafted: Vec<Vec<u32>> = Vec::new();
         let ran = b
             .speculate(next, pos, 3, &mut |drafts, argmax| {
+                drafted.push(drafts.to_vec());
                 let n = drafts.iter().zip(argmax).take_while(|(d, t)| d == t).count();
                 got.extend_from_slice(&drafts[..n]);
                 got.push(argmax[n]);
@@ -503,11 +515,27 @@ fn wgpu_rounds_run_ahead_on_the_device() {
         assert_eq!(ran, rounds, "ctx {max_ctx}: rounds reported");
         if max_ctx == 256 {
             assert_eq!(rounds, rounds_wanted, "ctx {max_ctx}: rounds stopped early");
+            if short.is_some() {
+                assert!(r.prompt.len() < 50 && pos > 50, "the rounds did not cross the short/split bound");
+            }
             assert!(accepted > 0, "ctx {max_ctx}: no draft accepted in {rounds} rounds");
         } else {
             assert!(rounds < rounds_wanted, "ctx {max_ctx}: rounds ran past the room they had");
         }
         assert_eq!(got[..], want[..got.len()], "ctx {max_ctx}: tokens of the rounds differ from greedy");
+        // The drafts themselves (which only decide acceptance, so greedy's tokens above cannot
+        // show a wrong one) equal the host-driven rounds' (`draft_verify`: positions known,
+        // tested against the host drafter), round for round.
+        let mut h = wgpu_backend(&model, opts).unwrap();
+        h.prefill_prompt(&r.prompt, 16, Readback::Argmax).unwrap();
+        let (mut t, mut q) = (first, r.prompt.len());
+        for (i, want_drafts) in drafted.iter().enumerate() {
+            let (d, v) = h.draft_verify(t, q, 3).unwrap().unwrap();
+            assert_eq!(&d, want_drafts, "ctx {max_ctx} round {i}: run-ahead drafts differ from host-driven ones");
+            let n = d.iter().zip(&v.argmax).take_while(|(d, t)| d == t).count();
+            h.commit(n + 1).unwrap();
+            (t, q) = (v.argmax[n], q + n + 1);
+        }
         // Greedy decode on from where the rounds stopped: the committed cache must be greedy's.
         let more = (max_ctx - pos).min(8);
         for i in 0..more {

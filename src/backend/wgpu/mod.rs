@@ -884,12 +884,14 @@ impl WgpuBackend {
         n_out: usize,
         executed: &mut Vec<(usize, u8)>,
     ) {
-        self.encode_program(&self.program, pass, range, n, Some(pos0), n_out, Some(executed));
+        self.encode_program(&self.program, pass, range, n, Some((pos0, pos0)), n_out, Some(executed));
     }
 
     /// [`Self::encode`] for any recorded program (the drafter's: `executed` None, untimed).
-    /// `pos0` None: a position only the GPU knows (a round after one it accepted): a one-token
-    /// step then dispatches every decode attention kernel, each computing the rows it owns.
+    /// `pos0`: the step's first position, or the range it lies in when only the GPU knows it (a
+    /// round after one it accepted): a one-token step then dispatches every decode attention
+    /// kernel that owns the row at some position of the range (each computes only the rows it
+    /// owns); None: any position.
     #[allow(clippy::too_many_arguments)]
     fn encode_program(
         &self,
@@ -897,7 +899,7 @@ impl WgpuBackend {
         pass: &mut wgpu::ComputePass,
         range: std::ops::Range<usize>,
         n: usize,
-        pos0: Option<usize>,
+        pos0: Option<(usize, usize)>,
         n_out: usize,
         mut executed: Option<&mut Vec<(usize, u8)>>,
     ) {
@@ -911,7 +913,7 @@ impl WgpuBackend {
                 Only::Multi if single_form => continue,
                 _ => {}
             }
-            if n == 1 && pos0.is_some_and(|p| d.keys.is_some_and(|k| !k.owns(p))) {
+            if n == 1 && pos0.is_some_and(|(lo, hi)| d.keys.is_some_and(|k| !(lo..=hi).any(|p| k.owns(p)))) {
                 continue;
             }
             let mut z_tokens = false;
@@ -1051,7 +1053,7 @@ impl WgpuBackend {
         &self,
         enc: &mut wgpu::CommandEncoder,
         k: usize,
-        pos: Option<usize>,
+        pos: (usize, usize),
         also: Option<(&wgpu::Buffer, u64)>,
     ) {
         let d = self.drafter.as_ref().expect("checked by the callers");
@@ -1061,7 +1063,15 @@ impl WgpuBackend {
                 let mut pass = enc
                     .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("draft"), timestamp_writes: None });
                 // pos0 = p − 1: see builder/drafter.rs on the masks.
-                self.encode_program(&d.program, &mut pass, 0..d.program.len(), 1, pos.map(|p| p - 1), 1, None);
+                self.encode_program(
+                    &d.program,
+                    &mut pass,
+                    0..d.program.len(),
+                    1,
+                    Some((pos.0 - 1, pos.1 - 1)),
+                    1,
+                    None,
+                );
             }
             enc.copy_buffer_to_buffer(&d.best, 0, &d.drafts, 4 * j as u64, Some(4));
             if j + 1 < k {
@@ -1120,13 +1130,14 @@ impl WgpuBackend {
 
     /// Records a round's body after its prologue: k drafter steps (drafts also behind the first id
     /// in the target's ids), the k + 1 verify, and the drafts and argmax copied to readback `slot`.
-    fn record_round(&mut self, enc: &mut wgpu::CommandEncoder, k: usize, pos: Option<usize>, slot: usize) {
+    /// `pos`: the range the round's first position lies in (one position where the host knows it).
+    fn record_round(&mut self, enc: &mut wgpu::CommandEncoder, k: usize, pos: (usize, usize), slot: usize) {
         self.record_drafts(enc, k, pos, Some((&self.ids_buf, 4)));
         self.verifying = true;
         {
             let mut pass =
                 enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("verify"), timestamp_writes: None });
-            self.encode_program(&self.program, &mut pass, 0..self.program.len(), k + 1, pos, k + 1, None);
+            self.encode_program(&self.program, &mut pass, 0..self.program.len(), k + 1, Some(pos), k + 1, None);
         }
         self.verifying = false;
         let d = self.drafter.as_ref().expect("checked by the callers");
@@ -1137,7 +1148,8 @@ impl WgpuBackend {
 
     /// Submits the round after one the GPU accepts: spec_accept and spec_rows (commit, next hidden,
     /// rope rows), both step uniforms from the words spec_accept wrote, then the round's body.
-    fn submit_accepted_round(&mut self, k: usize, slot: usize) -> Result<wgpu::SubmissionIndex> {
+    /// `after`: where the round it accepts started (the next one starts 1 ..= k + 1 later).
+    fn submit_accepted_round(&mut self, k: usize, after: usize, slot: usize) -> Result<wgpu::SubmissionIndex> {
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("round") });
         let d = self.drafter.as_ref().expect("checked by the callers");
@@ -1149,7 +1161,7 @@ impl WgpuBackend {
         let step = std::mem::size_of::<Step>() as u64;
         enc.copy_buffer_to_buffer(&d.steps, 0, &self.step_buf, 0, Some(step));
         enc.copy_buffer_to_buffer(&d.steps, step, &d.step_buf, 0, Some(step));
-        self.record_round(&mut enc, k, None, slot);
+        self.record_round(&mut enc, k, (after + 1, after + k + 1), slot);
         let index = self.gpu.queue.submit([enc.finish()]);
         match pollster::block_on(scope.pop()) {
             Some(e) => Err(Error::Gpu(format!("speculative round rejected by the device: {e}"))),
@@ -1352,7 +1364,7 @@ impl Backend for WgpuBackend {
         self.start_drafts(token, pos, k)?;
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("draft") });
-        self.record_drafts(&mut enc, k, Some(pos), None);
+        self.record_drafts(&mut enc, k, (pos, pos), None);
         self.gpu.queue.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("draft rejected by the device: {e}")));
@@ -1378,7 +1390,7 @@ impl Backend for WgpuBackend {
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("draft") });
         enc.copy_buffer_to_buffer(&final_hidden, row as u64 * hb, &cat, hb, Some(hb));
-        self.record_drafts(&mut enc, k, Some(pos), Some((&self.ids_buf, 4)));
+        self.record_drafts(&mut enc, k, (pos, pos), Some((&self.ids_buf, 4)));
         self.gpu.queue.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("draft rejected by the device: {e}")));
@@ -1427,7 +1439,7 @@ impl Backend for WgpuBackend {
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("round") });
         enc.copy_buffer_to_buffer(&final_hidden, row as u64 * hb, &cat, hb, Some(hb));
-        self.record_round(&mut enc, k, Some(pos), 0);
+        self.record_round(&mut enc, k, (pos, pos), 0);
         let mut in_flight = self.gpu.queue.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("speculative round rejected by the device: {e}")));
@@ -1441,7 +1453,7 @@ impl Backend for WgpuBackend {
         loop {
             let ahead = if room(p) {
                 self.fill_ring(p);
-                Some(self.submit_accepted_round(k, (r + 1) % 2)?)
+                Some(self.submit_accepted_round(k, p, (r + 1) % 2)?)
             } else {
                 None
             };
