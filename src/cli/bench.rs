@@ -171,6 +171,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     // Verify cost: one pass over M = 1..5 tokens (the last accepted token + M − 1 drafts) at
     // the position decode reached, relative to one decode step. Staged, never committed.
     let mut verify_ms: Vec<(usize, f64)> = Vec::new();
+    let mut verify_profile = Vec::new();
     if tg.is_some() {
         let pos = b.draft_context().map_or(depth + args.n_gen, |c| c.cached_len());
         let toks = ids(5, vocab);
@@ -182,6 +183,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 b.verify(&toks[..m], pos, false)?;
             }
             verify_ms.push((m, t0.elapsed().as_secs_f64() * 1e3 / reps as f64));
+        }
+        // Per-kernel GPU time of a 2-token verify beside the decode step's: where a verify
+        // costs more than a decode step.
+        if b.gpu().can_profile() && b.stream_stats().is_none() && args.model.chunk >= 2 {
+            b.set_profiling(true)?;
+            b.verify(&toks[..2], pos, false)?;
+            verify_profile = b.last_profile().to_vec();
+            b.set_profiling(false)?;
         }
     }
 
@@ -232,6 +241,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "peak_rss_bytes": super::generate::peak_rss_bytes(),
             "prefill_kernels": pp_profile.iter().map(|k| json!({"kernel": k.kernel, "dispatches": k.dispatches, "us": k.micros})).collect::<Vec<_>>(),
             "kernels": profile.iter().map(|k| json!({"kernel": k.kernel, "dispatches": k.dispatches, "us": k.micros})).collect::<Vec<_>>(),
+            "verify2_kernels": verify_profile.iter().map(|k| json!({"kernel": k.kernel, "dispatches": k.dispatches, "us": k.micros})).collect::<Vec<_>>(),
         });
         println!("{obj}");
     } else {
@@ -310,6 +320,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             println!("|---|---|---|---|");
             for k in &profile {
                 println!("| {} | {} | {:.1} | {:.1} |", k.kernel, k.dispatches, k.micros, 100.0 * k.micros / gpu_us);
+            }
+        }
+        if !verify_profile.is_empty() {
+            let us: f64 = verify_profile.iter().map(|k| k.micros).sum();
+            println!(
+                "\nGPU time of one 2-token verify, timed the same way: {us:.1} µs over {} dispatches",
+                verify_profile.iter().map(|k| k.dispatches).sum::<usize>()
+            );
+            println!("| kernel | dispatches | µs | % |");
+            println!("|---|---|---|---|");
+            for k in &verify_profile {
+                println!("| {} | {} | {:.1} | {:.1} |", k.kernel, k.dispatches, k.micros, 100.0 * k.micros / us);
             }
         }
     }
