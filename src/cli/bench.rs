@@ -435,7 +435,9 @@ fn time_round(
     b.commit(1)?;
     let (mut tok, mut p) = (v.argmax[0], pos + 1);
     let mut round = |b: &mut WgpuBackend| -> anyhow::Result<()> {
-        let (_, v) = b.draft_verify(tok, p, k)?.context("the drafter was recorded beside the target")?;
+        let (_, v) = b.draft_verify(tok, p, k)?.context(
+            "rounds on the GPU need every expert resident (streamed experts need the host inside each step): drop --expert-slots or pass --expert-slots all",
+        )?;
         b.commit(1)?;
         (tok, p) = (v.argmax[0], p + 1);
         Ok(())
