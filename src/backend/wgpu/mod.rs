@@ -1110,22 +1110,31 @@ impl WgpuBackend {
         Ok(())
     }
 
-    /// Fills the rope ring with the rows of positions `from .. from + 3 · VERIFY_MAX`: every row a
-    /// round started at most k + 1 positions after `from` can read (spec_rows' mode 2).
-    fn fill_ring(&mut self, from: usize) {
+    /// Keeps the rope ring holding the rows of positions `from .. from + 3 · VERIFY_MAX` (every
+    /// row a round started at most k + 1 positions after `from` can read: spec_rows' mode 2),
+    /// writing only those past `*filled`, the end of what it already holds (0: nothing), which it
+    /// advances. Rows of positions before `from` may be overwritten: the rounds that read them
+    /// were submitted before, and the writes land after them.
+    fn fill_ring(&mut self, from: usize, filled: &mut usize) {
         let d = self.drafter.as_ref().expect("checked by the callers");
         let dims = (self.cfg.text.head_dim, self.cfg.text.global_head_dim);
-        let (stride, n) = (self.rope_stride, 3 * VERIFY_MAX);
+        let (stride, end) = (self.rope_stride, from + 3 * VERIFY_MAX);
+        let start = (*filled).clamp(from, end);
+        if start == end {
+            return;
+        }
+        let n = end - start;
         let mut rope = std::mem::take(&mut self.rope_host);
-        rope_rows(&mut rope, &self.inv_freq, dims, stride, from, n);
+        rope_rows(&mut rope, &self.inv_freq, dims, stride, start, n);
         // Up to two contiguous pieces of the ring.
-        let first = (from % RING_ROWS, (RING_ROWS - from % RING_ROWS).min(n));
+        let first = (start % RING_ROWS, (RING_ROWS - start % RING_ROWS).min(n));
         let q = &self.gpu.queue;
         q.write_buffer(&d.ring, (4 * first.0 * stride) as u64, bytemuck::cast_slice(&rope[..first.1 * stride]));
         if first.1 < n {
             q.write_buffer(&d.ring, 0, bytemuck::cast_slice(&rope[first.1 * stride..]));
         }
         self.rope_host = rope;
+        *filled = end;
     }
 
     /// Records a round's body after its prologue: k drafter steps (drafts also behind the first id
@@ -1169,15 +1178,19 @@ impl WgpuBackend {
         }
     }
 
-    /// Reads a round's drafts and argmax from readback `slot` once submission `after` is done.
-    fn read_round(&mut self, slot: usize, k: usize, after: wgpu::SubmissionIndex) -> Result<(Vec<u32>, Vec<u32>)> {
+    /// Reads a round's readback `slot` once submission `after` is done: the drafts in words
+    /// `[0, k)`, the verify's argmax in `[VERIFY_MAX, VERIFY_MAX + k]`. No allocation: rounds
+    /// read one of these each.
+    fn read_round(&mut self, slot: usize, after: wgpu::SubmissionIndex) -> Result<[u32; 2 * VERIFY_MAX]> {
         let d = self.drafter.as_ref().expect("checked by the callers");
         let mut scratch = std::mem::take(&mut self.read_scratch);
         let r = self.gpu.read_after(&d.round_read[slot], (4 * 2 * VERIFY_MAX) as u64, Some(after), &mut scratch);
-        let words: Vec<u32> = bytemuck::pod_collect_to_vec(&scratch);
+        let mut words = [0u32; 2 * VERIFY_MAX];
+        if r.is_ok() {
+            bytemuck::cast_slice_mut::<u32, u8>(&mut words).copy_from_slice(&scratch);
+        }
         self.read_scratch = scratch;
-        r?;
-        Ok((words[..k].to_vec(), words[VERIFY_MAX..VERIFY_MAX + k + 1].to_vec()))
+        r.map(|_| words)
     }
 
     /// The last drafter step's projected hidden (`post_projection` output, the next step's
@@ -1435,7 +1448,8 @@ impl Backend for WgpuBackend {
         q.write_buffer(&self.step_buf, 0, bytemuck::bytes_of(&step));
         q.write_buffer(&state, 0, bytemuck::cast_slice(&[pos as u32, 0, 0, 0, k as u32]));
         self.write_rope(pos, k + 1);
-        self.fill_ring(pos);
+        let mut ring_filled = 0;
+        self.fill_ring(pos, &mut ring_filled);
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut enc = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("round") });
         enc.copy_buffer_to_buffer(&final_hidden, row as u64 * hb, &cat, hb, Some(hb));
@@ -1452,14 +1466,15 @@ impl Backend for WgpuBackend {
         let mut r = 0;
         loop {
             let ahead = if room(p) {
-                self.fill_ring(p);
+                self.fill_ring(p, &mut ring_filled);
                 Some(self.submit_accepted_round(k, p, (r + 1) % 2)?)
             } else {
                 None
             };
-            let (drafts, argmax) = self.read_round(r % 2, k, in_flight)?;
-            let n = drafts.iter().zip(&argmax).take_while(|(d, t)| d == t).count();
-            let (start, go) = (p, on_round(&drafts, &argmax)?);
+            let words = self.read_round(r % 2, in_flight)?;
+            let (drafts, argmax) = (&words[..k], &words[VERIFY_MAX..VERIFY_MAX + k + 1]);
+            let n = drafts.iter().zip(argmax).take_while(|(d, t)| d == t).count();
+            let (start, go) = (p, on_round(drafts, argmax)?);
             p += n + 1;
             r += 1;
             match ahead {
